@@ -1,0 +1,65 @@
+"""Twinkle: training as a service for PyTorch.
+
+Name an algorithm, point at data, and Twinkle does the engineering. This package is the core: the
+public API, the four extension points and the ``twinkle`` CLI. Heavy names (``Trainer``, ``Algorithm``,
+...) are imported on first access, so ``import twinkle_core`` and the CLI's listing commands stay light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from twinkle_core.errors import TwinkleError
+from twinkle_core.hookspecs import hookimpl
+from twinkle_core.lookup import (
+    get_component,
+    list_algorithms,
+    list_components,
+    list_data_processors,
+    list_exporters,
+    list_resource_strategies,
+    load_component,
+)
+
+try:
+    from importlib.metadata import version as _version
+
+    __version__: str = _version("twinkle-core")
+except Exception:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+# Public names imported on first access: name -> "module:attr".
+_LAZY: dict[str, str] = {}
+
+if TYPE_CHECKING:  # pragma: no cover
+    pass
+
+
+def __getattr__(name: str) -> Any:
+    """Import heavy public names (which pull in torch) only when they are first used."""
+    if name in _LAZY:
+        module, _, attr = _LAZY[name].partition(":")
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'twinkle_core' has no attribute '{name}'")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "TwinkleError",
+    "__version__",
+    "get_component",
+    "hookimpl",
+    "list_algorithms",
+    "list_components",
+    "list_data_processors",
+    "list_exporters",
+    "list_resource_strategies",
+    "load_component",
+    *_LAZY,
+]

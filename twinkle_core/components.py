@@ -1,0 +1,192 @@
+"""What a plugin registers: component kinds and the :class:`Component` record.
+
+A component is one registered thing — an algorithm, a data processor, a resource strategy or an
+exporter — under a name, with the plugin that registered it, a lazily imported target and metadata.
+Nothing here imports a target until :meth:`Component.load` is called.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from twinkle_core.errors import PluginLoadError, RegistrationError
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One of the four extension points.
+
+    Attributes:
+        name: the kind's singular name (``"algorithm"``).
+        hook: the hook that registers it (``"register_algorithms"``).
+        required_meta: metadata keys ``register`` must receive for this kind.
+        base: ``"module:attr"`` of the class a target must subclass (checked by the contract suite).
+        plural: the word used in the CLI (``"algorithms"``).
+    """
+
+    name: str
+    hook: str
+    required_meta: tuple[str, ...]
+    base: str
+    plural: str
+
+
+KINDS: dict[str, Kind] = {
+    kind.name: kind
+    for kind in (
+        Kind("algorithm", "register_algorithms", ("task",), "twinkle_core.algorithm:Algorithm", "algorithms"),
+        Kind(
+            "data_processor",
+            "register_data_processors",
+            ("task",),
+            "twinkle_core.data:DataProcessor",
+            "data-processors",
+        ),
+        Kind(
+            "resource_strategy",
+            "register_resource_strategies",
+            (),
+            "twinkle_core.planning:ResourceStrategy",
+            "resource-strategies",
+        ),
+        Kind("exporter", "register_exporters", ("format",), "twinkle_core.exporting:Exporter", "exporters"),
+    )
+}
+"""The four component kinds, by name."""
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*$")
+_TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def import_target(path: str) -> Any:
+    """Import ``"package.module:attr.sub"`` and return the attribute.
+
+    Raises:
+        PluginLoadError: the module or attribute cannot be imported; the message names ``path``.
+    """
+    module_name, _, attr_path = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr_path.split("."):
+            obj = getattr(obj, part)
+    except Exception as err:  # any import-time failure of third-party code
+        raise PluginLoadError(f"cannot import '{path}': {type(err).__name__}: {err}") from err
+    return obj
+
+
+@dataclass(frozen=True)
+class Component:
+    """One registered component.
+
+    Attributes:
+        kind: ``"algorithm"``, ``"data_processor"``, ``"resource_strategy"`` or ``"exporter"``.
+        name: the registered name (``"resnet50"``).
+        plugin: the name of the plugin that registered it.
+        target: a ``"module:attr"`` string or the object itself.
+        meta: the metadata given to ``register`` (``task``, ``format``, ``description``, ...).
+    """
+
+    kind: str
+    name: str
+    plugin: str
+    target: Any
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    _loaded: list[Any] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def qualified_name(self) -> str:
+        """``plugin:name``, which always resolves to this component."""
+        return f"{self.plugin}:{self.name}"
+
+    @property
+    def task(self) -> str | None:
+        """The task this component serves, if any."""
+        return self.meta.get("task")
+
+    @property
+    def format(self) -> str | None:
+        """The format an exporter writes or a data processor reads, if any."""
+        return self.meta.get("format")
+
+    @property
+    def description(self) -> str:
+        """A one-line description (empty when the plugin gave none)."""
+        return str(self.meta.get("description", ""))
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """Other names this component answers to."""
+        return tuple(self.meta.get("aliases", ()))
+
+    @property
+    def target_path(self) -> str:
+        """The target as ``"module:attr"`` text, without importing it."""
+        if isinstance(self.target, str):
+            return self.target
+        module = getattr(self.target, "__module__", type(self.target).__module__)
+        qualname = getattr(self.target, "__qualname__", type(self.target).__qualname__)
+        return f"{module}:{qualname}"
+
+    def load(self) -> Any:
+        """Import the target (once) and return it.
+
+        Raises:
+            PluginLoadError: the target cannot be imported; the message names the plugin.
+        """
+        if not self._loaded:
+            if isinstance(self.target, str):
+                try:
+                    obj = import_target(self.target)
+                except PluginLoadError as err:
+                    raise PluginLoadError(f"{self.kind} '{self.qualified_name}': {err}") from err
+            else:
+                obj = self.target
+            self._loaded.append(obj)
+        return self._loaded[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description of the component (never imports the target)."""
+        extra = {k: v for k, v in self.meta.items() if k not in {"task", "format", "description", "aliases"}}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "task": self.task,
+            "format": self.format,
+            "plugin": self.plugin,
+            "description": self.description,
+            "target": self.target_path,
+            "aliases": list(self.aliases),
+            **{k: v for k, v in extra.items() if isinstance(v, (str, int, float, bool, list, type(None)))},
+        }
+
+
+def make_component(kind: str, plugin: str, name: Any, target: Any, meta: dict[str, Any]) -> Component:
+    """Validate one ``register`` call and build its :class:`Component`.
+
+    Raises:
+        RegistrationError: a bad name, target, alias or missing required metadata; the message names the
+            plugin, the component and the fix.
+    """
+    spec = KINDS[kind]
+    where = f"plugin '{plugin}' registered {kind} {name!r}"
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise RegistrationError(
+            f"{where}: a name must be a non-empty string of letters, digits, '-', '_', '.' or '/' "
+            "(':' is reserved for 'plugin:name')"
+        )
+    if isinstance(target, str):
+        if not _TARGET_RE.match(target):
+            raise RegistrationError(f"{where} with target {target!r}: write the target as 'package.module:attr'")
+    elif target is None:
+        raise RegistrationError(f"{where} with no target: pass 'package.module:attr' or the object")
+    missing = [key for key in spec.required_meta if not meta.get(key)]
+    if missing:
+        raise RegistrationError(f"{where} without {', '.join(missing)}: pass {missing[0]}=... to register()")
+    aliases = meta.get("aliases", ())
+    if isinstance(aliases, str) or not all(isinstance(a, str) and _NAME_RE.match(a) for a in aliases):
+        raise RegistrationError(f"{where}: aliases must be a list of names, got {aliases!r}")
+    meta = {**meta, "aliases": tuple(aliases)} if aliases else dict(meta)
+    return Component(kind=kind, name=name, plugin=plugin, target=target, meta=meta)

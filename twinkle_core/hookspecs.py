@@ -1,0 +1,118 @@
+"""The four extension points of Twinkle, as pluggy hook specifications.
+
+A plugin is a module (found through the ``twinkle`` entry-point group) or any object with functions
+decorated by :data:`hookimpl`. Each hook receives one ``register`` callback and calls it once per
+component::
+
+    from twinkle_core import hookimpl
+
+    @hookimpl
+    def register_algorithms(register):
+        register("acme-linear", "acme_mod:AcmeLinear", task="tabular_classification",
+                 description="A linear classifier")
+
+``register(name, target, **meta)`` takes ``target`` as a ``"module:attr"`` string, imported only when the
+component is first used, or as the object itself. Keep plugin modules light: import nothing heavy (torch,
+timm, ...) at their top level, so that ``twinkle plugins list`` stays fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import pluggy
+
+PROJECT_NAME = "twinkle"
+"""pluggy project name and entry-point group of every Twinkle plugin."""
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+"""Marker for Twinkle's hook specifications (used by core only)."""
+
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+"""Marker a plugin puts on its hook implementations: ``@hookimpl def register_algorithms(register): ...``."""
+
+
+class Register(Protocol):
+    """The callback each hook receives: ``register(name, target, **meta)``.
+
+    Args:
+        name: the component's name, unique within its kind (``"resnet50"``, ``"onnx"``).
+        target: ``"package.module:attr"`` (imported on first use) or the object itself.
+        **meta: descriptive metadata: ``task`` (algorithms and data processors), ``format`` (exporters),
+            ``description`` (all), ``aliases`` (a list of other names), and anything else the plugin
+            wants listed.
+    """
+
+    def __call__(self, name: str, target: Any, **meta: Any) -> None:
+        """Register one component."""
+
+
+@hookspec
+def register_algorithms(register: Register) -> None:
+    """Register :class:`twinkle_core.Algorithm` subclasses under a name, with their task.
+
+    ``meta`` must carry ``task`` (for example ``"image_classification"``) and should carry ``description``.
+
+    Example::
+
+        @hookimpl
+        def register_algorithms(register):
+            register("resnet50", "twinkle_vision.resnet:ResNet50", task="image_classification",
+                     description="ResNet-50 (timm), random init unless weights= is given")
+    """
+
+
+@hookspec
+def register_data_processors(register: Register) -> None:
+    """Register :class:`twinkle_core.DataProcessor` subclasses for a task and data format.
+
+    ``meta`` must carry ``task`` and should carry ``format`` (``"csv"``, ``"imagefolder"``, ...) and
+    ``description``.
+
+    Example::
+
+        @hookimpl
+        def register_data_processors(register):
+            register("ohlcv", "twinkle_timeseries.data:FinancialDataProcessor",
+                     task="time_series_forecasting", format="csv", description="OHLCV bars")
+    """
+
+
+@hookspec
+def register_resource_strategies(register: Register) -> None:
+    """Register resource strategies: callables that turn (algorithm, data, hardware, history) into a plan.
+
+    ``meta`` should carry ``description`` and may carry ``task`` when the strategy applies to one task only.
+
+    Example::
+
+        @hookimpl
+        def register_resource_strategies(register):
+            register("yolo-amp", "twinkle_vision.strategy:DetectionStrategy", task="object_detection",
+                     description="mixed precision and accumulation to a nominal batch of 64")
+    """
+
+
+@hookspec
+def register_exporters(register: Register) -> None:
+    """Register exporters that write a trained model in a deployable format.
+
+    ``meta`` must carry ``format`` (``"torchscript"``, ``"onnx"``, ``"rknn"``, ...) and should carry
+    ``description``.
+
+    Example::
+
+        @hookimpl
+        def register_exporters(register):
+            register("rknn", "twinkle_edge.rknn:RKNNExporter", format="rknn",
+                     description="Rockchip RK3588 NPU via rknn-toolkit2")
+    """
+
+
+HOOK_NAMES: tuple[str, ...] = (
+    "register_algorithms",
+    "register_data_processors",
+    "register_resource_strategies",
+    "register_exporters",
+)
+"""Every hook Twinkle calls, in a fixed order."""

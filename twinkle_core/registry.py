@@ -1,0 +1,147 @@
+"""Lookup and listing of registered components, in the style of timm's ``list_models``.
+
+The :class:`Registry` holds what every loaded plugin registered. Names resolve exactly, then through
+aliases, then case-insensitively; ``plugin:name`` picks one plugin's component when two share a name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from typing import Iterable
+
+from twinkle_core.components import KINDS, Component
+from twinkle_core.errors import AmbiguousComponentError, UnknownComponentError
+
+_MAX_LISTED = 40
+
+
+class Registry:
+    """Every registered component of every loaded plugin, grouped by kind.
+
+    Example:
+        >>> reg = Registry()
+        >>> reg.add(Component("algorithm", "mlp", "demo", "demo_mod:MLP", {"task": "tabular_classification"}))
+        >>> [c.name for c in reg.list("algorithm", "m*")]
+        ['mlp']
+    """
+
+    def __init__(self, components: Iterable[Component] = ()) -> None:
+        """Create a registry holding ``components``."""
+        self._by_kind: dict[str, list[Component]] = {kind: [] for kind in KINDS}
+        self.broken_plugins: dict[str, str] = {}
+        for component in components:
+            self.add(component)
+
+    def add(self, component: Component) -> None:
+        """Add one component (its plugin has already been validated)."""
+        self._by_kind[component.kind].append(component)
+
+    def all(self, kind: str) -> list[Component]:
+        """Every component of ``kind``, sorted by name then plugin."""
+        return sorted(self._by_kind[_check_kind(kind)], key=lambda c: (c.name, c.plugin))
+
+    def list(
+        self,
+        kind: str,
+        pattern: str | Iterable[str] | None = None,
+        *,
+        task: str | None = None,
+        plugin: str | None = None,
+        exclude: str | Iterable[str] | None = None,
+    ) -> list[Component]:
+        """Components of ``kind`` whose name (or ``plugin:name``) matches the glob pattern(s).
+
+        Args:
+            kind: a component kind (``"algorithm"``, ...).
+            pattern: one glob or several (``"resnet*"``, ``["yolov8*", "yolo11*"]``); ``None`` matches all.
+            task: keep only components of this task (exact match or glob).
+            plugin: keep only components of this plugin.
+            exclude: glob(s) of names to drop.
+        """
+        patterns = _as_list(pattern)
+        excludes = _as_list(exclude)
+        found = []
+        for comp in self.all(kind):
+            names = (comp.name, comp.qualified_name)
+            if patterns and not any(fnmatch.fnmatchcase(n, p) for n in names for p in patterns):
+                continue
+            if excludes and any(fnmatch.fnmatchcase(comp.name, p) for p in excludes):
+                continue
+            if task is not None and not fnmatch.fnmatchcase(comp.task or "", task):
+                continue
+            if plugin is not None and comp.plugin != plugin:
+                continue
+            found.append(comp)
+        return found
+
+    def get(self, kind: str, name: str) -> Component:
+        """Resolve ``name`` (or ``plugin:name``) to one component.
+
+        Raises:
+            AmbiguousComponentError: two plugins registered ``name``; the message names both and the fix.
+            UnknownComponentError: nothing matches; the message lists close matches and installed choices.
+        """
+        comps = self.all(kind)
+        plugin, _, bare = name.rpartition(":")
+        if plugin:
+            comps = [c for c in comps if c.plugin == plugin]
+            if not comps:
+                plugins = sorted({c.plugin for c in self.all(kind)})
+                raise UnknownComponentError(
+                    f"no installed plugin '{plugin}' registers {KINDS[kind].plural}; "
+                    f"plugins with {KINDS[kind].plural}: {', '.join(plugins) or 'none'}"
+                    + self._broken_hint()
+                )
+        for match in (
+            lambda c: c.name == bare,
+            lambda c: bare in c.aliases,
+            lambda c: bare.lower() in {c.name.lower(), *(a.lower() for a in c.aliases)},
+        ):
+            hits = [c for c in comps if match(c)]
+            if len(hits) == 1:
+                return hits[0]
+            if hits:
+                raise AmbiguousComponentError(
+                    f"{kind} '{name}' is registered by several plugins: "
+                    + ", ".join(f"'{c.plugin}'" for c in hits)
+                    + "; name the one you mean: "
+                    + " or ".join(f"'{c.qualified_name}'" for c in hits)
+                )
+        raise UnknownComponentError(self._unknown_message(kind, name, comps))
+
+    def _unknown_message(self, kind: str, name: str, comps: list[Component]) -> str:
+        choices = sorted({c.name for c in comps})
+        every_name = sorted({n for c in comps for n in (c.name, *c.aliases)})
+        close = difflib.get_close_matches(name.rpartition(":")[2], every_name, n=5, cutoff=0.5)
+        message = f"unknown {kind.replace('_', ' ')} '{name}'"
+        if close:
+            message += f"; did you mean {', '.join(repr(c) for c in close)}?"
+        if choices:
+            shown = ", ".join(choices[:_MAX_LISTED])
+            more = f" and {len(choices) - _MAX_LISTED} more" if len(choices) > _MAX_LISTED else ""
+            message += f" Installed: {shown}{more} (see 'twinkle {KINDS[kind].plural} list')."
+        else:
+            message += f" No {KINDS[kind].plural} are installed; install a plugin such as twinkle-vision."
+        return message + self._broken_hint()
+
+    def _broken_hint(self) -> str:
+        if not self.broken_plugins:
+            return ""
+        return " Plugins that failed to load: " + "; ".join(
+            f"'{name}' ({error})" for name, error in sorted(self.broken_plugins.items())
+        )
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise UnknownComponentError(f"unknown component kind '{kind}'; choose from {', '.join(KINDS)}")
+    return kind
+
+
+def _as_list(value: str | Iterable[str] | None) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value] if value else []
+    return [v for v in value if v]

@@ -1,0 +1,26 @@
+"""Helpers for testing Twinkle plugins, for plugin authors and for Twinkle's own tests.
+
+* :func:`registered_plugin` — a context manager that registers a plugin object in-process;
+  the pytest fixture ``twinkle_plugin`` (installed automatically with twinkle-core) does the same for one
+  test and cleans up afterwards.
+* :func:`check_plugin_contract` / :func:`assert_plugin_contract` — the contract every plugin should meet;
+  call it from your plugin's own tests: ``assert_plugin_contract("myplugin")``.
+"""
+
+from __future__ import annotations
+
+from twinkle_core.testing.contract import (
+    HEAVY_MODULES,
+    ContractReport,
+    assert_plugin_contract,
+    check_plugin_contract,
+)
+from twinkle_core.testing.inprocess import registered_plugin
+
+__all__ = [
+    "HEAVY_MODULES",
+    "ContractReport",
+    "assert_plugin_contract",
+    "check_plugin_contract",
+    "registered_plugin",
+]

@@ -1,0 +1,186 @@
+"""The plugin contract: checks any plugin's own tests run against itself.
+
+A plugin meets the contract when:
+
+1. it loads without error, and importing its module (and calling its hooks) imports no heavy library
+   (torch, lightning, timm, ultralytics, ...) — checked in a fresh interpreter;
+2. every component's target imports and is the right kind (a subclass of ``Algorithm``,
+   ``DataProcessor``, ``ResourceStrategy`` or ``Exporter``);
+3. its names are unique: no name or alias is registered by another installed plugin;
+4. every task it declares is known to Twinkle (or listed in ``extra_tasks``);
+5. docstrings are present: on the plugin module, each hook implementation and each target, and each
+   component has a ``description``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from twinkle_core.components import KINDS, Component, import_target
+from twinkle_core.errors import PluginLoadError
+from twinkle_core.plugins import PluginSet, get_plugin_set
+from twinkle_core.tasks import TASKS
+
+HEAVY_MODULES: tuple[str, ...] = (
+    "torch",
+    "torchvision",
+    "lightning",
+    "pytorch_lightning",
+    "timm",
+    "ultralytics",
+    "onnx",
+    "onnxruntime",
+    "tensorflow",
+    "pandas",
+)
+"""Modules a plugin must not import when it is loaded (only when a component is used)."""
+
+_LIGHTNESS_PROBE = """
+import json, os, sys
+from twinkle_core.plugins import PluginSet
+plugin_set = PluginSet(load_builtins={builtin})
+plugin_set.load()
+heavy = {heavy!r}
+print(json.dumps(sorted(m for m in heavy if m in sys.modules)))
+"""
+
+
+@dataclass
+class ContractReport:
+    """The outcome of :func:`check_plugin_contract`.
+
+    Attributes:
+        plugin: the plugin's name.
+        checked: a line per check that ran.
+        problems: a line per violation; empty when the plugin meets the contract.
+    """
+
+    plugin: str
+    checked: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether no problem was found."""
+        return not self.problems
+
+    def __str__(self) -> str:
+        """A readable summary: one line per problem, or that the plugin meets the contract."""
+        if self.ok:
+            return f"plugin '{self.plugin}' meets the Twinkle plugin contract ({len(self.checked)} checks)"
+        return f"plugin '{self.plugin}' breaks the Twinkle plugin contract:\n" + "\n".join(
+            f"  - {p}" for p in self.problems
+        )
+
+
+def check_plugin_contract(
+    name: str,
+    *,
+    extra_tasks: Iterable[str] = (),
+    plugin_set: PluginSet | None = None,
+    check_lightness: bool = True,
+) -> ContractReport:
+    """Check plugin ``name`` (an installed entry point, or one registered in-process) against the contract.
+
+    Args:
+        name: the plugin's name as listed by ``twinkle plugins list``.
+        extra_tasks: task names the plugin may declare beyond Twinkle's known ones.
+        plugin_set: the set to look in (default: the process-wide one).
+        check_lightness: run the fresh-interpreter import check (only for installed entry points).
+    """
+    plugin_set = plugin_set or get_plugin_set()
+    report = ContractReport(name)
+    info = {i.name: i for i in plugin_set.infos(include_builtin=True)}.get(name)
+    if info is None:
+        report.problems.append(f"no plugin named '{name}' is installed or registered")
+        return report
+    report.checked.append("loads")
+    if info.error:
+        report.problems.append(f"fails to load: {info.error}")
+        return report
+    if check_lightness and (info.entry_point or info.builtin):
+        _check_lightness(name, info.builtin, report)
+    plugin = plugin_set.pm.get_plugin(name)
+    _check_docstrings(plugin, report)
+    registry = plugin_set.registry
+    tasks = {*TASKS, *extra_tasks}
+    for kind in KINDS:
+        for comp in registry.list(kind, plugin=name):
+            _check_component(comp, report, tasks)
+            _check_unique(comp, registry.all(kind), report)
+    return report
+
+
+def assert_plugin_contract(name: str, **kwargs: object) -> ContractReport:
+    """Like :func:`check_plugin_contract`, but raise ``AssertionError`` listing every problem."""
+    report = check_plugin_contract(name, **kwargs)  # type: ignore[arg-type]
+    if not report.ok:
+        raise AssertionError(str(report))
+    return report
+
+
+def _check_lightness(name: str, builtin: bool, report: ContractReport) -> None:
+    import os
+
+    env = {**os.environ, "TWINKLE_LOAD_PLUGINS": "" if builtin else name, "TWINKLE_STRICT_PLUGINS": "1"}
+    code = _LIGHTNESS_PROBE.format(builtin=builtin, heavy=HEAVY_MODULES)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    report.checked.append("imports nothing heavy when loaded")
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        report.problems.append(f"loading it in a fresh interpreter failed: {last}")
+        return
+    heavy = json.loads(proc.stdout.strip().splitlines()[-1])
+    if heavy:
+        report.problems.append(
+            f"loading it imports {', '.join(heavy)}; import heavy libraries inside the registered targets, "
+            "not at the plugin module's top level"
+        )
+
+
+def _check_docstrings(plugin: object, report: ContractReport) -> None:
+    report.checked.append("docstrings")
+    if not inspect.getdoc(plugin):
+        report.problems.append(f"the plugin object {getattr(plugin, '__name__', plugin)!r} has no docstring")
+    for kind in KINDS.values():
+        func = getattr(plugin, kind.hook, None)
+        if func is not None and not inspect.getdoc(func):
+            report.problems.append(f"hook implementation {kind.hook} has no docstring")
+
+
+def _check_component(comp: Component, report: ContractReport, tasks: set[str]) -> None:
+    where = f"{comp.kind} '{comp.name}'"
+    report.checked.append(f"{where} imports, is the right kind, is documented")
+    if not comp.description:
+        report.problems.append(f"{where} has no description=... in its register() call")
+    if comp.task is not None and comp.task not in tasks:
+        report.problems.append(
+            f"{where} declares unknown task '{comp.task}'; known: {', '.join(sorted(tasks))}"
+        )
+    try:
+        target = comp.load()
+    except PluginLoadError as err:
+        report.problems.append(str(err))
+        return
+    base = import_target(KINDS[comp.kind].base)
+    if not (inspect.isclass(target) and issubclass(target, base)):
+        report.problems.append(f"{where} target {comp.target_path} is not a subclass of {base.__qualname__}")
+    elif not target.__dict__.get("__doc__"):
+        report.problems.append(f"{where} target {comp.target_path} has no docstring")
+
+
+def _check_unique(comp: Component, same_kind: list[Component], report: ContractReport) -> None:
+    mine = {comp.name, *comp.aliases}
+    for other in same_kind:
+        if other.plugin == comp.plugin:
+            continue
+        clash = mine & {other.name, *other.aliases}
+        if clash:
+            report.problems.append(
+                f"{comp.kind} name {', '.join(sorted(clash))} is also registered by plugin '{other.plugin}'"
+            )
