@@ -30,10 +30,14 @@ except Exception:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
 # Public names imported on first access: name -> "module:attr".
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "Algorithm": "twinkle_core.algorithm:Algorithm",
+    "DataSpec": "twinkle_core.data.spec:DataSpec",
+}
 
 if TYPE_CHECKING:  # pragma: no cover
-    pass
+    from twinkle_core.algorithm import Algorithm
+    from twinkle_core.data.spec import DataSpec
 
 
 def __getattr__(name: str) -> Any:

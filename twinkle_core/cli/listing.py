@@ -75,7 +75,8 @@ def _component_group(kind: str) -> click.Group:
             echo_json(rows)
             return
         columns = ["name", "format" if kind == "exporter" else "task", "plugin", "description", "target"]
-        echo_table(rows, columns, f"No {label} match.")
+        filtered = pattern is not None or task is not None
+        echo_table(rows, columns, f"No {label} match." if filtered else f"No {label} are registered.")
 
     return group
 

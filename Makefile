@@ -1,0 +1,50 @@
+# Twinkle developer commands. `make demo` and `make test` each set up .venv on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+CACHE := $(CURDIR)/.cache
+STAMP := $(VENV)/.twinkle-installed
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+CONSTRAINTS := requirements/constraints.txt
+PLUGINS := twinkle-vision[yolo] twinkle-timeseries twinkle-audio twinkle-edge
+
+# Every library's caches and config stay inside the repository, and nothing reaches the network.
+export XDG_CACHE_HOME := $(CACHE)/xdg
+export MPLCONFIGDIR := $(CACHE)/matplotlib
+export TORCH_HOME := $(CACHE)/torch
+export TORCH_EXTENSIONS_DIR := $(CACHE)/torch_extensions
+export HF_HOME := $(CACHE)/huggingface
+export HF_HUB_OFFLINE := 1
+export YOLO_CONFIG_DIR := $(CACHE)/ultralytics
+export YOLO_OFFLINE := 1
+export YOLO_AUTOINSTALL := 0
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: install demo test bench lock clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml) $(CONSTRAINTS)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q $(TORCH_PINS)
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[test]' $(foreach p,$(PLUGINS),-e 'plugins/$(p)')
+	$(BIN)/python -m pip check
+	$(BIN)/python tools/offline_setup.py
+	touch $@
+
+demo: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python examples/demo.py
+
+test: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests plugins
+
+bench: $(STAMP)
+	$(BIN)/python bench/cli_startup.py
+
+# Re-pin every third-party version after changing a dependency (then commit the constraints file).
+lock: $(STAMP)
+	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^twinkle' > $(CONSTRAINTS)
+
+clean:
+	rm -rf $(VENV) $(CACHE)

@@ -1,0 +1,115 @@
+"""Shared fixtures for twinkle-core's tests: fake installed distributions and a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+
+_TWINKLE_VARS = ("TWINKLE_STRICT_PLUGINS", "TWINKLE_LOAD_PLUGINS", "TWINKLE_DISABLED_PLUGINS")
+
+
+@pytest.fixture(autouse=True)
+def _clean_plugin_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in _TWINKLE_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def site_dir(tmp_path: Path) -> Path:
+    """A folder put on ``PYTHONPATH`` for subprocesses: fake distributions are 'installed' there."""
+    path = tmp_path / "site"
+    path.mkdir()
+    return path
+
+
+def write_distribution(
+    site: Path, name: str, version: str, entry_points: dict[str, str], modules: dict[str, str]
+) -> None:
+    """Install a minimal distribution into ``site``: its dist-info metadata plus module sources.
+
+    ``importlib.metadata`` reads ``*.dist-info`` folders on ``sys.path`` exactly like a pip install's.
+    """
+    dist_info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    lines = ["[twinkle]", *(f"{k} = {v}" for k, v in entry_points.items())]
+    (dist_info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    for module, source in modules.items():
+        (site / f"{module}.py").write_text(textwrap.dedent(source))
+
+
+@pytest.fixture
+def make_dist(site_dir: Path) -> Callable[..., None]:
+    """``make_dist(name, version, entry_points, modules)`` installs a fake distribution into ``site_dir``."""
+
+    def make(name: str, version: str, entry_points: dict[str, str], modules: dict[str, str]) -> None:
+        write_distribution(site_dir, name, version, entry_points, modules)
+
+    return make
+
+
+@pytest.fixture
+def run_twinkle(site_dir: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``python -m twinkle_core ARGS`` (or ``python ARGS`` with ``python=True``) with ``site_dir`` on the path."""
+
+    def run(*args: str, env: dict[str, str] | None = None, python: bool = False) -> subprocess.CompletedProcess[str]:
+        full_env = {k: v for k, v in os.environ.items() if k not in _TWINKLE_VARS}
+        full_env["PYTHONPATH"] = os.pathsep.join([str(site_dir), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        full_env.update(env or {})
+        cmd = [sys.executable, *args] if python else [sys.executable, "-m", "twinkle_core", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=300)
+
+    return run
+
+
+ACME_PLUGIN = '''
+"""Acme's Twinkle plugin (a third party)."""
+from twinkle_core import hookimpl
+
+@hookimpl
+def register_algorithms(register):
+    """Register Acme's algorithms."""
+    register("acme-linear", "acme_mod:AcmeLinear", task="tabular_classification",
+             description="Acme's linear classifier")
+'''
+
+ACME_MOD = '''
+"""Acme's model code: heavy imports are allowed here."""
+from torch import nn
+from twinkle_core.algorithm import Algorithm
+
+class AcmeLinear(Algorithm):
+    """A linear classifier."""
+    task = "tabular_classification"
+
+    def __init__(self, width: int = 4) -> None:
+        super().__init__()
+        self.width = width
+
+    def build_model(self, spec):
+        return nn.Linear(spec.num_features, spec.num_classes)
+'''
+
+
+@pytest.fixture
+def acme(make_dist: Callable[..., None]) -> None:
+    """Install the third-party 'acme-twinkle' distribution (plugin 'acme', algorithm 'acme-linear')."""
+    make_dist("acme-twinkle", "1.2.0", {"acme": "acme_plugin"}, {"acme_plugin": ACME_PLUGIN, "acme_mod": ACME_MOD})
+
+
+@pytest.fixture
+def broken(make_dist: Callable[..., None]) -> None:
+    """Install 'broken-twinkle' 0.3.0, whose plugin module raises on import."""
+    make_dist(
+        "broken-twinkle",
+        "0.3.0",
+        {"broken": "broken_plugin"},
+        {"broken_plugin": 'raise RuntimeError("boom: missing native library")\n'},
+    )

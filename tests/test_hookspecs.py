@@ -1,0 +1,63 @@
+"""Meta-tests: every hookspec is typed, documented in docs/plugins/hooks.md, and exercised by a test."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from twinkle_core import hookimpl, hookspecs
+from twinkle_core.components import KINDS
+from twinkle_core.plugins import get_plugin_set
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugins" / "hooks.md"
+
+
+def _specs() -> dict[str, object]:
+    return {
+        name: func
+        for name, func in vars(hookspecs).items()
+        if callable(func) and hasattr(func, f"{hookspecs.PROJECT_NAME}_spec")
+    }
+
+
+def _signature(func) -> str:
+    sig = inspect.signature(func)
+    params = ", ".join(f"{p.name}: {p.annotation}" for p in sig.parameters.values())
+    return f"{func.__name__}({params}) -> {sig.return_annotation}"
+
+
+def test_hook_names_cover_every_spec() -> None:
+    assert set(_specs()) == set(hookspecs.HOOK_NAMES) == {kind.hook for kind in KINDS.values()}
+
+
+@pytest.mark.parametrize("name", hookspecs.HOOK_NAMES)
+def test_spec_is_typed_and_documented_with_an_example(name) -> None:
+    func = _specs()[name]
+    assert _signature(func) == f"{name}(register: Register) -> None"
+    assert "Example::" in (func.__doc__ or "")
+
+
+@pytest.mark.parametrize("name", hookspecs.HOOK_NAMES)
+def test_docs_have_a_heading_with_the_exact_signature(name) -> None:
+    headings = re.findall(r"^## `(.+)`$", DOCS.read_text(), flags=re.M)
+    assert _signature(_specs()[name]) in headings
+
+
+@pytest.mark.parametrize("kind", list(KINDS.values()), ids=lambda k: k.hook)
+def test_each_hook_registers_its_kind(twinkle_plugin, kind) -> None:
+    plugin = type("OneHook", (), {"__doc__": "A plugin implementing one hook."})
+
+    def impl(self, register):
+        """Register one component of this kind."""
+        register(f"meta-{kind.name}", "meta_mod:Thing", task="tabular_classification", format="onnx")
+
+    setattr(plugin, kind.hook, hookimpl(impl))
+    info = twinkle_plugin(plugin(), name=f"meta-{kind.name}")
+    assert info.hooks == [kind.hook]
+    registry = get_plugin_set().registry
+    assert [c.name for c in registry.list(kind.name, plugin=info.name)] == [f"meta-{kind.name}"]
+    others = [k for k in KINDS if k != kind.name]
+    assert all(not registry.list(k, plugin=info.name) for k in others)

@@ -1,0 +1,57 @@
+"""``twinkle plugins new``: the generated project installs, lists, and passes its own tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from twinkle_core.errors import TwinkleError
+from twinkle_core.scaffold import create_plugin_project, plugin_names
+
+
+def test_names() -> None:
+    assert plugin_names("acme-tab") == {
+        "name": "acme-tab",
+        "dist": "twinkle-acme-tab",
+        "package": "twinkle_acme_tab",
+        "cls": "AcmeTabLinear",
+        "core_version": plugin_names("x")["core_version"],
+    }
+    with pytest.raises(TwinkleError, match="not valid"):
+        plugin_names("acme tab")
+
+
+def test_existing_folder_is_refused(tmp_path: Path) -> None:
+    create_plugin_project("acme", tmp_path)
+    with pytest.raises(TwinkleError, match="already exists"):
+        create_plugin_project("acme", tmp_path)
+
+
+@pytest.mark.slow
+def test_generated_plugin_installs_lists_and_passes_its_tests(tmp_path: Path, run_twinkle, site_dir) -> None:
+    created = run_twinkle("plugins", "new", "acme-tab", "--directory", str(tmp_path))
+    assert created.returncode == 0, created.stderr
+    root = tmp_path / "twinkle-acme-tab"
+    assert {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()} == {
+        "pyproject.toml",
+        "README.md",
+        "twinkle_acme_tab/__init__.py",
+        "twinkle_acme_tab/plugin.py",
+        "twinkle_acme_tab/algorithms.py",
+        "tests/test_plugin.py",
+    }
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--target", str(site_dir), str(root)],
+        check=True, capture_output=True, timeout=300,
+    )
+    listed = run_twinkle("plugins", "list")
+    assert any(line.split()[:3] == ["acme-tab", "0.1.0", "twinkle-acme-tab"] for line in listed.stdout.splitlines())
+    algorithms = run_twinkle("algorithms", "list", "acme-tab-*")
+    assert "twinkle_acme_tab.algorithms:AcmeTabLinear" in algorithms.stdout
+    tests = run_twinkle("-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests"), python=True)
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+    assert "2 passed" in tests.stdout

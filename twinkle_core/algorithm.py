@@ -1,0 +1,226 @@
+""":class:`Algorithm`: a Lightning module with a task, declared hyperparameters and sensible defaults.
+
+A user brings a model by subclassing::
+
+    class KronosModel(Algorithm):
+        def __init__(self, n_heads: int = 8, d_model: int = 256) -> None:
+            super().__init__(task="time_series_forecasting")
+            self.n_heads, self.d_model = n_heads, d_model
+
+        def build_model(self, spec):            # input sizes come from the data
+            return MyTransformer(spec.num_features, self.n_heads, self.d_model)
+
+The typed keyword arguments of ``__init__`` are the algorithm's hyperparameters; ``lr``, ``optimizer``,
+``weight_decay``, ``scheduler`` and ``momentum`` are added for every algorithm and drive the default
+:meth:`Algorithm.configure_optimizers`. Classification and regression get a default loss, metrics and
+steps, so a subclass often only builds its network.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Literal, Mapping
+
+import lightning as L
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from twinkle_core.data.spec import DataSpec
+from twinkle_core.errors import TwinkleError
+from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, coerce, declared
+from twinkle_core.tasks import check_task
+
+CLASSIFICATION_TASKS = frozenset({"tabular_classification", "image_classification"})
+REGRESSION_TASKS = frozenset({"tabular_regression"})
+
+
+@dataclass
+class OptimizerSettings:
+    """The optimizer hyperparameters every algorithm has.
+
+    Attributes:
+        lr: the peak learning rate.
+        optimizer: ``"adamw"``, ``"adam"`` or ``"sgd"`` (with Nesterov momentum).
+        weight_decay: decoupled (AdamW) or L2 (Adam, SGD) weight decay.
+        scheduler: ``"none"``, ``"cosine"`` (to zero over the run), ``"onecycle"`` or ``"step"`` (×0.1 at
+            60 % and 85 % of the run).
+        momentum: SGD momentum.
+    """
+
+    lr: float = 1e-3
+    optimizer: Literal["adamw", "adam", "sgd"] = "adamw"
+    weight_decay: float = 0.0
+    scheduler: Literal["none", "cosine", "onecycle", "step"] = "none"
+    momentum: float = 0.9
+
+
+class Algorithm(L.LightningModule):
+    """Base class of every Twinkle algorithm (a :class:`lightning.LightningModule`).
+
+    Class attributes a subclass may set:
+        task: the task when ``__init__`` does not pass one.
+        optimizer_defaults: overrides of :class:`OptimizerSettings` defaults (``{"lr": 3e-4}``).
+    """
+
+    task: str | None = None
+    optimizer_defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, task: str | None = None) -> None:
+        """Set the task (checked against the known tasks) and default optimizer settings."""
+        super().__init__()
+        resolved = task or type(self).task
+        if not resolved:
+            raise TwinkleError(
+                f"{type(self).__name__} declares no task; call super().__init__(task='...') "
+                "or set the class attribute task"
+            )
+        self.task = check_task(resolved)
+        self.optim = OptimizerSettings(**type(self).optimizer_defaults)
+        self.data_spec: DataSpec | None = None
+        self.model: nn.Module | None = None
+
+    # ------------------------------------------------------------ hyperparameters
+    @classmethod
+    def hyperparameters(cls) -> dict[str, Hyperparameter]:
+        """Every hyperparameter this algorithm takes: its ``__init__`` keywords plus the optimizer's."""
+        optim_defaults = asdict(OptimizerSettings(**cls.optimizer_defaults))
+        optim = {
+            name: Hyperparameter(name, hp.annotation, optim_defaults[name], "optimizer")
+            for name, hp in declared(OptimizerSettings.__init__, "optimizer").items()
+        }
+        own = declared(cls.__init__, "algorithm") if cls.__init__ is not Algorithm.__init__ else {}
+        return {**optim, **own}
+
+    @classmethod
+    def from_hyperparams(cls, hyperparams: Mapping[str, Any] | None = None, task: str | None = None) -> Algorithm:
+        """Validate ``hyperparams`` against :meth:`hyperparameters` and build the algorithm.
+
+        Raises:
+            HyperparameterError: an unknown key (the message lists the valid ones) or a badly typed value.
+        """
+        declared_hps = cls.hyperparameters()
+        given = dict(hyperparams or {})
+        unknown = sorted(set(given) - set(declared_hps))
+        if unknown:
+            raise HyperparameterError(
+                f"unknown hyperparameter {', '.join(repr(u) for u in unknown)} for {cls.__name__}; "
+                f"valid: {', '.join(sorted(declared_hps))}"
+            )
+        values = {name: coerce(declared_hps[name], value) for name, value in given.items()}
+        own = {k: v for k, v in values.items() if declared_hps[k].owner == "algorithm"}
+        missing = [hp.name for hp in declared_hps.values() if hp.required and hp.name not in own]
+        if missing:
+            raise HyperparameterError(f"{cls.__name__} needs hyperparameter(s) {', '.join(missing)}")
+        if task is not None and "task" in inspect.signature(cls.__init__).parameters:
+            own["task"] = task
+        algorithm = cls(**own)
+        if task is not None and algorithm.task != task:
+            raise TwinkleError(
+                f"{cls.__name__} is a {algorithm.task} algorithm, not {task}; drop task= or pick another algorithm"
+            )
+        for name, value in values.items():
+            if declared_hps[name].owner == "optimizer":
+                setattr(algorithm.optim, name, value)
+        algorithm.hparams.update({**own, **asdict(algorithm.optim)})
+        return algorithm
+
+    # ---------------------------------------------------------------- the model
+    def configure_data(self, spec: DataSpec) -> None:
+        """Receive the data's :class:`DataSpec` and build the network from it (called before training)."""
+        self.data_spec = spec
+        model = self.build_model(spec)
+        if model is not None:
+            self.model = model
+
+    def build_model(self, spec: DataSpec) -> nn.Module | None:
+        """Return the network for data shaped like ``spec`` (default: ``None``, the subclass built it)."""
+        return None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Run the network built by :meth:`build_model`."""
+        if self.model is None:
+            raise TwinkleError(
+                f"{type(self).__name__} has no network: implement build_model(spec) or forward(x)"
+            )
+        return self.model(x)
+
+    def example_input(self, batch_size: int = 1) -> torch.Tensor:
+        """A random input batch shaped like the data, for FLOPs estimation and export."""
+        if self.data_spec is None:
+            raise TwinkleError(f"{type(self).__name__} has seen no data yet; call configure_data(spec) first")
+        return torch.randn(batch_size, *self.data_spec.input_shape)
+
+    # -------------------------------------------------------- loss and metrics
+    @property
+    def monitor(self) -> tuple[str, Literal["min", "max"]]:
+        """The validation metric that picks the best checkpoint, and whether higher is better."""
+        return ("val_accuracy", "max") if self.task in CLASSIFICATION_TASKS else ("val_loss", "min")
+
+    def compute_loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy for classification, mean squared error for regression."""
+        if self.task in CLASSIFICATION_TASKS:
+            return F.cross_entropy(outputs, targets)
+        if self.task in REGRESSION_TASKS:
+            return F.mse_loss(outputs.reshape(targets.shape), targets)
+        raise TwinkleError(f"{type(self).__name__} must implement compute_loss for task {self.task}")
+
+    def compute_metrics(self, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Accuracy for classification; MAE for regression (logged with a ``val_`` prefix)."""
+        if self.task in CLASSIFICATION_TASKS:
+            return {"accuracy": (outputs.argmax(dim=-1) == targets).float().mean()}
+        if self.task in REGRESSION_TASKS:
+            return {"mae": (outputs.reshape(targets.shape) - targets).abs().mean()}
+        return {}
+
+    # ---------------------------------------------------------------- the steps
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        """Forward, loss, and log ``train_loss``."""
+        x, y = batch
+        loss = self.compute_loss(self(x), y)
+        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(y))
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        """Log ``val_loss`` and every metric of :meth:`compute_metrics` as ``val_<name>``."""
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        """Log ``test_loss`` and ``test_<metric>``."""
+        self._evaluate(batch, "test")
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        """The network's output for a batch of inputs (or ``(inputs, targets)`` pairs)."""
+        x = batch[0] if isinstance(batch, (tuple, list)) else batch
+        return self(x)
+
+    def _evaluate(self, batch: Any, prefix: str) -> None:
+        x, y = batch
+        outputs = self(x)
+        values = {"loss": self.compute_loss(outputs, y), **self.compute_metrics(outputs, y)}
+        self.log_dict({f"{prefix}_{k}": v for k, v in values.items()}, prog_bar=True, batch_size=len(y))
+
+    # ---------------------------------------------------------------- optimizer
+    def configure_optimizers(self) -> Any:
+        """The optimizer and schedule named by :attr:`optim` (see :class:`OptimizerSettings`)."""
+        s = self.optim
+        params = [p for p in self.parameters() if p.requires_grad]
+        if s.optimizer == "sgd":
+            opt: torch.optim.Optimizer = torch.optim.SGD(
+                params, lr=s.lr, momentum=s.momentum, nesterov=s.momentum > 0, weight_decay=s.weight_decay
+            )
+        elif s.optimizer == "adam":
+            opt = torch.optim.Adam(params, lr=s.lr, weight_decay=s.weight_decay)
+        else:
+            opt = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
+        if s.scheduler == "none":
+            return opt
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        if s.scheduler == "onecycle":
+            sched: Any = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=s.lr, total_steps=total)
+        elif s.scheduler == "cosine":
+            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
+        else:
+            sched = torch.optim.lr_scheduler.MultiStepLR(opt, [int(total * 0.6), int(total * 0.85)], gamma=0.1)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

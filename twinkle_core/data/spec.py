@@ -1,0 +1,63 @@
+""":class:`DataSpec`: what an algorithm needs to know about the data to build itself."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """The shape of one sample and the targets, as a data processor found them.
+
+    Algorithms read it in :meth:`twinkle_core.Algorithm.build_model` so that input channels, feature counts
+    and classes come from the data, not from the user. It is stored with every run and checkpoint as plain
+    JSON-ready values.
+
+    Attributes:
+        task: the task the data serves.
+        input_shape: one sample's input shape without the batch axis: ``(30,)`` for 30 features,
+            ``(1, 32, 32)`` for a grey 32×32 image.
+        num_classes: the number of classes (classification and detection), else ``None``.
+        class_names: the class names in label order.
+        target_shape: one sample's target shape for regression (``()`` for a scalar).
+        extra: anything else a processor wants an algorithm to know (JSON-ready values).
+    """
+
+    task: str
+    input_shape: tuple[int, ...]
+    num_classes: int | None = None
+    class_names: tuple[str, ...] = ()
+    target_shape: tuple[int, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_features(self) -> int:
+        """The number of features of a flat (tabular) sample."""
+        return int(self.input_shape[-1])
+
+    @property
+    def in_channels(self) -> int:
+        """The number of channels of an image sample (``C`` of ``C×H×W``)."""
+        return int(self.input_shape[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-ready values (lists for tuples)."""
+        data = asdict(self)
+        data["input_shape"] = list(self.input_shape)
+        data["class_names"] = list(self.class_names)
+        data["target_shape"] = list(self.target_shape)
+        data["extra"] = dict(self.extra)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DataSpec:
+        """Rebuild a spec from :meth:`to_dict` output."""
+        return cls(
+            task=str(data["task"]),
+            input_shape=tuple(int(v) for v in data["input_shape"]),
+            num_classes=None if data.get("num_classes") is None else int(data["num_classes"]),
+            class_names=tuple(str(v) for v in data.get("class_names", ())),
+            target_shape=tuple(int(v) for v in data.get("target_shape", ())),
+            extra=dict(data.get("extra", {})),
+        )

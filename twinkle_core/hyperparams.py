@@ -1,0 +1,159 @@
+"""Declared hyperparameters: read from ``__init__`` signatures, validated and coerced by type.
+
+An algorithm declares its hyperparameters the plain Python way — typed keyword arguments with defaults::
+
+    class KronosModel(Algorithm):
+        def __init__(self, n_heads: int = 8, d_model: int = 256) -> None:
+            super().__init__(task="time_series_forecasting")
+
+:func:`declared` reads them; :func:`coerce` checks a user's value against the annotation (``"8"`` from the
+CLI becomes ``8``; ``"abc"`` for an ``int`` is a :class:`HyperparameterError` naming the key).
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+from twinkle_core.errors import TwinkleError
+
+_MISSING = inspect.Parameter.empty
+
+
+class HyperparameterError(TwinkleError, ValueError):
+    """An unknown hyperparameter, or a value of the wrong type or outside its choices."""
+
+
+@dataclass(frozen=True)
+class Hyperparameter:
+    """One declared hyperparameter.
+
+    Attributes:
+        name: its keyword.
+        annotation: its type (``int``, ``float``, ``Literal["adamw", "sgd"]``, ``int | None``, ...).
+        default: its default value (``inspect.Parameter.empty`` when required).
+        owner: who takes it: ``"algorithm"``, ``"optimizer"``, ``"data"`` or ``"trainer"``.
+        help: a short description.
+    """
+
+    name: str
+    annotation: Any
+    default: Any
+    owner: str
+    help: str = ""
+
+    @property
+    def required(self) -> bool:
+        """Whether the hyperparameter has no default."""
+        return self.default is _MISSING
+
+    def type_name(self) -> str:
+        """The annotation as readable text (``"int"``, ``"'adamw' | 'sgd'"``)."""
+        return _type_name(self.annotation)
+
+
+def declared(func: Any, owner: str, skip: tuple[str, ...] = ("self", "task")) -> dict[str, Hyperparameter]:
+    """The keyword parameters of ``func`` (usually an ``__init__``) as :class:`Hyperparameter` records."""
+    try:
+        hints = typing.get_type_hints(func)
+    except Exception:  # unresolved forward references: fall back to the raw annotations
+        hints = {}
+    params: dict[str, Hyperparameter] = {}
+    for name, param in inspect.signature(func).parameters.items():
+        if name in skip or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        annotation = hints.get(name, param.annotation)
+        if annotation is _MISSING and param.default is not _MISSING and param.default is not None:
+            annotation = type(param.default)
+        params[name] = Hyperparameter(name, annotation, param.default, owner)
+    return params
+
+
+def coerce(hp: Hyperparameter, value: Any) -> Any:
+    """Return ``value`` converted to ``hp``'s type, or raise :class:`HyperparameterError` naming it."""
+    try:
+        return _coerce(hp.annotation, value)
+    except (TypeError, ValueError) as err:
+        raise HyperparameterError(
+            f"hyperparameter '{hp.name}' expects {hp.type_name()}, got {value!r} ({type(value).__name__}): {err}"
+        ) from None
+
+
+def _coerce(annotation: Any, value: Any) -> Any:
+    if annotation in (_MISSING, Any, object):
+        return value
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Literal:
+        for choice in args:
+            if value == choice or (isinstance(value, str) and str(choice) == value):
+                return choice
+        raise ValueError(f"choose one of {', '.join(repr(a) for a in args)}")
+    if origin in (Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.lower() == "none"):
+            if type(None) in args:
+                return None
+        errors = []
+        for arg in sorted((a for a in args if a is not type(None)), key=lambda a: a is str):
+            try:
+                return _coerce(arg, value)
+            except (TypeError, ValueError) as err:
+                errors.append(str(err))
+        raise ValueError("; ".join(errors))
+    if origin in (list, tuple, typing.Sequence, typing.Iterable) or annotation in (list, tuple):
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise TypeError("expected a list")
+        item = args[0] if args else Any
+        items = [_coerce(item, v) for v in value]
+        return tuple(items) if origin is tuple or annotation is tuple else items
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in {"true", "1", "yes", "on", "false", "0", "no", "off"}:
+            return value.lower() in {"true", "1", "yes", "on"}
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        raise ValueError("expected true or false")
+    if annotation is int:
+        if isinstance(value, bool):
+            raise TypeError("expected an integer, not a boolean")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            return int(value.strip())
+        raise TypeError("expected an integer")
+    if annotation is float:
+        if isinstance(value, bool):
+            raise TypeError("expected a number, not a boolean")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            return float(value.strip())
+        raise TypeError("expected a number")
+    if annotation is str:
+        if not isinstance(value, str):
+            raise TypeError("expected a string")
+        return value
+    if isinstance(annotation, type) and not isinstance(value, annotation):
+        raise TypeError(f"expected {annotation.__name__}")
+    return value
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(annotation))
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return "None"
+    if annotation is _MISSING:
+        return "any"
+    return getattr(annotation, "__name__", str(annotation))
