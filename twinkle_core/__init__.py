@@ -32,12 +32,23 @@ except Exception:  # running from a source tree that is not installed
 # Public names imported on first access: name -> "module:attr".
 _LAZY: dict[str, str] = {
     "Algorithm": "twinkle_core.algorithm:Algorithm",
+    "DataProcessor": "twinkle_core.data.processor:DataProcessor",
     "DataSpec": "twinkle_core.data.spec:DataSpec",
+    "ExportResult": "twinkle_core.exporting.base:ExportResult",
+    "FitResult": "twinkle_core.trainer:FitResult",
+    "Plan": "twinkle_core.planning.plan:Plan",
+    "RunStore": "twinkle_core.store.runs:RunStore",
+    "Trainer": "twinkle_core.trainer:Trainer",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
     from twinkle_core.algorithm import Algorithm
+    from twinkle_core.data.processor import DataProcessor
     from twinkle_core.data.spec import DataSpec
+    from twinkle_core.exporting.base import ExportResult
+    from twinkle_core.planning.plan import Plan
+    from twinkle_core.store.runs import RunStore
+    from twinkle_core.trainer import FitResult, Trainer
 
 
 def __getattr__(name: str) -> Any:

@@ -146,6 +146,12 @@ class Algorithm(L.LightningModule):
             )
         return self.model(x)
 
+    def export_module(self) -> nn.Module:
+        """The module exporters trace: the network itself when :meth:`forward` is the default one."""
+        if self.model is not None and type(self).forward is Algorithm.forward:
+            return self.model
+        return self
+
     def example_input(self, batch_size: int = 1) -> torch.Tensor:
         """A random input batch shaped like the data, for FLOPs estimation and export."""
         if self.data_spec is None:

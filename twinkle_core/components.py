@@ -103,8 +103,21 @@ class Component:
 
     @property
     def task(self) -> str | None:
-        """The task this component serves, if any."""
-        return self.meta.get("task")
+        """The (first) task this component serves, if any."""
+        return self.tasks[0] if self.tasks else None
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """Every task this component serves (``task=`` may be one name or a list)."""
+        task = self.meta.get("task")
+        if not task:
+            return ()
+        return (task,) if isinstance(task, str) else tuple(task)
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        """File suffixes a data processor reads (``formats=[...]``), lower-case, without dots."""
+        return tuple(str(f).lower().lstrip(".") for f in self.meta.get("formats", ()))
 
     @property
     def format(self) -> str | None:
@@ -149,11 +162,12 @@ class Component:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description of the component (never imports the target)."""
-        extra = {k: v for k, v in self.meta.items() if k not in {"task", "format", "description", "aliases"}}
+        extra = {k: v for k, v in self.meta.items() if k not in {"task", "format", "description", "aliases", "tasks"}}
         return {
             "name": self.name,
             "kind": self.kind,
             "task": self.task,
+            "tasks": list(self.tasks),
             "format": self.format,
             "plugin": self.plugin,
             "description": self.description,
@@ -185,6 +199,11 @@ def make_component(kind: str, plugin: str, name: Any, target: Any, meta: dict[st
     missing = [key for key in spec.required_meta if not meta.get(key)]
     if missing:
         raise RegistrationError(f"{where} without {', '.join(missing)}: pass {missing[0]}=... to register()")
+    task = meta.get("task")
+    if task is not None and not (
+        isinstance(task, str) or (isinstance(task, (list, tuple)) and task and all(isinstance(t, str) for t in task))
+    ):
+        raise RegistrationError(f"{where}: task must be a task name or a list of them, got {task!r}")
     aliases = meta.get("aliases", ())
     if isinstance(aliases, str) or not all(isinstance(a, str) and _NAME_RE.match(a) for a in aliases):
         raise RegistrationError(f"{where}: aliases must be a list of names, got {aliases!r}")

@@ -68,7 +68,7 @@ class Registry:
                 continue
             if excludes and any(fnmatch.fnmatchcase(comp.name, p) for p in excludes):
                 continue
-            if task is not None and not fnmatch.fnmatchcase(comp.task or "", task):
+            if task is not None and not any(fnmatch.fnmatchcase(t, task) for t in comp.tasks or ("",)):
                 continue
             if plugin is not None and comp.plugin != plugin:
                 continue

@@ -74,6 +74,8 @@ def _component_group(kind: str) -> click.Group:
         if as_json:
             echo_json(rows)
             return
+        for row in rows:
+            row["task"] = row["tasks"]
         columns = ["name", "format" if kind == "exporter" else "task", "plugin", "description", "target"]
         filtered = pattern is not None or task is not None
         echo_table(rows, columns, f"No {label} match." if filtered else f"No {label} are registered.")

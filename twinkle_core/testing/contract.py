@@ -158,10 +158,9 @@ def _check_component(comp: Component, report: ContractReport, tasks: set[str]) -
     report.checked.append(f"{where} imports, is the right kind, is documented")
     if not comp.description:
         report.problems.append(f"{where} has no description=... in its register() call")
-    if comp.task is not None and comp.task not in tasks:
-        report.problems.append(
-            f"{where} declares unknown task '{comp.task}'; known: {', '.join(sorted(tasks))}"
-        )
+    for task in comp.tasks:
+        if task not in tasks:
+            report.problems.append(f"{where} declares unknown task '{task}'; known: {', '.join(sorted(tasks))}")
     try:
         target = comp.load()
     except PluginLoadError as err:

@@ -1,0 +1,143 @@
+""":class:`DataProcessor`: opens data at any URI, validates it and builds train/validation datasets.
+
+One processor serves one task and data format. Its typed ``__init__`` keywords are its parameters, routed
+to it by name from ``Trainer(hyperparams=...)`` (``label_column``, ``val_fraction``, ``use_mmap``, ...).
+"""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+
+from twinkle_core.data.errors import UnsupportedFormatError
+from twinkle_core.data.spec import DataSpec
+from twinkle_core.errors import TwinkleError
+from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, coerce, declared
+from twinkle_core.tasks import check_task
+
+
+@dataclass
+class PreparedData:
+    """What a processor hands the engine.
+
+    Attributes:
+        train: the training dataset (``(input, target)`` samples).
+        val: the validation dataset.
+        spec: the shape of the data, for building the algorithm.
+        fingerprint: the content fingerprint of the source (``md5:...``).
+        source: the URI the data came from.
+        size_bytes: the source's size on storage.
+        details: JSON-ready facts for the run record (row counts, class balance, ...).
+    """
+
+    train: Any
+    val: Any
+    spec: DataSpec
+    fingerprint: str
+    source: str
+    size_bytes: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class DataProcessor(ABC):
+    """Base class of every data processor.
+
+    Class attributes a subclass sets:
+        task: the task it serves when ``__init__`` does not pass one.
+        formats: file suffixes it reads (``("csv", "parquet")``), used to pick a processor by URI.
+    """
+
+    task: str | None = None
+    formats: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, task: str | None = None) -> None:
+        """Set the task (checked against the known tasks)."""
+        resolved = task or type(self).task
+        if not resolved:
+            raise TwinkleError(f"{type(self).__name__} declares no task; set the class attribute task")
+        self.task = check_task(resolved)
+
+    @classmethod
+    def parameters(cls) -> dict[str, Hyperparameter]:
+        """The processor's parameters: its ``__init__`` keywords (except ``task``)."""
+        return declared(cls.__init__, "data") if cls.__init__ is not DataProcessor.__init__ else {}
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any] | None = None, task: str | None = None) -> DataProcessor:
+        """Validate ``params`` against :meth:`parameters` and build the processor.
+
+        Raises:
+            HyperparameterError: an unknown name (listing the valid ones) or a badly typed value.
+        """
+        declared_params = cls.parameters()
+        given = dict(params or {})
+        unknown = sorted(set(given) - set(declared_params))
+        if unknown:
+            raise HyperparameterError(
+                f"unknown parameter {', '.join(repr(u) for u in unknown)} for {cls.__name__}; "
+                f"valid: {', '.join(sorted(declared_params)) or 'none'}"
+            )
+        values = {name: coerce(declared_params[name], value) for name, value in given.items()}
+        if task is not None and "task" in inspect.signature(cls.__init__).parameters:
+            values["task"] = task
+        return cls(**values)
+
+    @abstractmethod
+    def prepare(self, uri: str, seed: int = 0) -> PreparedData:
+        """Open ``uri``, validate it and return train/validation datasets split with ``seed``.
+
+        Raises:
+            twinkle_core.data.errors.DataError: (and its subclasses) naming the file, row or column.
+        """
+
+    def write_index(self, src: str, dst: str) -> str:
+        """Decode ``src`` into the index file ``dst`` (see :mod:`twinkle_core.data.index`)."""
+        raise TwinkleError(f"{type(self).__name__} cannot build an index")
+
+    @classmethod
+    def build_index(cls, src: str, dst: str, **params: Any) -> str:
+        """Decode ``src`` once into the index file ``dst``; later runs read ``dst`` with ``use_mmap=True``.
+
+        Example::
+
+            TabularProcessor.build_index("s3://bucket/data.csv", "data.idx", label_column="y")
+            Trainer("tabular-mlp", hyperparams={"use_mmap": True}).fit(data="data.idx")
+        """
+        return cls.from_params(params).write_index(src, dst)
+
+    def check_format(self, uri: str) -> str:
+        """The lower-case suffix of ``uri``, raising :class:`UnsupportedFormatError` if not in :attr:`formats`."""
+        suffix = uri.rstrip("/").rsplit("/", 1)[-1].rpartition(".")[2].lower()
+        if self.formats and suffix not in self.formats:
+            raise UnsupportedFormatError(
+                f"{type(self).__name__} cannot read '{uri}': expected a file ending in "
+                f"{', '.join('.' + f for f in self.formats)}"
+            )
+        return suffix
+
+
+def split_indices(
+    n: int, val_fraction: float, seed: int, labels: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """A deterministic train/validation split of ``range(n)``; stratified by ``labels`` when given.
+
+    Raises:
+        HyperparameterError: ``val_fraction`` outside (0, 1).
+    """
+    if not 0.0 < val_fraction < 1.0:
+        raise HyperparameterError(f"val_fraction must be between 0 and 1, got {val_fraction}")
+    rng = np.random.default_rng(seed)
+    groups = [np.arange(n)] if labels is None else [np.flatnonzero(labels == c) for c in np.unique(labels)]
+    train, val = [], []
+    for group in groups:
+        order = rng.permutation(group)
+        n_val = int(round(len(order) * val_fraction))
+        if len(order) > 1:
+            n_val = min(max(n_val, 1), len(order) - 1)
+        val.append(order[:n_val])
+        train.append(order[n_val:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(val))

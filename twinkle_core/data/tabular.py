@@ -1,0 +1,233 @@
+""":class:`TabularProcessor`: numeric tables (CSV, Parquet, or a built index) for tabular tasks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import Dataset, TensorDataset
+
+from twinkle_core.data.errors import (
+    DataError,
+    EmptyDataError,
+    MissingColumnError,
+    MissingValueError,
+    NonNumericError,
+)
+from twinkle_core.data.fingerprint import data_fingerprint
+from twinkle_core.data.index import is_index, read_index, write_index
+from twinkle_core.data.processor import DataProcessor, PreparedData, split_indices
+from twinkle_core.data.spec import DataSpec
+from twinkle_core.uris import require_exists
+
+LABEL_CANDIDATES = ("label", "target", "y", "class")
+_MAX_ROWS_NAMED = 5
+
+
+class RowsDataset(Dataset):
+    """``(features, label)`` samples read lazily from (memory-mapped) arrays at the given row indices."""
+
+    def __init__(self, features: np.ndarray, labels: np.ndarray, rows: np.ndarray, label_dtype: torch.dtype):
+        """Wrap the arrays; nothing is copied until a sample is read."""
+        self.features, self.labels, self.rows, self.label_dtype = features, labels, rows, label_dtype
+
+    def __len__(self) -> int:
+        """The number of rows."""
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row ``i`` as float features and its label."""
+        row = int(self.rows[i])
+        x = torch.from_numpy(np.array(self.features[row], dtype=np.float32))
+        return x, torch.tensor(self.labels[row], dtype=self.label_dtype)
+
+
+class TabularProcessor(DataProcessor):
+    """Rows of numeric features and one label column, from CSV or Parquet at any URI.
+
+    Features are every numeric column except the label (text columns are an error naming them: encode or
+    drop them first). Classification labels may be text or numbers; they are mapped to class indices in
+    sorted order. The split is deterministic for a seed and stratified for classification. Feature means and
+    standard deviations of the training split travel in the :class:`DataSpec` so algorithms can standardise
+    inside the model (exports then take raw features).
+    """
+
+    task = "tabular_classification"
+    formats = ("csv", "parquet", "pq", "idx")
+
+    def __init__(
+        self,
+        task: str | None = None,
+        label_column: str | None = None,
+        val_fraction: float = 0.2,
+        use_mmap: bool = False,
+    ) -> None:
+        """Configure the processor.
+
+        Args:
+            task: ``tabular_classification`` (default) or ``tabular_regression``.
+            label_column: the target column; by default the first of ``label``, ``target``, ``y``, ``class``.
+            val_fraction: the share of rows held out for validation.
+            use_mmap: memory-map an index file built by :meth:`build_index` instead of reading it whole.
+        """
+        super().__init__(task)
+        self.label_column = label_column
+        self.val_fraction = val_fraction
+        self.use_mmap = use_mmap
+
+    @property
+    def classification(self) -> bool:
+        """Whether labels are classes (else numbers to regress)."""
+        return self.task == "tabular_classification"
+
+    # ------------------------------------------------------------------ reading
+    def read_table(self, uri: str) -> pd.DataFrame:
+        """Read the CSV or Parquet file at ``uri``.
+
+        Raises:
+            DataNotFoundError, EmptyDataError, UnsupportedFormatError: naming the file.
+        """
+        suffix = self.check_format(uri)
+        fs, path = require_exists(uri)
+        try:
+            with fs.open(path, "rb") as handle:
+                frame = pd.read_parquet(handle) if suffix in ("parquet", "pq") else pd.read_csv(handle)
+        except pd.errors.EmptyDataError:
+            raise EmptyDataError(f"data file '{uri}' is empty; it needs a header row and data rows") from None
+        except (ValueError, OSError, pd.errors.ParserError) as err:
+            raise DataError(f"cannot read '{uri}' as {suffix}: {err}") from err
+        if frame.empty:
+            raise EmptyDataError(f"data file '{uri}' has a header but no data rows")
+        return frame
+
+    def decode(self, frame: pd.DataFrame, uri: str) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+        """Validate ``frame`` and return float32 features, labels and facts (columns, classes).
+
+        Raises:
+            MissingColumnError, NonNumericError, MissingValueError, DataError: naming column and rows.
+        """
+        label = self._label_column(frame, uri)
+        features = frame.drop(columns=[label])
+        if features.shape[1] == 0:
+            raise DataError(f"'{uri}' has only the label column '{label}'; it needs feature columns")
+        for column in features.columns:
+            values = features[column]
+            if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+                converted = pd.to_numeric(values, errors="coerce")
+                bad = values[converted.isna() & values.notna()]
+                if len(bad):
+                    raise NonNumericError(
+                        f"feature column '{column}' of '{uri}' holds text ({bad.iloc[0]!r} in data row "
+                        f"{bad.index[0] + 1}); encode it as numbers or drop the column"
+                    )
+                features[column] = converted
+        self._check_missing(features, uri)
+        self._check_missing(frame[[label]], uri)
+        facts: dict[str, Any] = {"feature_names": [str(c) for c in features.columns], "label_column": label}
+        x = features.to_numpy(dtype=np.float32)
+        if not np.isfinite(x).all():
+            row, col = np.argwhere(~np.isfinite(x))[0]
+            raise MissingValueError(
+                f"feature column '{features.columns[col]}' of '{uri}' holds an infinite value in data row "
+                f"{row + 1}; replace or drop it"
+            )
+        raw_labels = frame[label]
+        if self.classification:
+            classes = sorted(raw_labels.unique().tolist(), key=lambda v: (str(type(v)), v))
+            if len(classes) < 2:
+                raise DataError(f"label column '{label}' of '{uri}' has one class only ({classes[0]!r})")
+            lookup = {value: i for i, value in enumerate(classes)}
+            y = raw_labels.map(lookup).to_numpy(dtype=np.int64)
+            facts["class_names"] = [str(c) for c in classes]
+        else:
+            numeric = pd.to_numeric(raw_labels, errors="coerce")
+            if numeric.isna().any():
+                row = int(np.flatnonzero(numeric.isna().to_numpy())[0])
+                raise NonNumericError(
+                    f"label column '{label}' of '{uri}' holds {raw_labels.iloc[row]!r} in data row {row + 1}; "
+                    "regression needs numeric labels"
+                )
+            y = numeric.to_numpy(dtype=np.float32)
+        return x, y, facts
+
+    def _label_column(self, frame: pd.DataFrame, uri: str) -> str:
+        columns = [str(c) for c in frame.columns]
+        frame.columns = columns
+        if self.label_column is not None:
+            if self.label_column not in columns:
+                raise MissingColumnError(
+                    f"label column '{self.label_column}' is not in '{uri}'; its columns are "
+                    f"{', '.join(columns)}. Pass label_column=<one of them>"
+                )
+            return self.label_column
+        lowered = {c.lower(): c for c in columns}
+        for candidate in LABEL_CANDIDATES:
+            if candidate in lowered:
+                return lowered[candidate]
+        raise MissingColumnError(
+            f"'{uri}' has no label column (looked for {', '.join(LABEL_CANDIDATES)}); its columns are "
+            f"{', '.join(columns)}. Pass label_column=<name>"
+        )
+
+    @staticmethod
+    def _check_missing(frame: pd.DataFrame, uri: str) -> None:
+        missing = frame.isna()
+        if missing.to_numpy().any():
+            column = missing.any().idxmax()
+            rows = (np.flatnonzero(missing[column].to_numpy()) + 1).tolist()
+            shown = ", ".join(map(str, rows[:_MAX_ROWS_NAMED])) + (" ..." if len(rows) > _MAX_ROWS_NAMED else "")
+            raise MissingValueError(
+                f"column '{column}' of '{uri}' has {len(rows)} missing (NaN or empty) value(s) in data row(s) "
+                f"{shown}; fill or drop them"
+            )
+
+    # ------------------------------------------------------------ preparation
+    def prepare(self, uri: str, seed: int = 0) -> PreparedData:
+        """Read (or memory-map) the table, validate it and split it deterministically."""
+        fs, path = require_exists(uri)
+        if is_index(uri):
+            arrays, meta = read_index(uri, mmap=self.use_mmap)
+            x, y, facts, fingerprint = arrays["features"], arrays["labels"], meta["facts"], meta["fingerprint"]
+            if meta.get("task") != self.task:
+                raise DataError(f"index '{uri}' was built for {meta.get('task')}, not {self.task}; rebuild it")
+        else:
+            x, y, facts = self.decode(self.read_table(uri), uri)
+            fingerprint = data_fingerprint(uri)
+        train_rows, val_rows = split_indices(len(y), self.val_fraction, seed, y if self.classification else None)
+        train_x = np.asarray(x[train_rows], dtype=np.float64)
+        std = train_x.std(axis=0)
+        extra = {
+            "feature_names": facts["feature_names"],
+            "label_column": facts["label_column"],
+            "feature_mean": train_x.mean(axis=0).tolist(),
+            "feature_std": np.where(std > 0, std, 1.0).tolist(),
+        }
+        if not self.classification:
+            train_y = np.asarray(y[train_rows], dtype=np.float64)
+            extra["target_mean"], extra["target_std"] = float(train_y.mean()), float(train_y.std() or 1.0)
+        label_dtype = torch.long if self.classification else torch.float32
+        if self.use_mmap:
+            train: Dataset = RowsDataset(x, y, train_rows, label_dtype)
+            val: Dataset = RowsDataset(x, y, val_rows, label_dtype)
+        else:
+            xt = torch.tensor(np.asarray(x), dtype=torch.float32)
+            yt = torch.tensor(np.asarray(y), dtype=label_dtype)
+            train, val = TensorDataset(xt[train_rows], yt[train_rows]), TensorDataset(xt[val_rows], yt[val_rows])
+        class_names = tuple(facts.get("class_names", ()))
+        spec = DataSpec(
+            task=self.task,
+            input_shape=(int(x.shape[1]),),
+            num_classes=len(class_names) if self.classification else None,
+            class_names=class_names,
+            extra=extra,
+        )
+        details = {"rows": int(len(y)), "train_rows": int(len(train_rows)), "val_rows": int(len(val_rows))}
+        return PreparedData(train, val, spec, fingerprint, uri, int(fs.size(path)), details)
+
+    def write_index(self, src: str, dst: str) -> str:
+        """Decode the table at ``src`` once into the index file ``dst``."""
+        x, y, facts = self.decode(self.read_table(src), src)
+        meta = {"task": self.task, "facts": facts, "fingerprint": data_fingerprint(src), "source": src}
+        return write_index(dst, {"features": x, "labels": y}, meta)

@@ -1,0 +1,1 @@
+"""The training engine: Lightning set-up, checkpoints, exact resume and run artefacts."""

@@ -1,0 +1,91 @@
+"""Continuing from a checkpoint: ``resume``, ``continue`` and ``finetune``.
+
+* ``resume`` — same data; Lightning restores everything (weights, optimizer, schedule, loop position,
+  loader position) and :class:`~twinkle_core.engine.resume.ExactResume` the random states. Refused when
+  the data's fingerprint changed.
+* ``continue`` — new data or more epochs; weights and optimizer state are kept, the schedule and the epoch
+  count start afresh.
+* ``finetune`` — weights only; a fresh optimizer and schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+
+from twinkle_core.data.errors import DataError
+from twinkle_core.engine.checkpoints import CheckpointError
+
+MODES = ("resume", "continue", "finetune")
+
+
+class DataChangedError(DataError):
+    """``resume`` was asked for, but the data is not the data the checkpoint trained on."""
+
+
+@dataclass
+class Continuation:
+    """Where a trainer continues from.
+
+    Attributes:
+        mode: ``resume``, ``continue`` or ``finetune``.
+        checkpoint_uri: the checkpoint file.
+        record: Twinkle's record in the checkpoint (algorithm, hyperparameters, data spec, run, ...).
+        state_dict: the model weights.
+        optimizer_states: the optimizers' states (``continue``).
+    """
+
+    mode: str
+    checkpoint_uri: str
+    record: dict[str, Any]
+    state_dict: dict[str, Any] = field(repr=False, default_factory=dict)
+    optimizer_states: list[dict[str, Any]] = field(repr=False, default_factory=list)
+
+    @property
+    def parent_run(self) -> str | None:
+        """The ``twinkle://`` URI of the run that wrote the checkpoint."""
+        return self.record.get("run")
+
+    def check_data(self, fingerprint: str, uri: str) -> None:
+        """For ``resume``: refuse data whose fingerprint differs from the checkpoint's."""
+        if self.mode == "resume" and fingerprint != self.record.get("data_fingerprint"):
+            raise DataChangedError(
+                f"resume needs the data the checkpoint trained on ({self.record.get('data_uri')}, "
+                f"{self.record.get('data_fingerprint')}), but '{uri}' is {fingerprint}; "
+                "use mode='continue' to train on new data"
+            )
+
+
+def check_compatible(state_dict: dict[str, Any], model_state: dict[str, Any], uri: str) -> None:
+    """Refuse weights whose names or shapes do not fit the model built for the new data."""
+    missing = sorted(set(model_state) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(model_state))
+    mismatched = [k for k in model_state if k in state_dict and tuple(state_dict[k].shape) != tuple(model_state[k].shape)]
+    if missing or unexpected or mismatched:
+        detail = "; ".join(
+            f"{label}: {', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}"
+            for label, keys in (("missing", missing), ("unexpected", unexpected), ("shape differs", mismatched))
+            if keys
+        )
+        raise CheckpointError(
+            f"checkpoint '{uri}' does not fit the model built for this data ({detail}); the data's features or "
+            "classes differ from the checkpoint's — train a new run instead"
+        )
+
+
+class RestoreOptimizerState(L.Callback):
+    """Load saved optimizer states into the fresh optimizers when training starts (``continue``)."""
+
+    def __init__(self, states: list[dict[str, Any]]) -> None:
+        """Keep the states until :meth:`on_train_start`."""
+        self.states = states
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Copy each state into its optimizer (lr and schedule settings of the new run are kept)."""
+        for optimizer, state in zip(trainer.optimizers, self.states):
+            current = [dict(g) for g in optimizer.param_groups]
+            optimizer.load_state_dict(state)
+            for group, fresh in zip(optimizer.param_groups, current):
+                group.update({k: v for k, v in fresh.items() if k != "params"})

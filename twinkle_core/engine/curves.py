@@ -1,0 +1,52 @@
+"""Metric curves of a run: Lightning's ``metrics.csv`` read back and drawn to a PNG."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from twinkle_core.store.atomic import atomic_write_bytes
+from twinkle_core.uris import filesystem
+
+
+def read_metrics(csv_uri: str) -> Any:
+    """The metrics CSV as a pandas DataFrame (empty if the file does not exist)."""
+    import pandas as pd
+
+    fs, path = filesystem(csv_uri)
+    if not fs.exists(path):
+        return pd.DataFrame()
+    with fs.open(path, "rb") as handle:
+        return pd.read_csv(handle)
+
+
+def plot_curves(csv_uri: str, png_uri: str, title: str) -> bool:
+    """Draw every ``*loss`` and validation metric against the step into ``png_uri``; False if no data."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    frame = read_metrics(csv_uri)
+    if frame.empty or "step" not in frame:
+        return False
+    losses = [c for c in frame.columns if c.endswith("loss") and not c.endswith("_step")]
+    others = [c for c in frame.columns if c.startswith(("val_", "test_")) and c not in losses]
+    panels = [p for p in (losses, others) if p]
+    if not panels:
+        return False
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    for ax, columns in zip(axes[0], panels):
+        for column in columns:
+            series = frame[["step", column]].dropna()
+            ax.plot(series["step"], series[column], marker="o" if len(series) < 50 else None, label=column)
+        ax.set_xlabel("step")
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    atomic_write_bytes(png_uri, buffer.getvalue())
+    return True

@@ -1,0 +1,39 @@
+"""``Trainer.export``: choose the exporter, verify the artefact and record it with the run."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from twinkle_core.exporting.base import Exporter, ExportResult
+from twinkle_core.exporting.verify import export_and_verify
+from twinkle_core.lookup import get_component
+from twinkle_core.errors import TwinkleError
+
+if TYPE_CHECKING:
+    from twinkle_core.trainer import Trainer
+
+
+def export_run(
+    trainer: Trainer, format: str, output: str | None, quantize: bool, options: dict[str, Any]
+) -> ExportResult:
+    """Export the trainer's best model with the exporter registered for ``format``."""
+    component = get_component("exporter", format)
+    exporter_cls = component.load()
+    if not (isinstance(exporter_cls, type) and issubclass(exporter_cls, Exporter)):
+        raise TwinkleError(f"exporter '{component.qualified_name}' is not an Exporter subclass")
+    exporter = exporter_cls()
+    model, prepared, run_uri, checkpoint = trainer.model_for_export()
+    store = trainer.store
+    record = store.get(run_uri) if run_uri else None
+    if output is None:
+        if record is None:
+            raise TwinkleError("this model belongs to no run; pass output='path'")
+        name = f"model{'-int8' if quantize else ''}{exporter.suffix}"
+        output = store.path(record.id, "exports", name)
+    result = export_and_verify(model, exporter, output, prepared.val, prepared.train, quantize=quantize, options=options)
+    result.details["checkpoint"] = checkpoint
+    if record is not None:
+        store.update(record.id, exports=[*record.exports, result.to_dict()])
+        stem = output.rstrip("/").rsplit("/", 1)[-1]
+        store.write_json(record.id, f"exports/{stem}.json", result.to_dict())
+    return result

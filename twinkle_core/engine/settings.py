@@ -1,0 +1,103 @@
+"""Trainer settings and the routing of hyperparameters to the algorithm, the data processor or the trainer."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping
+
+from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, coerce, declared
+
+
+@dataclass
+class TrainerSettings:
+    """What the trainer itself takes.
+
+    Attributes:
+        batch_size: samples per device per step (the plan may lower it to fit memory).
+        effective_batch_size: samples per optimizer step; gradient accumulation makes up the difference.
+        max_epochs: epochs to train.
+        max_steps: optimizer steps to train (-1: no limit).
+        seed: seeds everything (weights, split, shuffling, dropout).
+        precision: force a Lightning precision (default: the plan's).
+        accelerator: force ``"cpu"`` or ``"cuda"`` (default: the plan's).
+        devices: force the number of devices (default: the plan's).
+        num_workers: force data-loader workers (default: the plan's).
+        gradient_clip_val: clip gradients to this norm.
+        checkpoint_every_n_steps: also checkpoint ``last.ckpt`` every N optimizer steps (mid-epoch).
+        early_stopping_patience: stop after this many validations without improvement.
+        progress_bar: show Lightning's progress bar.
+        val_check_interval: validate every N training batches (or a fraction of an epoch).
+    """
+
+    batch_size: int = 32
+    effective_batch_size: int | None = None
+    max_epochs: int = 10
+    max_steps: int = -1
+    seed: int = 0
+    precision: str | None = None
+    accelerator: str | None = None
+    devices: int | None = None
+    num_workers: int | None = None
+    gradient_clip_val: float | None = None
+    checkpoint_every_n_steps: int | None = None
+    early_stopping_patience: int | None = None
+    progress_bar: bool = True
+    val_check_interval: float | None = None
+
+    @classmethod
+    def parameters(cls) -> dict[str, Hyperparameter]:
+        """Each setting as a declared hyperparameter (owner ``trainer``)."""
+        return declared(cls.__init__, "trainer")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values."""
+        return asdict(self)
+
+    def overrides(self) -> dict[str, Any]:
+        """Choices that override the resource plan (those the user set)."""
+        return {
+            "precision": self.precision,
+            "accelerator": self.accelerator,
+            "devices": self.devices,
+            "num_workers": self.num_workers,
+        }
+
+
+@dataclass
+class Routed:
+    """Hyperparameters split by owner: the algorithm's (incl. optimizer), the processor's, the trainer's."""
+
+    algorithm: dict[str, Any]
+    data: dict[str, Any]
+    trainer: TrainerSettings
+
+
+def route(
+    values: Mapping[str, Any],
+    algorithm_params: Mapping[str, Hyperparameter],
+    data_params: Mapping[str, Hyperparameter],
+    owner_names: tuple[str, str] = ("algorithm", "data processor"),
+) -> Routed:
+    """Send each value to whoever declares it (algorithm first, then data processor, then trainer).
+
+    Raises:
+        HyperparameterError: an unknown name (listing every valid name by owner) or a badly typed value.
+    """
+    trainer_params = TrainerSettings.parameters()
+    unknown = sorted(k for k in values if k not in algorithm_params and k not in data_params and k not in trainer_params)
+    if unknown:
+        raise HyperparameterError(
+            f"unknown hyperparameter {', '.join(repr(u) for u in unknown)}. Valid ones — "
+            f"{owner_names[0]}: {', '.join(sorted(algorithm_params)) or 'none'}; "
+            f"{owner_names[1]}: {', '.join(sorted(data_params)) or 'none'}; "
+            f"trainer: {', '.join(sorted(trainer_params))}"
+        )
+    algorithm, data, trainer = {}, {}, {}
+    for key, value in values.items():
+        if key in algorithm_params:
+            algorithm[key] = value
+        elif key in data_params:
+            data[key] = value
+        else:
+            trainer[key] = coerce(trainer_params[key], value)
+    return Routed(algorithm, data, TrainerSettings(**trainer))

@@ -1,0 +1,5 @@
+"""Export: the :class:`Exporter` extension point, core's TorchScript and ONNX exporters, verification."""
+
+from twinkle_core.exporting.base import ExportError, Exporter, ExportResult
+
+__all__ = ["ExportError", "ExportResult", "Exporter"]

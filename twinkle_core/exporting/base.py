@@ -1,0 +1,93 @@
+""":class:`Exporter`: writes a trained model in a deployable format and runs the artefact back."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, ClassVar, Iterable
+
+import numpy as np
+from torch import nn
+
+from twinkle_core.errors import TwinkleError
+
+
+class ExportError(TwinkleError):
+    """An export that cannot be made as asked (an unsupported option, opset or model)."""
+
+
+class ExportVerificationError(ExportError):
+    """An exported artefact whose outputs differ from the trained model's beyond the tolerance."""
+
+
+@dataclass
+class ExportResult:
+    """An export and its verification against the PyTorch model on real validation inputs.
+
+    Attributes:
+        format: the exporter's format (``"onnx"``, ``"torchscript"``, ...).
+        path: where the artefact was written (any URI).
+        quantized: whether it is INT8.
+        max_abs_diff: the largest absolute difference between PyTorch's and the artefact's outputs.
+        samples: how many validation samples were compared.
+        metric: the metric compared (``"accuracy"``, ...), if the task has one.
+        metric_torch: that metric for the PyTorch model.
+        metric_export: that metric for the artefact.
+        metric_delta: ``metric_export - metric_torch``.
+        size_bytes: the artefact's size.
+        details: exporter facts (opset, calibration samples, ...).
+    """
+
+    format: str
+    path: str
+    quantized: bool
+    max_abs_diff: float
+    samples: int
+    metric: str | None = None
+    metric_torch: float | None = None
+    metric_export: float | None = None
+    metric_delta: float | None = None
+    size_bytes: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values."""
+        return asdict(self)
+
+
+class Exporter(ABC):
+    """Base class of exporters (registered through ``register_exporters``).
+
+    Class attributes:
+        format: the format name.
+        suffix: the artefact's file suffix (``".onnx"``).
+        supports_quantize: whether ``quantize=True`` is accepted.
+    """
+
+    format: ClassVar[str] = ""
+    suffix: ClassVar[str] = ""
+    supports_quantize: ClassVar[bool] = False
+
+    @abstractmethod
+    def export(
+        self,
+        model: nn.Module,
+        example: Any,
+        path: str,
+        *,
+        quantize: bool = False,
+        calibration: Iterable[np.ndarray] | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
+        """Write ``model`` (in eval mode, traced on ``example``) to the local file ``path``.
+
+        Returns:
+            JSON-ready facts about the artefact (opset, ...), stored with the result.
+
+        Raises:
+            ExportError: an option the format cannot honour, named with the fix.
+        """
+
+    @abstractmethod
+    def runner(self, path: str) -> Callable[[np.ndarray], np.ndarray]:
+        """Load the artefact at local ``path`` and return a function from an input batch to outputs."""

@@ -1,0 +1,53 @@
+"""The TorchScript exporter (``torch.jit.trace``)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import torch
+from torch import nn
+
+from twinkle_core.exporting.base import ExportError, Exporter
+
+
+class TorchScriptExporter(Exporter):
+    """Traces the model with ``torch.jit.trace`` and saves one ``.pt`` file loadable without Python code."""
+
+    format = "torchscript"
+    suffix = ".pt"
+
+    def export(
+        self,
+        model: nn.Module,
+        example: Any,
+        path: str,
+        *,
+        quantize: bool = False,
+        calibration: Iterable[np.ndarray] | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
+        """Trace and save; ``quantize`` is refused (use the ONNX exporter for INT8)."""
+        if quantize:
+            raise ExportError("quantize=True is not supported for torchscript; use format='onnx' for INT8")
+        if options:
+            raise ExportError(f"torchscript export takes no options, got {', '.join(sorted(options))}")
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # TorchScript's deprecation and tracer warnings
+            traced = torch.jit.trace(model, example, check_trace=False)
+            torch.jit.save(traced, path)
+        return {"torch": torch.__version__}
+
+    def runner(self, path: str) -> Callable[[np.ndarray], np.ndarray]:
+        """Load with ``torch.jit.load`` (CPU)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = torch.jit.load(path, map_location="cpu")
+        module.eval()
+
+        def run(batch: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                return module(torch.from_numpy(batch)).numpy()
+
+        return run

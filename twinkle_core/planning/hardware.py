@@ -1,0 +1,68 @@
+""":class:`Hardware`: what this process can train on."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The machine a plan is made for.
+
+    Attributes:
+        accelerator: ``"cuda"`` or ``"cpu"``.
+        devices: accelerators per node (CPU: 1).
+        device_name: e.g. ``"NVIDIA H200"`` or ``"cpu"``.
+        device_memory_bytes: memory of one accelerator (CPU: host memory).
+        bf16: whether the device computes in bfloat16 natively.
+        fp16: whether the device has fast float16.
+        cpu_count: usable CPU cores.
+        memory_bytes: host memory.
+        nodes: machines taking part (``TWINKLE_NUM_NODES``, default 1).
+    """
+
+    accelerator: str
+    devices: int
+    device_name: str
+    device_memory_bytes: int
+    bf16: bool
+    fp16: bool
+    cpu_count: int
+    memory_bytes: int
+    nodes: int = 1
+
+    @property
+    def key(self) -> str:
+        """A short identity used to match run history: ``"cuda:NVIDIA H200x8"``, ``"cpu:2"``."""
+        if self.accelerator == "cpu":
+            return f"cpu:{self.cpu_count}"
+        return f"{self.accelerator}:{self.device_name}x{self.devices}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values."""
+        return {**asdict(self), "key": self.key}
+
+    @classmethod
+    def detect(cls) -> Hardware:
+        """Inspect this process: CUDA devices through torch, cores from the scheduler affinity."""
+        import torch
+
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+        nodes = int(os.environ.get("TWINKLE_NUM_NODES", "1"))
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            return cls(
+                accelerator="cuda",
+                devices=torch.cuda.device_count(),
+                device_name=props.name,
+                device_memory_bytes=int(props.total_memory),
+                bf16=bool(torch.cuda.is_bf16_supported()),
+                fp16=props.major >= 7,
+                cpu_count=cpus,
+                memory_bytes=memory,
+                nodes=nodes,
+            )
+        return cls("cpu", 1, "cpu", memory, False, False, cpus, memory, nodes)

@@ -1,0 +1,84 @@
+""":class:`Plan`: how a run will use the hardware, every choice with a one-line reason."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Decision:
+    """One choice of a plan: its name, value and the reason in one line."""
+
+    name: str
+    value: Any
+    reason: str
+
+
+@dataclass
+class Plan:
+    """The resource plan of a run, stored with it and printed before training.
+
+    Attributes:
+        accelerator: ``"cpu"`` or ``"cuda"``.
+        devices: accelerators per node.
+        num_nodes: machines.
+        precision: a Lightning precision (``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``).
+        strategy: a Lightning strategy (``"auto"``, ``"ddp"``, ``"fsdp"``, ``"deepspeed_stage_3_offload"``).
+        micro_batch_size: samples per device per step.
+        accumulate_grad_batches: micro-batches per optimizer step.
+        effective_batch_size: samples per optimizer step (micro × accumulation × devices × nodes).
+        data_loading: ``"in-memory"`` or ``"streaming"`` (sharded reads; data larger than memory).
+        num_workers: data-loader worker processes.
+        torch_threads: intra-op threads per process.
+        strategy_name: the resource strategy that made the plan.
+        estimates: figures behind the choices (parameters, FLOPs, memory, steps, time).
+        decisions: every choice with its reason, in order.
+        history_run: the earlier run whose measurements were reused, if any.
+    """
+
+    accelerator: str
+    devices: int
+    num_nodes: int
+    precision: str
+    strategy: str
+    micro_batch_size: int
+    accumulate_grad_batches: int
+    effective_batch_size: int
+    data_loading: str
+    num_workers: int
+    torch_threads: int
+    strategy_name: str = "default"
+    estimates: dict[str, Any] = field(default_factory=dict)
+    decisions: list[Decision] = field(default_factory=list)
+    history_run: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        """Rebuild a plan from :meth:`to_dict` output."""
+        values = dict(data)
+        values["decisions"] = [Decision(**d) for d in values.get("decisions", [])]
+        return cls(**values)
+
+    def lightning_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :class:`lightning.Trainer` that carry out this plan."""
+        return {
+            "accelerator": self.accelerator,
+            "devices": self.devices,
+            "num_nodes": self.num_nodes,
+            "precision": self.precision,
+            "strategy": self.strategy,
+            "accumulate_grad_batches": self.accumulate_grad_batches,
+        }
+
+    def explain(self) -> str:
+        """A readable table of the decisions: ``name  value  reason``."""
+        width = max((len(d.name) for d in self.decisions), default=4)
+        vwidth = max((len(str(d.value)) for d in self.decisions), default=5)
+        lines = [f"Resource plan ({self.strategy_name})"]
+        lines += [f"  {d.name:<{width}}  {str(d.value):<{vwidth}}  {d.reason}" for d in self.decisions]
+        return "\n".join(lines)

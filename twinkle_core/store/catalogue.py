@@ -1,0 +1,162 @@
+"""The SQLite catalogue of runs: one row per run, JSON columns for structured values."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    user TEXT NOT NULL,
+    project TEXT NOT NULL,
+    run TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    algorithm TEXT NOT NULL,
+    task TEXT NOT NULL,
+    hyperparams TEXT NOT NULL DEFAULT '{}',
+    plan TEXT NOT NULL DEFAULT '{}',
+    data_uri TEXT,
+    data_fingerprint TEXT,
+    hardware TEXT,
+    status TEXT NOT NULL,
+    metrics TEXT NOT NULL DEFAULT '{}',
+    measured TEXT NOT NULL DEFAULT '{}',
+    best_checkpoint TEXT,
+    exports TEXT NOT NULL DEFAULT '[]',
+    alerts TEXT NOT NULL DEFAULT '[]',
+    parent TEXT,
+    mode TEXT,
+    error TEXT,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    finished REAL
+);
+CREATE INDEX IF NOT EXISTS runs_history ON runs (algorithm, data_fingerprint, hardware, status);
+"""
+
+_JSON = ("hyperparams", "plan", "metrics", "measured", "exports", "alerts")
+STATUSES = ("running", "finished", "failed", "stopped")
+"""Run states: ``running`` (or killed while running), ``finished``, ``failed`` (an error), ``stopped``
+(an alert or budget rule stopped it; resumable)."""
+
+
+@dataclass
+class RunRecord:
+    """One catalogue row. ``id`` is ``user/project/runN``; JSON columns are Python values here."""
+
+    id: str
+    user: str
+    project: str
+    run: str
+    seq: int
+    algorithm: str
+    task: str
+    status: str
+    created: float
+    updated: float
+    hyperparams: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)
+    data_uri: str | None = None
+    data_fingerprint: str | None = None
+    hardware: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    measured: dict[str, Any] = field(default_factory=dict)
+    best_checkpoint: str | None = None
+    exports: list[Any] = field(default_factory=list)
+    alerts: list[Any] = field(default_factory=list)
+    parent: str | None = None
+    mode: str | None = None
+    error: str | None = None
+    finished: float | None = None
+
+    @property
+    def uri(self) -> str:
+        """``twinkle://user/project/runN``."""
+        return f"twinkle://{self.id}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values, with ``uri``."""
+        return {**asdict(self), "uri": self.uri}
+
+
+class Catalogue:
+    """Access to the catalogue database at ``path`` (created on first use)."""
+
+    def __init__(self, path: str) -> None:
+        """Open (and if needed create) the database."""
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self.path = path
+        with self._connect() as db:
+            db.executescript(_SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        return db
+
+    def create(self, user: str, project: str, **values: Any) -> RunRecord:
+        """Insert a new run numbered after the project's last one; returns its record."""
+        now = time.time()
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            (last,) = db.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM runs WHERE user = ? AND project = ?", (user, project)
+            ).fetchone()
+            seq = int(last) + 1
+            row = {
+                "id": f"{user}/{project}/run{seq}", "user": user, "project": project, "run": f"run{seq}",
+                "seq": seq, "status": "running", "created": now, "updated": now, **values,
+            }
+            encoded = {k: json.dumps(v) if k in _JSON else v for k, v in row.items()}
+            db.execute(
+                f"INSERT INTO runs ({', '.join(encoded)}) VALUES ({', '.join('?' for _ in encoded)})",
+                tuple(encoded.values()),
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        finally:
+            db.close()
+        return self.get(row["id"])  # type: ignore[return-value]
+
+    def update(self, run_id: str, **values: Any) -> RunRecord:
+        """Set columns of run ``run_id`` (JSON columns take Python values)."""
+        values["updated"] = time.time()
+        encoded = {k: json.dumps(v) if k in _JSON else v for k, v in values.items()}
+        with self._connect() as db:
+            db.execute(
+                f"UPDATE runs SET {', '.join(f'{k} = ?' for k in encoded)} WHERE id = ?",
+                (*encoded.values(), run_id),
+            )
+        record = self.get(run_id)
+        assert record is not None, run_id
+        return record
+
+    def get(self, run_id: str) -> RunRecord | None:
+        """The run ``user/project/runN``, or ``None``."""
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return _record(row) if row else None
+
+    def find(self, **where: Any) -> Iterator[RunRecord]:
+        """Runs whose columns equal ``where`` (``None`` values are ignored), newest first."""
+        clauses = {k: v for k, v in where.items() if v is not None}
+        sql = "SELECT * FROM runs"
+        if clauses:
+            sql += " WHERE " + " AND ".join(f"{k} = ?" for k in clauses)
+        sql += " ORDER BY created DESC, seq DESC"
+        with self._connect() as db:
+            rows = db.execute(sql, tuple(clauses.values())).fetchall()
+        return (_record(r) for r in rows)
+
+
+def _record(row: sqlite3.Row) -> RunRecord:
+    values = {k: (json.loads(row[k]) if k in _JSON and row[k] is not None else row[k]) for k in row.keys()}
+    return RunRecord(**values)

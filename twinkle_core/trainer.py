@@ -1,0 +1,309 @@
+"""The declarative :class:`Trainer`: name an algorithm, point at data; Twinkle does the engineering.
+
+    trainer = Trainer(algorithm="tabular-mlp", task="tabular_classification",
+                      hyperparams={"lr": 1e-3, "batch_size": 64, "max_epochs": 30})
+    result = trainer.fit(data="s3://bucket/cancer.csv")
+    trainer.export(format="onnx", quantize=True)
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+
+from twinkle_core.algorithm import Algorithm
+from twinkle_core.data.processor import DataProcessor, PreparedData
+from twinkle_core.engine import continuation as cont
+from twinkle_core.engine.checkpoints import CheckpointError, load_checkpoint, twinkle_record
+from twinkle_core.engine.run import RunSetup, run_lightning
+from twinkle_core.engine.selection import choose_processor, choose_strategy, resolve_algorithm, resolve_task
+from twinkle_core.engine.settings import TrainerSettings, route
+from twinkle_core.errors import TwinkleError
+from twinkle_core.exporting.base import ExportResult
+from twinkle_core.planning import Hardware, Plan, PlanContext, measure
+from twinkle_core.store.runs import RunStore
+
+
+@dataclass
+class FitResult:
+    """What :meth:`Trainer.fit` returns.
+
+    Attributes:
+        run_uri: ``twinkle://user/project/runN``.
+        status: ``finished`` (or ``stopped`` when a rule stopped it).
+        metrics: the final logged metrics (``val_loss``, ``val_accuracy``, ...).
+        best_metric: the monitored metric's best value, and its name in ``monitor``.
+        monitor: the metric that picked the best checkpoint.
+        best_checkpoint: the best checkpoint's URI.
+        last_checkpoint: the last checkpoint's URI.
+        plan: the resource plan used.
+        data_fingerprint: the data's content fingerprint.
+        run_dir: the run's folder (metrics.csv, curves.png, plan.json, checkpoints/).
+        parent: the run this one continued from, if any.
+        alerts: alerts that fired.
+    """
+
+    run_uri: str
+    status: str
+    metrics: dict[str, float]
+    best_metric: float | None
+    monitor: str
+    best_checkpoint: str | None
+    last_checkpoint: str | None
+    plan: Plan
+    data_fingerprint: str
+    run_dir: str
+    parent: str | None = None
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Trainer:
+    """Train a registered algorithm (or an :class:`Algorithm` subclass) on data at any URI.
+
+    Args:
+        algorithm: a registered name (``"resnet50"``, ``"plugin:name"``) or an ``Algorithm`` subclass.
+        task: the task; by default the algorithm's.
+        hyperparams: values routed by name to the algorithm (incl. ``lr``, ``optimizer``, ...), the data
+            processor (``label_column``, ``val_fraction``, ...) or the trainer (``batch_size``,
+            ``max_epochs``, ``seed``, ...); an unknown name is an error listing the valid ones.
+        data_processor: a data processor name, when several serve the task.
+        resource_strategy: a resource strategy name (default: the task's, else ``default``).
+        user: the run store user (default ``$TWINKLE_USER`` or the login name).
+        project: the run store project (default ``default``).
+        home: the run store root (default ``$TWINKLE_HOME`` or ``~/.twinkle``).
+        verbose: print the plan and show progress.
+        **options: more hyperparameters, merged over ``hyperparams``.
+    """
+
+    def __init__(
+        self,
+        algorithm: str | type[Algorithm],
+        task: str | None = None,
+        hyperparams: dict[str, Any] | None = None,
+        *,
+        data_processor: str | None = None,
+        resource_strategy: str | None = None,
+        user: str | None = None,
+        project: str | None = None,
+        home: str | None = None,
+        verbose: bool = True,
+        **options: Any,
+    ) -> None:
+        """Resolve the algorithm and task and check every hyperparameter name and type now."""
+        self.choice = resolve_algorithm(algorithm)
+        self.task = resolve_task(self.choice, task)
+        self.hyperparams = {**(hyperparams or {}), **options}
+        self.data_processor = data_processor
+        self.resource_strategy = resource_strategy
+        self.user, self.project = user, project
+        self.store = RunStore(home)
+        self.verbose = verbose
+        self.continuation: cont.Continuation | None = None
+        self.new_data: str | None = None
+        self.algorithm: Algorithm | None = None
+        self.result: FitResult | None = None
+        self._prepared: PreparedData | None = None
+        self._route(None)
+
+    # ------------------------------------------------------------ components
+    def _route(self, uri: str | None) -> tuple[Any, Any]:
+        component = choose_processor(self.task, uri, self.data_processor)
+        processor_cls = component.load()
+        if not (isinstance(processor_cls, type) and issubclass(processor_cls, DataProcessor)):
+            raise TwinkleError(f"data processor '{component.qualified_name}' is not a DataProcessor subclass")
+        routed = route(self.hyperparams, self.choice.cls.hyperparameters(), processor_cls.parameters())
+        self.settings = routed.trainer
+        return component, routed
+
+    def _prepare(self, uri: str) -> tuple[PreparedData, Algorithm, Any]:
+        component, routed = self._route(uri)
+        processor = component.load().from_params(routed.data, task=self.task)
+        prepared = processor.prepare(uri, seed=self.settings.seed)
+        if self.continuation is not None:
+            self.continuation.check_data(prepared.fingerprint, uri)
+        algorithm = self.choice.cls.from_hyperparams(routed.algorithm, task=self.task)
+        L.seed_everything(self.settings.seed, workers=True, verbose=False)
+        algorithm.configure_data(prepared.spec)
+        if self.continuation is not None and self.continuation.mode != "resume":
+            cont.check_compatible(self.continuation.state_dict, algorithm.state_dict(), self.continuation.checkpoint_uri)
+            algorithm.load_state_dict(self.continuation.state_dict)
+        return prepared, algorithm, (component, routed)
+
+    def _plan(self, prepared: PreparedData, algorithm: Algorithm) -> Plan:
+        hardware = Hardware.detect()
+        facts = measure(algorithm, algorithm.example_input(2))
+        history = self.store.history(self.choice.name, prepared.fingerprint, hardware.key)
+        context = PlanContext(
+            algorithm_name=self.choice.name,
+            task=self.task,
+            facts=facts,
+            data_bytes=prepared.size_bytes,
+            train_samples=len(prepared.train),
+            batch_size=self.settings.batch_size,
+            effective_batch_size=self.settings.effective_batch_size,
+            max_epochs=self.settings.max_epochs,
+            hardware=hardware,
+            history=[r.to_dict() for r in history],
+            overrides=self.settings.overrides(),
+            supports_mixed_precision=getattr(algorithm, "supports_mixed_precision", True),
+        )
+        strategy = choose_strategy(self.task, self.resource_strategy).load()()
+        return strategy.plan(context)
+
+    # ----------------------------------------------------------------- public
+    def plan(self, data: str | None = None) -> Plan:
+        """Measure the model and data and return the resource plan (nothing is trained or stored)."""
+        prepared, algorithm, _ = self._prepare(self._data(data))
+        return self._plan(prepared, algorithm)
+
+    def fit(self, data: str | None = None) -> FitResult:
+        """Train on ``data`` (any URI; default: ``new_data`` of :meth:`from_checkpoint`) as a new run."""
+        uri = self._data(data)
+        prepared, algorithm, (component, routed) = self._prepare(uri)
+        plan = self._plan(prepared, algorithm)
+        if self.verbose:
+            print(plan.explain(), flush=True)
+        parent = self.continuation.parent_run if self.continuation else None
+        record = self.store.create_run(
+            self.user,
+            self.project,
+            algorithm=self.choice.name,
+            task=self.task,
+            hyperparams={**routed.algorithm, **routed.data, **self.settings.to_dict()},
+            plan=plan.to_dict(),
+            data_uri=uri,
+            data_fingerprint=prepared.fingerprint,
+            hardware=plan.estimates.get("hardware") or Hardware.detect().key,
+            parent=parent.removeprefix("twinkle://") if parent else None,
+            mode=self.continuation.mode if self.continuation else None,
+        )
+        self.store.write_json(record.id, "plan.json", plan.to_dict())
+        self.store.write_json(record.id, "data.json", {"uri": uri, "fingerprint": prepared.fingerprint,
+                                                        "spec": prepared.spec.to_dict(), **prepared.details})
+        checkpoint_record = {
+            "version": 1,
+            "algorithm": self.choice.name,
+            "target": f"{self.choice.cls.__module__}:{self.choice.cls.__qualname__}",
+            "task": self.task,
+            "hyperparams": dict(routed.algorithm),
+            "data_processor": component.qualified_name,
+            "data_params": dict(routed.data),
+            "trainer": self.settings.to_dict(),
+            "data_spec": prepared.spec.to_dict(),
+            "data_uri": uri,
+            "data_fingerprint": prepared.fingerprint,
+            "run": record.uri,
+        }
+        setup = RunSetup(
+            store=self.store, record=record, algorithm=algorithm, prepared=prepared, plan=plan,
+            settings=self.settings, checkpoint_record=checkpoint_record, continuation=self.continuation,
+            verbose=self.verbose,
+        )
+        self.result = run_lightning(setup)
+        self.algorithm, self._prepared = algorithm, prepared
+        return self.result
+
+    def export(
+        self,
+        format: str = "onnx",
+        output: str | None = None,
+        quantize: bool = False,
+        **options: Any,
+    ) -> ExportResult:
+        """Export the best checkpoint's model, verify it on validation data and record it with the run.
+
+        Args:
+            format: an exporter's name (``"onnx"``, ``"torchscript"``, ...; see ``twinkle exporters list``).
+            output: where to write it (any URI); default ``<run>/exports/model[-int8].<suffix>``.
+            quantize: INT8 (static, calibrated on the run's training data) where the format supports it.
+            **options: exporter options, e.g. ``opset_version=15`` for ONNX.
+        """
+        from twinkle_core.engine.exports import export_run
+
+        return export_run(self, format, output, quantize, options)
+
+    # ---------------------------------------------------------- continuation
+    @classmethod
+    def from_checkpoint(
+        cls,
+        checkpoint: str,
+        new_data: str | None = None,
+        mode: str = "continue",
+        hyperparams: dict[str, Any] | None = None,
+        *,
+        algorithm: str | None = None,
+        **options: Any,
+    ) -> Trainer:
+        """A trainer that continues from a run or checkpoint (see :mod:`twinkle_core.engine.continuation`).
+
+        Args:
+            checkpoint: ``twinkle://user/project/runN`` (its last checkpoint; the best one for
+                ``finetune``) or a checkpoint file at any URI.
+            new_data: the data to train on next (default: the checkpoint's data).
+            mode: ``resume``, ``continue`` or ``finetune``.
+            hyperparams: overrides of the checkpoint's hyperparameters (``max_epochs``, ``lr``, ...).
+            algorithm: if given, the algorithm the checkpoint must be of.
+            **options: ``Trainer`` keywords (``user``, ``project``, ``home``, ``verbose``) and more overrides.
+        """
+        if mode not in cont.MODES:
+            raise TwinkleError(f"unknown mode '{mode}'; choose one of {', '.join(cont.MODES)}")
+        trainer_keys = {"user", "project", "home", "verbose", "data_processor", "resource_strategy"}
+        kwargs = {k: options.pop(k) for k in list(options) if k in trainer_keys}
+        store = RunStore(kwargs.get("home"))
+        uri = _checkpoint_uri(store, checkpoint, mode)
+        ckpt = load_checkpoint(uri)
+        record = twinkle_record(ckpt, uri)
+        if algorithm is not None and resolve_algorithm(algorithm).name != record["algorithm"]:
+            raise CheckpointError(
+                f"checkpoint '{uri}' is of algorithm '{record['algorithm']}', not '{algorithm}'; "
+                f"use a checkpoint of '{algorithm}' or drop algorithm="
+            )
+        values = {**record["hyperparams"], **record["data_params"], **record["trainer"]}
+        if mode != "resume":
+            values = {k: v for k, v in values.items() if v is not None}
+        trainer = cls(record["algorithm"], record["task"], {**values, **(hyperparams or {}), **options}, **kwargs)
+        trainer.continuation = cont.Continuation(
+            mode=mode,
+            checkpoint_uri=uri,
+            record=record,
+            state_dict=ckpt["state_dict"],
+            optimizer_states=ckpt.get("optimizer_states", []) if mode == "continue" else [],
+        )
+        trainer.new_data = new_data or record["data_uri"]
+        return trainer
+
+    def _data(self, data: str | None) -> str:
+        uri = data or self.new_data
+        if uri is None:
+            raise TwinkleError("no data: pass fit(data='path or URI')")
+        return str(uri)
+
+    def model_for_export(self) -> tuple[Algorithm, PreparedData, str | None, str | None]:
+        """The model to export (best checkpoint's weights), its data, its run URI and checkpoint URI."""
+        if self.result is not None and self.algorithm is not None and self._prepared is not None:
+            model = copy.deepcopy(self.algorithm)
+            best = self.result.best_checkpoint or self.result.last_checkpoint
+            if best:
+                model.load_state_dict(load_checkpoint(best)["state_dict"])
+            return model, self._prepared, self.result.run_uri, best
+        if self.continuation is not None:
+            prepared, model, _ = self._prepare(self.continuation.record["data_uri"])
+            model.load_state_dict(self.continuation.state_dict)
+            return model, prepared, self.continuation.parent_run, self.continuation.checkpoint_uri
+        raise TwinkleError("nothing to export yet: call fit() first, or use Trainer.from_checkpoint(...)")
+
+
+def _checkpoint_uri(store: RunStore, ref: str, mode: str) -> str:
+    if ref.endswith(".ckpt") or not ref.startswith("twinkle://"):
+        return ref
+    record = store.get(ref)
+    last = store.path(record.id, "checkpoints", "last.ckpt")
+    if mode == "finetune" and record.best_checkpoint:
+        return record.best_checkpoint
+    return last
+
+
+__all__ = ["FitResult", "Trainer"]
