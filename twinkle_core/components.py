@@ -42,17 +42,17 @@ KINDS: dict[str, Kind] = {
             "data_processor",
             "register_data_processors",
             ("task",),
-            "twinkle_core.data:DataProcessor",
+            "twinkle_core.data.processor:DataProcessor",
             "data-processors",
         ),
         Kind(
             "resource_strategy",
             "register_resource_strategies",
             (),
-            "twinkle_core.planning:ResourceStrategy",
+            "twinkle_core.planning.strategy:ResourceStrategy",
             "resource-strategies",
         ),
-        Kind("exporter", "register_exporters", ("format",), "twinkle_core.exporting:Exporter", "exporters"),
+        Kind("exporter", "register_exporters", ("format",), "twinkle_core.exporting.base:Exporter", "exporters"),
     )
 }
 """The four component kinds, by name."""

@@ -75,6 +75,7 @@ class Trainer:
         project: the run store project (default ``default``).
         home: the run store root (default ``$TWINKLE_HOME`` or ``~/.twinkle``).
         verbose: print the plan and show progress.
+        callbacks: extra Lightning callbacks for every fit.
         **options: more hyperparameters, merged over ``hyperparams``.
     """
 
@@ -90,6 +91,7 @@ class Trainer:
         project: str | None = None,
         home: str | None = None,
         verbose: bool = True,
+        callbacks: list[L.Callback] | None = None,
         **options: Any,
     ) -> None:
         """Resolve the algorithm and task and check every hyperparameter name and type now."""
@@ -101,6 +103,7 @@ class Trainer:
         self.user, self.project = user, project
         self.store = RunStore(home)
         self.verbose = verbose
+        self.callbacks = list(callbacks or [])
         self.continuation: cont.Continuation | None = None
         self.new_data: str | None = None
         self.algorithm: Algorithm | None = None
@@ -200,7 +203,7 @@ class Trainer:
         setup = RunSetup(
             store=self.store, record=record, algorithm=algorithm, prepared=prepared, plan=plan,
             settings=self.settings, checkpoint_record=checkpoint_record, continuation=self.continuation,
-            verbose=self.verbose,
+            verbose=self.verbose, callbacks=self.callbacks,
         )
         self.result = run_lightning(setup)
         self.algorithm, self._prepared = algorithm, prepared
@@ -250,7 +253,7 @@ class Trainer:
         """
         if mode not in cont.MODES:
             raise TwinkleError(f"unknown mode '{mode}'; choose one of {', '.join(cont.MODES)}")
-        trainer_keys = {"user", "project", "home", "verbose", "data_processor", "resource_strategy"}
+        trainer_keys = {"user", "project", "home", "verbose", "data_processor", "resource_strategy", "callbacks"}
         kwargs = {k: options.pop(k) for k in list(options) if k in trainer_keys}
         store = RunStore(kwargs.get("home"))
         uri = _checkpoint_uri(store, checkpoint, mode)
@@ -261,6 +264,9 @@ class Trainer:
                 f"checkpoint '{uri}' is of algorithm '{record['algorithm']}', not '{algorithm}'; "
                 f"use a checkpoint of '{algorithm}' or drop algorithm="
             )
+        parent_user, parent_project, _ = store.run_id(record["run"]).split("/")
+        kwargs.setdefault("user", parent_user)
+        kwargs.setdefault("project", parent_project)
         values = {**record["hyperparams"], **record["data_params"], **record["trainer"]}
         if mode != "resume":
             values = {k: v for k, v in values.items() if v is not None}

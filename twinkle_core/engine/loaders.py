@@ -1,22 +1,83 @@
-"""Data loaders for the engine: resumable mid-epoch (torchdata's ``StatefulDataLoader``) and seeded."""
+"""Data loaders for the engine: resumable mid-epoch (torchdata's ``StatefulDataLoader``) and seeded.
+
+The training order is a function of ``(seed, epoch)`` alone, and so are the worker processes' base seeds:
+neither draws from the global random state nor depends on how many epochs this process has run. That is
+what makes a resumed run (which starts mid-way) shuffle exactly like an uninterrupted one.
+"""
 
 from __future__ import annotations
 
+from typing import Any, Iterator
+
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 
-def train_loader(dataset: Dataset, batch_size: int, seed: int, num_workers: int) -> StatefulDataLoader:
-    """A shuffling loader whose order depends only on ``seed`` and whose position is saved in checkpoints.
+def _mix(seed: int, epoch: int, salt: int = 0) -> int:
+    return (seed * 1_000_003 + epoch * 7_919 + salt) % (2**63)
 
-    The shuffle uses its own generator, so it never draws from (or disturbs) the global random state.
+
+class EpochShuffle(Sampler[int]):
+    """A random permutation of ``range(n)`` seeded by ``(seed, epoch)``; Lightning calls :meth:`set_epoch`.
+
+    Its :attr:`generator`, reseeded every epoch, is meant for the loader (worker base seeds).
     """
+
+    def __init__(self, n: int, seed: int) -> None:
+        """Shuffle ``n`` indices with ``seed``."""
+        self.n, self.seed, self.epoch = n, seed, 0
+        self.generator = torch.Generator()
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose permutation :meth:`__iter__` yields."""
+        self.epoch = epoch
+        self.generator.manual_seed(_mix(self.seed, epoch, 0x9E3779B1))
+
+    def permutation(self, epoch: int) -> list[int]:
+        """The order of ``epoch``."""
+        return torch.randperm(self.n, generator=torch.Generator().manual_seed(_mix(self.seed, epoch))).tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        """This epoch's permutation, as an iterator whose position checkpoints save."""
+        return _ShuffleIterator(self)
+
+    def __len__(self) -> int:
+        """The number of indices."""
+        return self.n
+
+
+class _ShuffleIterator(Iterator[int]):
+    """One epoch's permutation; its ``state_dict`` (saved by ``StatefulDataLoader``) is epoch and position."""
+
+    def __init__(self, sampler: EpochShuffle) -> None:
+        self.sampler, self.epoch, self.yielded = sampler, sampler.epoch, 0
+        self.order = sampler.permutation(self.epoch)
+
+    def __next__(self) -> int:
+        if self.yielded >= len(self.order):
+            raise StopIteration
+        self.yielded += 1
+        return self.order[self.yielded - 1]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "yielded": self.yielded}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.yielded = int(state["epoch"]), int(state["yielded"])
+        self.sampler.set_epoch(self.epoch)
+        self.order = self.sampler.permutation(self.epoch)
+
+
+def train_loader(dataset: Dataset, batch_size: int, seed: int, num_workers: int) -> StatefulDataLoader:
+    """A shuffling loader whose position is saved in checkpoints (see the module docstring)."""
+    sampler = EpochShuffle(len(dataset), seed)  # type: ignore[arg-type]
     return StatefulDataLoader(
         dataset,
         batch_size=batch_size,
-        shuffle=True,
-        generator=torch.Generator().manual_seed(seed),
+        sampler=sampler,
+        generator=sampler.generator,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
     )

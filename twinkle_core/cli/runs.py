@@ -1,0 +1,158 @@
+"""``twinkle train``, ``plan``, ``export`` and ``runs``: the engine from the command line.
+
+These commands import the engine (torch, Lightning) inside their bodies, so listing commands stay fast.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import click
+
+from twinkle_core.cli.output import echo_json, echo_table
+from twinkle_core.errors import TwinkleError
+
+
+def _hyperparams(pairs: tuple[str, ...], epochs: int | None) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise TwinkleError(f"--hp takes key=value, got {pair!r} (for example --hp lr=0.001)")
+        values[key.strip()] = value.strip()
+    if epochs is not None:
+        values["max_epochs"] = epochs
+    return values
+
+
+def _training_options(func: Any) -> Any:
+    for option in reversed(
+        [
+            click.argument("algorithm"),
+            click.option("--data", "-d", required=True, help="Data path or URI (file, s3://, nas://, twinkle://)."),
+            click.option("--task", "-t", help="The task (default: the algorithm's)."),
+            click.option("--hp", "hp", multiple=True, metavar="KEY=VALUE", help="A hyperparameter; repeatable."),
+            click.option("--epochs", type=int, help="Shorthand for --hp max_epochs=N."),
+            click.option("--user", help="Run store user."),
+            click.option("--project", help="Run store project."),
+        ]
+    ):
+        func = option(func)
+    return func
+
+
+@click.command()
+@_training_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def train(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epochs: int | None,
+          user: str | None, project: str | None, as_json: bool) -> None:
+    """Train ALGORITHM on --data as a new run; prints the plan, progress and the run URI."""
+    from twinkle_core.trainer import Trainer
+
+    trainer = Trainer(algorithm, task, _hyperparams(hp, epochs), user=user, project=project, verbose=not as_json)
+    result = trainer.fit(data=data)
+    if as_json:
+        echo_json({"run": result.run_uri, "status": result.status, "metrics": result.metrics,
+                   "best_checkpoint": result.best_checkpoint, "data_fingerprint": result.data_fingerprint})
+        return
+    click.echo(f"Run {result.run_uri} {result.status}: best {result.monitor} = {result.best_metric}")
+    click.echo(f"Artefacts in {result.run_dir}")
+
+
+@click.command()
+@_training_options
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def plan(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epochs: int | None,
+         user: str | None, project: str | None, as_json: bool) -> None:
+    """Print the resource plan for training ALGORITHM on --data, without training."""
+    from twinkle_core.trainer import Trainer
+
+    result = Trainer(algorithm, task, _hyperparams(hp, epochs), user=user, project=project).plan(data)
+    if as_json:
+        echo_json(result.to_dict())
+    else:
+        click.echo(result.explain())
+
+
+@click.command()
+@click.argument("run")
+@click.option("--format", "-f", "fmt", default="onnx", show_default=True, help="Exporter (twinkle exporters list).")
+@click.option("--quantize", is_flag=True, help="INT8 (static, calibrated on the run's data).")
+@click.option("--output", "-o", help="Where to write (default: the run's exports/ folder).")
+@click.option("--opset", type=int, help="ONNX opset version.")
+@click.option("--json", "as_json", is_flag=True, help="Print the verification as JSON.")
+def export(run: str, fmt: str, quantize: bool, output: str | None, opset: int | None, as_json: bool) -> None:
+    """Export RUN's best model (twinkle://user/project/runN or a .ckpt) and verify it."""
+    from twinkle_core.trainer import Trainer
+
+    options = {"opset_version": opset} if opset is not None else {}
+    result = Trainer.from_checkpoint(run, mode="finetune", verbose=False).export(fmt, output, quantize, **options)
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    click.echo(f"Exported {result.format}{' (int8)' if result.quantized else ''} to {result.path}")
+    click.echo(f"max |difference| vs PyTorch on {result.samples} validation samples: {result.max_abs_diff:.3g}")
+    if result.metric:
+        click.echo(f"{result.metric}: PyTorch {result.metric_torch:.4f}, export {result.metric_export:.4f}")
+
+
+@click.group()
+def runs() -> None:
+    """Runs in the store (TWINKLE_HOME)."""
+
+
+@runs.command("list")
+@click.option("--user", help="Only this user's runs.")
+@click.option("--project", help="Only this project's runs.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def runs_list(user: str | None, project: str | None, as_json: bool) -> None:
+    """List runs, newest first."""
+    from twinkle_core.store.runs import RunStore
+
+    records = RunStore().list(user, project)
+    if as_json:
+        echo_json([r.to_dict() for r in records])
+        return
+    rows = []
+    for r in records:
+        metric = next((f"{k}={v:.4g}" for k, v in r.metrics.items() if k.startswith("best_") and v is not None), "")
+        created = dt.datetime.fromtimestamp(r.created).strftime("%Y-%m-%d %H:%M")
+        rows.append({"run": r.uri, "algorithm": r.algorithm, "status": r.status, "best": metric,
+                     "created": created, "parent": r.parent or ""})
+    echo_table(rows, ["run", "algorithm", "status", "best", "created", "parent"], "No runs yet.")
+
+
+@runs.command("show")
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def runs_show(run: str, as_json: bool) -> None:
+    """Show one run's record: plan, metrics, checkpoints and exports."""
+    from twinkle_core.store.runs import RunStore
+
+    store = RunStore()
+    record = store.get(run)
+    data = record.to_dict()
+    if as_json:
+        echo_json(data)
+        return
+    for key in ("uri", "algorithm", "task", "status", "data_uri", "data_fingerprint", "hardware", "parent",
+                "mode", "best_checkpoint", "error"):
+        if data.get(key) is not None:
+            click.echo(f"{key:17} {data[key]}")
+    click.echo(f"{'folder':17} {store.run_dir(record.id)}")
+    for key in ("hyperparams", "metrics"):
+        click.echo(f"{key}:")
+        for name, value in sorted(data[key].items()):
+            click.echo(f"  {name:22} {value}")
+    if record.plan:
+        from twinkle_core.planning.plan import Plan
+
+        click.echo(Plan.from_dict(record.plan).explain())
+    for item in record.exports:
+        click.echo(f"export {item['format']}{' int8' if item['quantized'] else ''}: {item['path']} "
+                   f"(max diff {item['max_abs_diff']:.3g}, {item.get('metric')} {item.get('metric_export')})")
+
+
+COMMANDS = (train, plan, export, runs)
+"""The engine's commands, added to the ``twinkle`` group."""
