@@ -113,3 +113,27 @@ def broken(make_dist: Callable[..., None]) -> None:
         {"broken": "broken_plugin"},
         {"broken_plugin": 'raise RuntimeError("boom: missing native library")\n'},
     )
+
+
+@pytest.fixture
+def twinkle_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh run store for one test (``TWINKLE_HOME``), with a fixed user."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("TWINKLE_HOME", str(home))
+    monkeypatch.setenv("TWINKLE_USER", "tester")
+    monkeypatch.delenv("TWINKLE_CATALOGUE", raising=False)
+    return home
+
+
+def write_cancer_csv(path: Path) -> Path:
+    """scikit-learn's breast-cancer data (569 rows, 30 features, 'target') as CSV."""
+    from sklearn.datasets import load_breast_cancer
+
+    load_breast_cancer(as_frame=True).frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def cancer_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The breast-cancer CSV, written once per session."""
+    return write_cancer_csv(tmp_path_factory.mktemp("data") / "cancer.csv")

@@ -99,6 +99,8 @@ def require_exists(uri: str, what: str = "data") -> tuple[Any, str]:
     try:
         fs, path = filesystem(uri)
         exists = fs.exists(path)
+    except TwinkleError:
+        raise
     except (ImportError, ValueError) as err:
         raise TwinkleError(f"cannot open {what} '{uri}': {err}") from err
     if not exists:

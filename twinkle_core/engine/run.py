@@ -81,10 +81,12 @@ def run_lightning(setup: RunSetup) -> Any:
     metric, mode = algorithm.monitor
     best = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=metric, mode=mode, save_top_k=1,
                            save_last=False, enable_version_counter=False, auto_insert_metric_name=False)
-    last = ModelCheckpoint(dirpath=ckpt_dir, save_top_k=0, save_last=True,
-                           every_n_train_steps=settings.checkpoint_every_n_steps, enable_version_counter=False)
+    last = ModelCheckpoint(dirpath=ckpt_dir, save_top_k=0, save_last=True, enable_version_counter=False)
     timer = _Timer()
     callbacks: list[L.Callback] = [best, last, ExactResume(), TwinkleRecord(setup.checkpoint_record), timer]
+    if settings.checkpoint_every_n_steps:  # also mid-epoch, into the same last.ckpt
+        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, save_top_k=0, save_last=True, enable_version_counter=False,
+                                         every_n_train_steps=settings.checkpoint_every_n_steps))
     if settings.early_stopping_patience:
         callbacks.append(EarlyStopping(monitor=metric, mode=mode, patience=settings.early_stopping_patience))
     continuation = setup.continuation

@@ -1,0 +1,77 @@
+"""A run killed with SIGKILL mid-epoch and resumed ends with the same weights as one never interrupted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import torch
+
+from twinkle_core import RunStore
+
+SCRIPT = textwrap.dedent(
+    '''
+    import os, signal, sys
+    import lightning as L
+    from twinkle_core import Trainer
+
+    class KillAt(L.Callback):
+        """SIGKILL this process when the given optimizer step is about to start."""
+        def __init__(self, step):
+            self.step = step
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            if trainer.global_step == self.step:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    mode, data = sys.argv[1], sys.argv[2]
+    hp = {"batch_size": 32, "max_epochs": 3, "checkpoint_every_n_steps": 4, "dropout": 0.3, "progress_bar": False}
+    if mode == "resume":
+        result = Trainer.from_checkpoint(sys.argv[3], mode="resume", verbose=False).fit()
+    else:
+        callbacks = [KillAt(int(sys.argv[3]))] if mode == "kill" else []
+        result = Trainer("tabular-mlp", hyperparams=hp, project=mode, verbose=False, callbacks=callbacks).fit(data)
+    print("RUN", result.run_uri, result.last_checkpoint)
+    '''
+)
+
+
+def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+def _last_line(result: subprocess.CompletedProcess[str]) -> list[str]:
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [line for line in result.stdout.splitlines() if line.startswith("RUN ")][-1].split()
+
+
+def test_sigkill_mid_epoch_then_resume_is_bit_identical(twinkle_home, cancer_csv, tmp_path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    # 455 training rows / 32 = 15 steps per epoch; checkpoints every 4 steps; killed at step 22 (epoch 1,
+    # batch 7), so steps 21–22 are redone after the resume from the step-20 checkpoint.
+    _, full_uri, full_ckpt = _last_line(_run(script, "full", str(cancer_csv)))
+    killed = _run(script, "kill", str(cancer_csv), "22")
+    assert killed.returncode == -signal.SIGKILL
+    store = RunStore()
+    (victim,) = store.list(project="kill")
+    assert victim.status == "running"  # nothing could mark it
+    partial = torch.load(store.path(victim.id, "checkpoints", "last.ckpt"), weights_only=True)
+    assert partial["global_step"] == 20 and partial["epoch"] == 1
+    _, resumed_uri, resumed_ckpt = _last_line(_run(script, "resume", str(cancer_csv), victim.uri))
+    full = torch.load(full_ckpt, weights_only=True)
+    resumed = torch.load(resumed_ckpt, weights_only=True)
+    assert full["global_step"] == resumed["global_step"] == 45
+    assert full["state_dict"].keys() == resumed["state_dict"].keys()
+    for key, value in full["state_dict"].items():
+        assert torch.equal(value, resumed["state_dict"][key]), key
+    for a, b in zip(full["optimizer_states"][0]["state"].values(), resumed["optimizer_states"][0]["state"].values()):
+        assert torch.equal(a["exp_avg"], b["exp_avg"])
+    child = store.get(resumed_uri)
+    assert child.parent == victim.id and child.mode == "resume" and child.status == "finished"
+    assert store.get(victim.uri).status == "interrupted"
+    assert resumed_uri.startswith("twinkle://tester/kill/")

@@ -1,0 +1,135 @@
+"""The engine end to end on real data: breast-cancer CSV → tabular-mlp → child run → verified exports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from twinkle_core import RunStore, Trainer
+from twinkle_core.errors import TwinkleError
+
+HP = {"lr": 1e-3, "batch_size": 64, "max_epochs": 30}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, cancer_csv):
+    """One trained run shared by this module's tests (about 5 s on one thread)."""
+    home = tmp_path_factory.mktemp("home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TWINKLE_HOME", str(home))
+    mp.setenv("TWINKLE_USER", "tester")
+    trainer = Trainer(algorithm="tabular-mlp", task="tabular_classification", hyperparams=HP, progress_bar=False)
+    result = trainer.fit(data=str(cancer_csv))
+    yield trainer, result, home
+    mp.undo()
+
+
+def test_reaches_accuracy_and_records_the_run(trained) -> None:
+    trainer, result, home = trained
+    assert result.status == "finished"
+    assert result.best_metric >= 0.93 and result.monitor == "val_accuracy"
+    assert result.metrics["val_accuracy"] >= 0.93
+    assert result.run_uri == "twinkle://tester/default/run1"
+    run_dir = Path(result.run_dir)
+    assert (run_dir / "checkpoints" / "best.ckpt").exists() and (run_dir / "checkpoints" / "last.ckpt").exists()
+    metrics = pd.read_csv(run_dir / "logs" / "metrics.csv")
+    assert {"train_loss_epoch", "val_loss", "val_accuracy"} <= set(metrics.columns)
+    assert metrics["val_loss"].dropna().iloc[-1] < metrics["val_loss"].dropna().iloc[0]
+    assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["precision"] == "32-true" and plan["micro_batch_size"] == 64
+    record = RunStore(str(home)).get(result.run_uri)
+    assert record.status == "finished"
+    assert record.data_fingerprint == result.data_fingerprint and result.data_fingerprint.startswith("md5:")
+    assert record.hyperparams["lr"] == 1e-3 and record.hyperparams["max_epochs"] == 30
+    assert record.plan["decisions"][0]["name"] == "accelerator"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "options", "suffix"),
+    [("onnx", {}, ".onnx"), ("onnx", {"opset_version": 15}, ".onnx"), ("torchscript", {}, ".pt")],
+)
+def test_fp32_exports_match_the_model(trained, tmp_path, fmt, options, suffix) -> None:
+    trainer, result, home = trained
+    output = str(tmp_path / f"model{suffix}")
+    export = trainer.export(format=fmt, output=output, **options)
+    assert Path(output).exists() and export.path == output
+    assert export.max_abs_diff <= 1e-4
+    assert export.metric == "accuracy" and export.metric_delta == 0.0
+    assert export.samples == 113  # the whole validation split (20 %, stratified)
+    if fmt == "onnx":
+        import onnx
+
+        opset = next(o.version for o in onnx.load(output).opset_import if o.domain in ("", "ai.onnx"))
+        assert opset == options.get("opset_version", 17) == export.details["opset"]
+        assert not list(tmp_path.glob("*.data"))  # one self-contained file
+    exports = RunStore(str(home)).get(result.run_uri).exports
+    assert any(e["path"] == output and e["format"] == fmt for e in exports)
+
+
+def test_int8_onnx_keeps_accuracy(trained) -> None:
+    trainer, result, _ = trained
+    export = trainer.export(format="onnx", quantize=True)
+    assert export.path.endswith("exports/model-int8.onnx")
+    assert export.quantized and export.details["quantization"] == "static QDQ int8"
+    assert export.details["calibration_samples"] == 256
+    assert export.metric_delta >= -0.01
+    import onnx
+
+    ops = {node.op_type for node in onnx.load(export.path).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+
+
+def test_unsupported_opset_and_torchscript_quantize_are_named_errors(trained) -> None:
+    trainer, _, _ = trained
+    with pytest.raises(TwinkleError, match="opset_version=30 cannot be written exactly"):
+        trainer.export(format="onnx", opset_version=30)
+    with pytest.raises(TwinkleError, match="quantize=True is not supported for torchscript"):
+        trainer.export(format="torchscript", quantize=True)
+
+
+def test_continue_on_new_data_makes_a_child_run(trained, tmp_path, cancer_csv) -> None:
+    _, result, home = trained
+    new_data = tmp_path / "more.csv"
+    pd.read_csv(cancer_csv).sample(frac=1.0, random_state=1).to_csv(new_data, index=False)
+    child = Trainer.from_checkpoint(result.run_uri, new_data=str(new_data), hyperparams={"max_epochs": 2})
+    assert child.continuation.mode == "continue"
+    child_result = child.fit()
+    assert child_result.parent == result.run_uri
+    assert child_result.run_uri == "twinkle://tester/default/run2"
+    record = RunStore(str(home)).get(child_result.run_uri)
+    assert record.parent == "tester/default/run1" and record.mode == "continue"
+    assert record.data_uri == str(new_data) and record.hyperparams["max_epochs"] == 2
+    assert child_result.best_metric >= 0.93  # starts from the trained weights
+
+
+def test_finetune_and_resume_modes(trained, tmp_path, cancer_csv) -> None:
+    _, result, _ = trained
+    finetune = Trainer.from_checkpoint(result.run_uri, mode="finetune", hyperparams={"max_epochs": 1, "lr": 1e-4})
+    assert finetune.continuation.optimizer_states == []
+    assert finetune.continuation.checkpoint_uri.endswith("best.ckpt")
+    changed = tmp_path / "changed.csv"
+    pd.read_csv(cancer_csv).iloc[:400].to_csv(changed, index=False)
+    resume = Trainer.from_checkpoint(result.run_uri, new_data=str(changed), mode="resume")
+    with pytest.raises(TwinkleError, match="resume needs the data the checkpoint trained on"):
+        resume.fit()
+    with pytest.raises(TwinkleError, match="unknown mode 'restart'"):
+        Trainer.from_checkpoint(result.run_uri, mode="restart")
+
+
+def test_regression_learns(twinkle_home, tmp_path) -> None:
+    from sklearn.datasets import load_diabetes
+
+    frame = load_diabetes(as_frame=True).frame
+    path = tmp_path / "diabetes.parquet"
+    frame.to_parquet(path)
+    result = Trainer(
+        "tabular-mlp", task="tabular_regression",
+        hyperparams={"max_epochs": 40, "lr": 3e-3, "batch_size": 32}, progress_bar=False,
+    ).fit(str(path))
+    baseline = float(((frame["target"] - frame["target"].mean()) ** 2).mean())
+    assert result.monitor == "val_loss"
+    assert result.metrics["val_loss"] < 0.6 * baseline  # well below predicting the mean
