@@ -47,7 +47,10 @@ def _class_tasks(cls: type[Algorithm]) -> tuple[str, ...]:
     default = inspect.signature(cls.__init__).parameters.get("task")
     if default is not None and isinstance(default.default, str):
         return (default.default,)
-    return ()
+    try:  # the task is set in __init__, as in the article's KronosModel: build one with the defaults
+        return (cls().task,)
+    except Exception:  # required hyperparameters: the caller must pass task=
+        return ()
 
 
 def _check_algorithm_class(cls: Any, name: str) -> None:

@@ -95,9 +95,9 @@ def route(
     algorithm, data, trainer = {}, {}, {}
     for key, value in values.items():
         if key in algorithm_params:
-            algorithm[key] = value
+            algorithm[key] = coerce(algorithm_params[key], value)
         elif key in data_params:
-            data[key] = value
+            data[key] = coerce(data_params[key], value)
         else:
             trainer[key] = coerce(trainer_params[key], value)
     return Routed(algorithm, data, TrainerSettings(**trainer))

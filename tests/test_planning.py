@@ -1,0 +1,111 @@
+"""Resource plans: every rule of the default strategy, each choice explained, and history reuse."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from twinkle_core import Trainer
+from twinkle_core.planning import DefaultStrategy, Hardware, ModelFacts, PlanContext, measure
+
+GB = 10**9
+CPU = Hardware("cpu", 1, "cpu", 24 * GB, False, False, 2, 24 * GB)
+H200 = Hardware("cuda", 8, "NVIDIA H200", 141 * GB, True, True, 64, 2000 * GB)
+V100 = Hardware("cuda", 4, "Tesla V100", 32 * GB, False, True, 32, 500 * GB)
+
+
+def facts(params: float, activation: int = 10_000) -> ModelFacts:
+    p = int(params)
+    return ModelFacts(p, p, 6 * p, activation, 16 * p)
+
+
+def plan(hardware=CPU, model=None, **kwargs):
+    values = dict(algorithm_name="algo", task="image_classification", facts=model or facts(1e6), data_bytes=10**6,
+                  train_samples=10_000, batch_size=32, effective_batch_size=None, max_epochs=10, hardware=hardware)
+    values.update(kwargs)
+    return DefaultStrategy().plan(PlanContext(**values))
+
+
+def reasons(p) -> dict[str, str]:
+    return {d.name: d.reason for d in p.decisions}
+
+
+def test_cpu_small_model() -> None:
+    p = plan()
+    assert (p.accelerator, p.devices, p.precision, p.strategy) == ("cpu", 1, "32-true", "auto")
+    assert (p.micro_batch_size, p.accumulate_grad_batches, p.data_loading, p.num_workers) == (32, 1, "in-memory", 0)
+    assert all(d.reason for d in p.decisions)
+    assert p.estimates["optimizer_steps_per_epoch"] == 313 and p.estimates["hardware"] == "cpu:2"
+    assert "no GPU found" in p.explain()
+
+
+def test_gpu_precision_by_capability() -> None:
+    assert plan(H200).precision == "bf16-mixed"
+    assert plan(V100).precision == "16-mixed"
+    assert plan(H200, supports_mixed_precision=False).precision == "32-true"
+
+
+def test_single_device_below_100m_parameters() -> None:
+    p = plan(H200, facts(50e6))
+    assert p.devices == 1 and p.strategy == "auto"
+    assert "< 100.0M" in reasons(p)["devices"]
+
+
+@pytest.mark.parametrize(
+    ("params", "strategy"),
+    [(1e9, "ddp"), (7e9, "fsdp"), (70e9, "deepspeed_stage_3_offload")],
+)
+def test_distribution_by_model_size(params, strategy) -> None:
+    p = plan(H200, facts(params))
+    assert p.devices == 8 and p.strategy == strategy
+    assert "training state" in reasons(p)["strategy"]
+
+
+def test_accumulation_keeps_the_effective_batch() -> None:
+    p = plan(batch_size=32, effective_batch_size=256)
+    assert (p.micro_batch_size, p.accumulate_grad_batches, p.effective_batch_size) == (32, 8, 256)
+    big = plan(V100, facts(1e8, activation=200 * 10**6), batch_size=256, effective_batch_size=256)
+    assert big.micro_batch_size < 256
+    assert big.micro_batch_size * big.devices * big.accumulate_grad_batches == 256
+    assert "would need" in reasons(big)["micro_batch_size"]
+
+
+def test_streaming_for_data_larger_than_memory() -> None:
+    p = plan(data_bytes=2 * 10**12)  # the article's "> 1 TB"
+    assert p.data_loading == "streaming" and p.num_workers == 1
+    assert "2.0 TB" in reasons(p)["data_loading"]
+
+
+def test_history_supplies_measurements() -> None:
+    history = [{"id": "u/p/run3", "measured": {"micro_batch_size": 16, "seconds_per_sample": 0.001}}]
+    p = plan(history=history)
+    assert p.history_run == "u/p/run3" and p.micro_batch_size == 16 and p.accumulate_grad_batches == 2
+    assert p.estimates["estimated_seconds"] == 100.0 and p.estimates["estimate_source"] == "u/p/run3"
+
+
+def test_user_overrides_win() -> None:
+    p = plan(H200, overrides={"precision": "32-true", "devices": 2})
+    assert p.precision == "32-true" and p.devices == 2
+    assert reasons(p)["precision"] == "set by the user"
+
+
+def test_measure_counts_parameters_flops_and_activations() -> None:
+    model = nn.Sequential(nn.Linear(30, 64), nn.ReLU(), nn.Linear(64, 2))
+    m = measure(model, torch.randn(2, 30))
+    assert m.parameters == 30 * 64 + 64 + 64 * 2 + 2
+    forward = 2 * (30 * 64 + 64 * 2)
+    # backward: weight gradients of both layers, input gradient of the second only (the data needs none)
+    assert m.flops_per_sample == forward + forward + 2 * 64 * 2
+    assert m.activation_bytes_per_sample == 4 * (64 + 64 + 2)
+    assert m.state_bytes == 16 * m.parameters
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_trainer_plan_reuses_a_finished_run(twinkle_home, cancer_csv) -> None:
+    trainer = Trainer("tabular-mlp", hyperparams={"max_epochs": 1, "batch_size": 64}, verbose=False)
+    assert trainer.plan(str(cancer_csv)).history_run is None
+    first = trainer.fit(str(cancer_csv))
+    again = Trainer("tabular-mlp", hyperparams={"max_epochs": 3}, verbose=False).plan(str(cancer_csv))
+    assert again.history_run == first.run_uri.removeprefix("twinkle://")
+    assert again.estimates["estimate_source"] == again.history_run

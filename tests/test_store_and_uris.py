@@ -1,0 +1,109 @@
+"""Run store addressing, URI schemes (nas://, twinkle://, memory://), fingerprints and index files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from twinkle_core import RunStore, Trainer
+from twinkle_core.cli import main
+from twinkle_core.data.fingerprint import data_fingerprint, md5_of
+from twinkle_core.data.index import read_index
+from twinkle_core.data.tabular import TabularProcessor
+from twinkle_core.errors import TwinkleError
+from twinkle_core.store.runs import RunNotFoundError
+from twinkle_core.uris import resolve
+
+
+def test_uri_mapping(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("TWINKLE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TWINKLE_NAS_ROOT", str(tmp_path / "nas"))
+    assert resolve("nas://financial_data/SP500_10y.csv") == str(tmp_path / "nas" / "financial_data" / "SP500_10y.csv")
+    assert resolve("twinkle://u/p/run3") == str(tmp_path / "home" / "runs" / "u" / "p" / "run3")
+    assert resolve("twinkle://user/projects/x/run23") == str(tmp_path / "home" / "runs" / "user" / "x" / "run23")
+    assert resolve("twinkle://models/digits") == str(tmp_path / "home" / "models" / "digits")
+    assert resolve("s3://bucket/key.csv") == "s3://bucket/key.csv"
+    with pytest.raises(TwinkleError, match="would leave TWINKLE_NAS_ROOT"):
+        resolve("nas://../etc/passwd")
+    monkeypatch.delenv("TWINKLE_NAS_ROOT")
+    with pytest.raises(TwinkleError, match="TWINKLE_NAS_ROOT is not set"):
+        resolve("nas://x.csv")
+
+
+def test_fingerprints_follow_the_documented_recipe(tmp_path) -> None:
+    folder = tmp_path / "ds"
+    (folder / "b").mkdir(parents=True)
+    (folder / "a.txt").write_bytes(b"hello")
+    (folder / "b" / "c.txt").write_bytes(b"world!")
+    md5 = lambda b: hashlib.md5(b).hexdigest()  # noqa: E731
+    manifest = f"a.txt\t5\t{md5(b'hello')}\nb/c.txt\t6\t{md5(b'world!')}\n"
+    assert md5_of(str(folder)) == md5(manifest.encode())
+    assert data_fingerprint(str(folder / "a.txt")) == f"md5:{md5(b'hello')}"
+
+
+def test_memory_uri_and_nas_uri_train(twinkle_home, tmp_path, monkeypatch, cancer_csv) -> None:
+    import fsspec
+
+    fsspec.filesystem("memory").pipe("/data/cancer.csv", cancer_csv.read_bytes())
+    monkeypatch.setenv("TWINKLE_NAS_ROOT", str(cancer_csv.parent))
+    hp = {"max_epochs": 1}
+    memory = Trainer("tabular-mlp", hyperparams=hp, verbose=False).fit("memory://data/cancer.csv")
+    nas = Trainer("tabular-mlp", hyperparams=hp, verbose=False).fit("nas://cancer.csv")
+    assert memory.data_fingerprint == nas.data_fingerprint == data_fingerprint(str(cancer_csv))
+
+
+def test_index_with_mmap_trains_like_the_csv(twinkle_home, tmp_path, cancer_csv) -> None:
+    index = str(tmp_path / "cancer.idx")
+    TabularProcessor.build_index(str(cancer_csv), index)
+    arrays, meta = read_index(index, mmap=True)
+    assert isinstance(arrays["features"], np.memmap) and arrays["features"].shape == (569, 30)
+    assert meta["fingerprint"] == data_fingerprint(str(cancer_csv))
+    hp = {"max_epochs": 3, "seed": 5}
+    from_csv = Trainer("tabular-mlp", hyperparams=hp, verbose=False).fit(str(cancer_csv))
+    from_index = Trainer("tabular-mlp", hyperparams={**hp, "use_mmap": True}, verbose=False).fit(index)
+    assert from_index.data_fingerprint == from_csv.data_fingerprint
+    assert from_index.metrics["val_loss"] == pytest.approx(from_csv.metrics["val_loss"], abs=1e-6)
+    truncated = tmp_path / "short.idx"
+    truncated.write_bytes((tmp_path / "cancer.idx").read_bytes()[:5000])
+    with pytest.raises(TwinkleError, match="truncated"):
+        read_index(str(truncated))
+
+
+def test_runs_cli_and_publish(twinkle_home, cancer_csv) -> None:
+    result = Trainer("tabular-mlp", hyperparams={"max_epochs": 2}, project="cancer", verbose=False).fit(str(cancer_csv))
+    runner = CliRunner()
+    listed = runner.invoke(main, ["runs", "list"])
+    assert listed.exit_code == 0 and "twinkle://tester/cancer/run1" in listed.output and "finished" in listed.output
+    shown = json.loads(runner.invoke(main, ["runs", "show", result.run_uri, "--json"]).output)
+    assert shown["status"] == "finished" and shown["plan"]["precision"] == "32-true"
+    text = runner.invoke(main, ["runs", "show", "tester/cancer/run1"]).output
+    assert "Resource plan (default)" in text and "val_accuracy" in text
+    missing = runner.invoke(main, ["runs", "show", "twinkle://tester/cancer/run9"])
+    assert missing.exit_code == 1 and "runs of tester/cancer: run1" in missing.output
+    assert RunStore().publish(result.run_uri, "cancer-mlp") == "twinkle://models/cancer-mlp"
+    child = Trainer.from_checkpoint("twinkle://models/cancer-mlp/model.ckpt", hyperparams={"max_epochs": 1},
+                                    verbose=False).fit()
+    assert child.parent == result.run_uri
+    with pytest.raises(RunNotFoundError, match="does not name a run"):
+        RunStore().get("twinkle://models/cancer-mlp")
+
+
+def test_train_plan_export_cli(twinkle_home, cancer_csv, tmp_path) -> None:
+    runner = CliRunner()
+    planned = runner.invoke(main, ["plan", "tabular-mlp", "--data", str(cancer_csv), "--hp", "batch_size=16"])
+    assert planned.exit_code == 0 and "micro_batch_size         16" in planned.output
+    trained = runner.invoke(main, ["train", "tabular-mlp", "-d", str(cancer_csv), "--epochs", "2",
+                                   "--hp", "lr=0.003", "--project", "cli", "--json"])
+    assert trained.exit_code == 0, trained.output
+    run = json.loads(trained.output[trained.output.index("{"):])["run"]
+    assert run == "twinkle://tester/cli/run1" and RunStore().get(run).hyperparams["lr"] == 0.003
+    out = tmp_path / "m.onnx"
+    exported = runner.invoke(main, ["export", run, "--format", "onnx", "--opset", "13", "-o", str(out)])
+    assert exported.exit_code == 0, exported.output
+    assert out.exists() and "max |difference| vs PyTorch" in exported.output
+    bad = runner.invoke(main, ["train", "tabular-mlp", "-d", str(cancer_csv), "--hp", "lr"])
+    assert bad.exit_code == 1 and "--hp takes key=value" in bad.output
