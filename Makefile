@@ -34,13 +34,14 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml) $(CONSTRAINTS)
 	touch $@
 
 demo: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python examples/demo.py
+	TWINKLE_HOME=$${TWINKLE_HOME:-$(CACHE)/twinkle-home} OMP_NUM_THREADS=1 $(BIN)/python examples/demo.py
 
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests plugins
 
 bench: $(STAMP)
 	$(BIN)/python bench/cli_startup.py
+	OMP_NUM_THREADS=1 $(BIN)/python bench/overhead.py
 
 # Re-pin every third-party version after changing a dependency (then commit the constraints file).
 lock: $(STAMP)
