@@ -30,8 +30,8 @@ def plot_curves(csv_uri: str, png_uri: str, title: str) -> bool:
     frame = read_metrics(csv_uri)
     if frame.empty or "step" not in frame:
         return False
-    losses = [c for c in frame.columns if c.endswith("loss") and not c.endswith("_step")]
-    others = [c for c in frame.columns if c.startswith(("val_", "test_")) and c not in losses]
+    losses = [c for c in frame.columns if "loss" in c and not c.endswith("_step") and frame[c].notna().any()]
+    others = [c for c in frame.columns if c.startswith(("val_", "test_")) and c not in losses and frame[c].notna().any()]
     panels = [p for p in (losses, others) if p]
     if not panels:
         return False

@@ -7,6 +7,7 @@ what makes a resumed run (which starts mid-way) shuffle exactly like an uninterr
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Iterator
 
 import torch
@@ -73,14 +74,16 @@ class _ShuffleIterator(Iterator[int]):
 def train_loader(dataset: Dataset, batch_size: int, seed: int, num_workers: int) -> StatefulDataLoader:
     """A shuffling loader whose position is saved in checkpoints (see the module docstring)."""
     sampler = EpochShuffle(len(dataset), seed)  # type: ignore[arg-type]
-    return StatefulDataLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=sampler,
-        generator=sampler.generator,
-        num_workers=num_workers,
-        persistent_workers=num_workers > 0,
-    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*'set_vital' is deprecated")  # torchdata's, harmless
+        return StatefulDataLoader(
+            dataset,
+            batch_size=batch_size,
+            sampler=sampler,
+            generator=sampler.generator,
+            num_workers=num_workers,
+            persistent_workers=num_workers > 0,
+        )
 
 
 def eval_loader(dataset: Dataset, batch_size: int, num_workers: int) -> DataLoader:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +72,16 @@ class _Timer(L.Callback):
         self.samples += len(first) if hasattr(first, "__len__") else 1
 
 
+class _DropAdverts(logging.Filter):
+    """Drops Lightning's promotional tips from its log; real messages pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "💡 Tip" not in record.getMessage()
+
+
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropAdverts())
+
+
 def run_lightning(setup: RunSetup) -> Any:
     """Train as planned, keep the catalogue current, write curves; return a :class:`FitResult`."""
     from twinkle_core.trainer import FitResult
@@ -118,7 +130,9 @@ def run_lightning(setup: RunSetup) -> Any:
         if parent is not None and parent.status == "running":
             store.update(parent.id, status="interrupted")
     try:
-        trainer.fit(algorithm, *loaders, ckpt_path=ckpt_path)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*treespec, LeafSpec.*")  # Lightning's, harmless
+            trainer.fit(algorithm, *loaders, ckpt_path=ckpt_path)
     except BaseException as err:
         store.update(record.id, status="failed", error=f"{type(err).__name__}: {err}", finished=time.time())
         raise
