@@ -29,7 +29,7 @@ from torch.nn import functional as F
 
 from twinkle_core.data.spec import DataSpec
 from twinkle_core.errors import TwinkleError
-from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, coerce, declared
+from twinkle_core.hyperparams import Hyperparameter, declared, validate
 from twinkle_core.tasks import check_task
 
 CLASSIFICATION_TASKS = frozenset({"tabular_classification", "image_classification"})
@@ -101,18 +101,8 @@ class Algorithm(L.LightningModule):
             HyperparameterError: an unknown key (the message lists the valid ones) or a badly typed value.
         """
         declared_hps = cls.hyperparameters()
-        given = dict(hyperparams or {})
-        unknown = sorted(set(given) - set(declared_hps))
-        if unknown:
-            raise HyperparameterError(
-                f"unknown hyperparameter {', '.join(repr(u) for u in unknown)} for {cls.__name__}; "
-                f"valid: {', '.join(sorted(declared_hps))}"
-            )
-        values = {name: coerce(declared_hps[name], value) for name, value in given.items()}
+        values = validate(declared_hps, hyperparams, cls.__name__)
         own = {k: v for k, v in values.items() if declared_hps[k].owner == "algorithm"}
-        missing = [hp.name for hp in declared_hps.values() if hp.required and hp.name not in own]
-        if missing:
-            raise HyperparameterError(f"{cls.__name__} needs hyperparameter(s) {', '.join(missing)}")
         if task is not None and "task" in inspect.signature(cls.__init__).parameters:
             own["task"] = task
         algorithm = cls(**own)

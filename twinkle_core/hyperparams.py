@@ -72,6 +72,26 @@ def declared(func: Any, owner: str, skip: tuple[str, ...] = ("self", "task")) ->
     return params
 
 
+def validate(declared_params: dict[str, Hyperparameter], given: Any, owner: str) -> dict[str, Any]:
+    """Check that every key of ``given`` is declared and coerce each value to its type.
+
+    Raises:
+        HyperparameterError: an unknown key (the message lists the valid ones, naming ``owner``), a badly
+            typed value, or a required hyperparameter that is missing.
+    """
+    values = dict(given or {})
+    unknown = sorted(set(values) - set(declared_params))
+    if unknown:
+        raise HyperparameterError(
+            f"unknown hyperparameter {', '.join(repr(u) for u in unknown)} for {owner}; "
+            f"valid: {', '.join(sorted(declared_params)) or 'none'}"
+        )
+    missing = [hp.name for hp in declared_params.values() if hp.required and hp.name not in values]
+    if missing:
+        raise HyperparameterError(f"{owner} needs hyperparameter(s) {', '.join(missing)}")
+    return {name: coerce(declared_params[name], value) for name, value in values.items()}
+
+
 def coerce(hp: Hyperparameter, value: Any) -> Any:
     """Return ``value`` converted to ``hp``'s type, or raise :class:`HyperparameterError` naming it."""
     try:

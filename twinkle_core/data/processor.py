@@ -16,7 +16,7 @@ import numpy as np
 from twinkle_core.data.errors import UnsupportedFormatError
 from twinkle_core.data.spec import DataSpec
 from twinkle_core.errors import TwinkleError
-from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, coerce, declared
+from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, declared, validate
 from twinkle_core.tasks import check_task
 
 
@@ -73,15 +73,7 @@ class DataProcessor(ABC):
         Raises:
             HyperparameterError: an unknown name (listing the valid ones) or a badly typed value.
         """
-        declared_params = cls.parameters()
-        given = dict(params or {})
-        unknown = sorted(set(given) - set(declared_params))
-        if unknown:
-            raise HyperparameterError(
-                f"unknown parameter {', '.join(repr(u) for u in unknown)} for {cls.__name__}; "
-                f"valid: {', '.join(sorted(declared_params)) or 'none'}"
-            )
-        values = {name: coerce(declared_params[name], value) for name, value in given.items()}
+        values = validate(cls.parameters(), params, cls.__name__)
         if task is not None and "task" in inspect.signature(cls.__init__).parameters:
             values["task"] = task
         return cls(**values)

@@ -4,7 +4,8 @@
   the pytest fixture ``twinkle_plugin`` (installed automatically with twinkle-core) does the same for one
   test and cleans up afterwards.
 * :func:`check_plugin_contract` / :func:`assert_plugin_contract` — the contract every plugin should meet;
-  call it from your plugin's own tests: ``assert_plugin_contract("myplugin")``.
+  call it from your plugin's own tests: ``assert_plugin_contract("myplugin")``;
+* :func:`listed_plugin` — the plugin's entry in ``twinkle plugins list --json``, seen by a fresh process.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from twinkle_core.testing.contract import (
     check_plugin_contract,
 )
 from twinkle_core.testing.inprocess import registered_plugin
+from twinkle_core.testing.listing import listed_plugin
 
 __all__ = [
     "HEAVY_MODULES",
     "ContractReport",
     "assert_plugin_contract",
     "check_plugin_contract",
+    "listed_plugin",
     "registered_plugin",
 ]

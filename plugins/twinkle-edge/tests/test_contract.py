@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
-from twinkle_core.testing import assert_plugin_contract
+from twinkle_core.testing import assert_plugin_contract, listed_plugin
 
 
 def test_plugin_meets_contract() -> None:
@@ -14,11 +10,5 @@ def test_plugin_meets_contract() -> None:
 
 
 def test_plugin_is_listed_with_version_and_no_error() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "twinkle_core", "plugins", "list", "--json"],
-        capture_output=True, text=True, check=True,
-    ).stdout
-    plugin = {p["name"]: p for p in json.loads(out)}["edge"]
-    assert plugin["distribution"] == "twinkle-edge"
-    assert plugin["version"] == "0.1.0"
-    assert plugin["error"] is None
+    entry = listed_plugin("edge")
+    assert (entry["distribution"], entry["version"], entry["error"]) == ("twinkle-edge", "0.1.0", None)
