@@ -136,6 +136,20 @@ class Algorithm(L.LightningModule):
             )
         return self.model(x)
 
+    def enable_gradient_checkpointing(self) -> None:
+        """Recompute activations during backward to save memory (networks with ``set_grad_checkpointing``).
+
+        Raises:
+            TwinkleError: the algorithm's network does not support it.
+        """
+        setter = getattr(self.model, "set_grad_checkpointing", None)
+        if setter is None:
+            raise TwinkleError(
+                f"{type(self).__name__} does not support gradient checkpointing (its network has no "
+                "set_grad_checkpointing); drop gradient_checkpointing=True or lower batch_size"
+            )
+        setter(True)
+
     def export_module(self) -> nn.Module:
         """The module exporters trace: the network itself when :meth:`forward` is the default one."""
         if self.model is not None and type(self).forward is Algorithm.forward:

@@ -18,12 +18,15 @@ from twinkle_core.algorithm import Algorithm
 from twinkle_core.data.processor import DataProcessor, PreparedData
 from twinkle_core.engine import continuation as cont
 from twinkle_core.engine.checkpoints import CheckpointError, load_checkpoint, twinkle_record
+from twinkle_core.engine.operations import Operations
 from twinkle_core.engine.run import RunSetup, run_lightning
 from twinkle_core.engine.selection import choose_processor, choose_strategy, resolve_algorithm, resolve_task
 from twinkle_core.engine.settings import TrainerSettings, route
 from twinkle_core.errors import TwinkleError
 from twinkle_core.exporting.base import ExportResult
 from twinkle_core.planning import Hardware, Plan, PlanContext, measure
+from twinkle_core.ops.memory import scale_batch
+from twinkle_core.ops.verify import save_data_manifest
 from twinkle_core.store.runs import RunStore
 
 
@@ -43,7 +46,8 @@ class FitResult:
         data_fingerprint: the data's content fingerprint.
         run_dir: the run's folder (metrics.csv, curves.png, plan.json, checkpoints/).
         parent: the run this one continued from, if any.
-        alerts: alerts that fired.
+        alerts: alerts that fired (rules, budget, out-of-memory retries).
+        stop_reason: why training stopped early (an alert rule or the budget), if it did.
     """
 
     run_uri: str
@@ -58,9 +62,10 @@ class FitResult:
     run_dir: str
     parent: str | None = None
     alerts: list[dict[str, Any]] = field(default_factory=list)
+    stop_reason: str | None = None
 
 
-class Trainer:
+class Trainer(Operations):
     """Train a registered algorithm (or an :class:`Algorithm` subclass) on data at any URI.
 
     Args:
@@ -95,6 +100,7 @@ class Trainer:
         **options: Any,
     ) -> None:
         """Resolve the algorithm and task and check every hyperparameter name and type now."""
+        self.algorithm_ref = algorithm
         self.choice = resolve_algorithm(algorithm)
         self.task = resolve_task(self.choice, task)
         self.hyperparams = {**(hyperparams or {}), **options}
@@ -110,6 +116,20 @@ class Trainer:
         self.result: FitResult | None = None
         self._prepared: PreparedData | None = None
         self._route(None)
+
+    def variant(self, hyperparams: dict[str, Any], **kwargs: Any) -> Trainer:
+        """A new trainer like this one with ``hyperparams`` merged over its own (and monitor/budget kept)."""
+        options = {"data_processor": self.data_processor, "resource_strategy": self.resource_strategy,
+                   "user": self.user, "project": self.project, "home": self.store.home, "verbose": self.verbose,
+                   "callbacks": self.callbacks, **kwargs}
+        other = Trainer(self.algorithm_ref, self.task, {**self.hyperparams, **hyperparams}, **options)
+        other.monitor_config, other.budget_config = self.monitor_config, self.budget_config
+        return other
+
+    def valid_hyperparameters(self) -> set[str]:
+        """Every name ``hyperparams`` accepts: the algorithm's, the data processor's and the trainer's."""
+        component = choose_processor(self.task, None, self.data_processor)
+        return {*self.choice.cls.hyperparameters(), *component.load().parameters(), *TrainerSettings.parameters()}
 
     # ------------------------------------------------------------ components
     def _route(self, uri: str | None) -> tuple[Any, Any]:
@@ -130,6 +150,8 @@ class Trainer:
         algorithm = self.choice.cls.from_hyperparams(routed.algorithm, task=self.task)
         L.seed_everything(self.settings.seed, workers=True, verbose=False)
         algorithm.configure_data(prepared.spec)
+        if self.settings.gradient_checkpointing:
+            algorithm.enable_gradient_checkpointing()
         if self.continuation is not None and self.continuation.mode != "resume":
             cont.check_compatible(self.continuation.state_dict, algorithm.state_dict(), self.continuation.checkpoint_uri)
             algorithm.load_state_dict(self.continuation.state_dict)
@@ -167,6 +189,8 @@ class Trainer:
         uri = self._data(data)
         prepared, algorithm, (component, routed) = self._prepare(uri)
         plan = self._plan(prepared, algorithm)
+        if self.settings.auto_batch_scaling:
+            scale_batch(plan, algorithm, prepared.train, self.settings.memory_limit_bytes)
         if self.verbose:
             print(plan.explain(), flush=True)
         parent = self.continuation.parent_run if self.continuation else None
@@ -184,6 +208,7 @@ class Trainer:
             mode=self.continuation.mode if self.continuation else None,
         )
         self.store.write_json(record.id, "plan.json", plan.to_dict())
+        save_data_manifest(self.store.home, uri, prepared)
         self.store.write_json(record.id, "data.json", {"uri": uri, "fingerprint": prepared.fingerprint,
                                                         "spec": prepared.spec.to_dict(), **prepared.details})
         checkpoint_record = {
@@ -203,7 +228,7 @@ class Trainer:
         setup = RunSetup(
             store=self.store, record=record, algorithm=algorithm, prepared=prepared, plan=plan,
             settings=self.settings, checkpoint_record=checkpoint_record, continuation=self.continuation,
-            verbose=self.verbose, callbacks=self.callbacks,
+            verbose=self.verbose, callbacks=self.callbacks, monitor=self.monitor_config, budget=self.budget_config,
         )
         self.result = run_lightning(setup)
         self.algorithm, self._prepared = algorithm, prepared

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from twinkle_core.cli.listing import add_component_groups, plugins
+from twinkle_core.cli.ops import COMMANDS as OPS_COMMANDS
 from twinkle_core.cli.runs import COMMANDS
 from twinkle_core.errors import TwinkleError
 
@@ -35,7 +36,7 @@ def main() -> None:
 
 main.add_command(plugins)
 add_component_groups(main)
-for _command in COMMANDS:
+for _command in (*COMMANDS, *OPS_COMMANDS):
     main.add_command(_command)
 
 

@@ -10,6 +10,7 @@ Both are written ``md5:<hex>``; :func:`md5_of` returns the bare hex digest.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 from twinkle_core.uris import require_exists
@@ -25,26 +26,43 @@ def _file_md5(fs: Any, path: str) -> str:
     return digest.hexdigest()
 
 
-def folder_manifest(uri: str) -> dict[str, tuple[int, str]]:
-    """Relative path → (size, MD5) for every file under folder ``uri`` (or the single file ``uri``)."""
+@dataclass(frozen=True)
+class Manifest:
+    """Every file of some data with its size and MD5, keyed by path relative to the data's root.
+
+    Attributes:
+        files: relative path → (size in bytes, MD5 hex).
+        single_file: whether the data is one file (its fingerprint is then that file's MD5).
+    """
+
+    files: dict[str, tuple[int, str]]
+    single_file: bool = False
+
+    @property
+    def md5(self) -> str:
+        """The documented fingerprint (see the module docstring), as bare hex."""
+        if self.single_file:
+            return next(iter(self.files.values()))[1]
+        lines = "".join(f"{rel}\t{size}\t{md5}\n" for rel, (size, md5) in sorted(self.files.items()))
+        return hashlib.md5(lines.encode("utf-8")).hexdigest()
+
+
+def scan(uri: str) -> Manifest:
+    """Read every file under ``uri`` (or the file ``uri``) and return its :class:`Manifest`."""
     fs, path = require_exists(uri)
     if not fs.isdir(path):
-        return {path.rsplit("/", 1)[-1]: (int(fs.size(path)), _file_md5(fs, path))}
+        return Manifest({path.rsplit("/", 1)[-1]: (int(fs.size(path)), _file_md5(fs, path))}, single_file=True)
     root = path.rstrip("/") + "/"
-    manifest = {}
+    files = {}
     for file_path in sorted(fs.find(path)):
         rel = file_path[len(root) :] if file_path.startswith(root) else file_path
-        manifest[rel] = (int(fs.size(file_path)), _file_md5(fs, file_path))
-    return manifest
+        files[rel] = (int(fs.size(file_path)), _file_md5(fs, file_path))
+    return Manifest(files)
 
 
 def md5_of(uri: str) -> str:
     """The documented MD5 of a file's bytes or of a folder's manifest (see the module docstring)."""
-    fs, path = require_exists(uri)
-    if not fs.isdir(path):
-        return _file_md5(fs, path)
-    lines = "".join(f"{rel}\t{size}\t{md5}\n" for rel, (size, md5) in sorted(folder_manifest(uri).items()))
-    return hashlib.md5(lines.encode("utf-8")).hexdigest()
+    return scan(uri).md5
 
 
 def data_fingerprint(uri: str) -> str:

@@ -187,7 +187,8 @@ class TabularProcessor(DataProcessor):
     def prepare(self, uri: str, seed: int = 0) -> PreparedData:
         """Read (or memory-map) the table, validate it and split it deterministically."""
         fs, path = require_exists(uri)
-        if is_index(uri):
+        indexed = is_index(uri)
+        if indexed:
             arrays, meta = read_index(uri, mmap=self.use_mmap)
             x, y, facts, fingerprint = arrays["features"], arrays["labels"], meta["facts"], meta["fingerprint"]
             if meta.get("task") != self.task:
@@ -223,7 +224,8 @@ class TabularProcessor(DataProcessor):
             class_names=class_names,
             extra=extra,
         )
-        details = {"rows": int(len(y)), "train_rows": int(len(train_rows)), "val_rows": int(len(val_rows))}
+        details = {"rows": int(len(y)), "train_rows": int(len(train_rows)), "val_rows": int(len(val_rows)),
+                   "index": indexed}
         return PreparedData(train, val, spec, fingerprint, uri, int(fs.size(path)), details)
 
     def write_index(self, src: str, dst: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -21,7 +22,11 @@ from twinkle_core.engine.curves import plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
 from twinkle_core.engine.resume import ExactResume
 from twinkle_core.engine.settings import TrainerSettings
-from twinkle_core.planning import Plan
+from twinkle_core.ops.budget import BudgetConfig, BudgetGuard, forecast
+from twinkle_core.ops.memory import MemoryGuard, apply_gpu_limit, facts_of
+from twinkle_core.ops.monitor import Monitor, MonitorConfig
+from twinkle_core.ops.notify import run_notifier
+from twinkle_core.planning import Decision, Plan
 from twinkle_core.store.catalogue import RunRecord
 from twinkle_core.store.runs import RunStore
 from twinkle_core.uris import filesystem
@@ -41,6 +46,8 @@ class RunSetup:
     continuation: Continuation | None = None
     verbose: bool = True
     callbacks: list[L.Callback] = field(default_factory=list)
+    monitor: MonitorConfig | None = None
+    budget: BudgetConfig | None = None
 
 
 class TwinkleRecord(L.Callback):
@@ -82,31 +89,46 @@ class _DropAdverts(logging.Filter):
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropAdverts())
 
 
-def run_lightning(setup: RunSetup) -> Any:
-    """Train as planned, keep the catalogue current, write curves; return a :class:`FitResult`."""
-    from twinkle_core.trainer import FitResult
-
-    store, record, plan, settings = setup.store, setup.record, setup.plan, setup.settings
-    algorithm, prepared = setup.algorithm, setup.prepared
-    run_dir = store.run_dir(record.id)
-    ckpt_dir = store.path(record.id, "checkpoints")
+def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Any) -> dict[str, Any]:
+    """Every callback of a run, by role (kept across out-of-memory retries)."""
+    settings, algorithm = setup.settings, setup.algorithm
     metric, mode = algorithm.monitor
-    best = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=metric, mode=mode, save_top_k=1,
-                           save_last=False, enable_version_counter=False, auto_insert_metric_name=False)
-    last = ModelCheckpoint(dirpath=ckpt_dir, save_top_k=0, save_last=True, enable_version_counter=False)
-    timer = _Timer()
-    callbacks: list[L.Callback] = [best, last, ExactResume(), TwinkleRecord(setup.checkpoint_record), timer]
+    last_path = f"{ckpt_dir}/last.ckpt" if "://" in ckpt_dir else os.path.join(ckpt_dir, "last.ckpt")
+    roles: dict[str, Any] = {
+        "best": ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=metric, mode=mode, save_top_k=1,
+                                save_last=False, enable_version_counter=False, auto_insert_metric_name=False),
+        # no monitor + top-1: the newest state, as last.ckpt, after every validation (Lightning's save_last
+        # alone writes last.ckpt only when another checkpoint was saved in the same step)
+        "last": ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1, enable_version_counter=False),
+        "resume": ExactResume(),
+        "record": TwinkleRecord(setup.checkpoint_record),
+        "timer": _Timer(),
+        "last_path": last_path,
+    }
+    extra: list[L.Callback] = []
     if settings.checkpoint_every_n_steps:  # also mid-epoch, into the same last.ckpt
-        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, save_top_k=0, save_last=True, enable_version_counter=False,
-                                         every_n_train_steps=settings.checkpoint_every_n_steps))
+        extra.append(ModelCheckpoint(dirpath=ckpt_dir, save_top_k=0, save_last=True, enable_version_counter=False,
+                                     every_n_train_steps=settings.checkpoint_every_n_steps))
     if settings.early_stopping_patience:
-        callbacks.append(EarlyStopping(monitor=metric, mode=mode, patience=settings.early_stopping_patience))
-    continuation = setup.continuation
-    if continuation is not None and continuation.optimizer_states:
-        callbacks.append(RestoreOptimizerState(continuation.optimizer_states))
-    callbacks += setup.callbacks
-    torch.set_num_threads(plan.torch_threads)
-    trainer = L.Trainer(
+        extra.append(EarlyStopping(monitor=metric, mode=mode, patience=settings.early_stopping_patience))
+    if setup.continuation is not None and setup.continuation.optimizer_states:
+        extra.append(RestoreOptimizerState(setup.continuation.optimizer_states))
+    if setup.monitor is not None:
+        roles["monitor"] = Monitor(setup.monitor, notify, last_path)
+        extra.append(roles["monitor"])
+    if setup.budget is not None:
+        roles["budget"] = BudgetGuard(setup.budget, setup.plan, notify, last_path)
+        extra.append(roles["budget"])
+    if settings.memory_limit_bytes and setup.plan.accelerator == "cpu":
+        extra.append(MemoryGuard(facts_of(setup.plan), settings.memory_limit_bytes))
+    roles["all"] = [roles["best"], roles["last"], roles["resume"], roles["record"], roles["timer"], *extra,
+                    *setup.callbacks]
+    return roles
+
+
+def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: str) -> L.Trainer:
+    plan, settings = setup.plan, setup.settings
+    return L.Trainer(
         **plan.lightning_kwargs(),
         max_epochs=settings.max_epochs,
         max_steps=settings.max_steps,
@@ -120,27 +142,98 @@ def run_lightning(setup: RunSetup) -> Any:
         log_every_n_steps=max(1, min(50, plan.estimates.get("optimizer_steps_per_epoch", 50))),
         default_root_dir=run_dir,
     )
-    loaders = (
-        train_loader(prepared.train, plan.micro_batch_size, settings.seed, plan.num_workers),
-        eval_loader(prepared.val, max(plan.micro_batch_size, 256), plan.num_workers),
-    )
+
+
+def run_lightning(setup: RunSetup) -> Any:
+    """Train as planned, keep the catalogue current, write curves; return a :class:`FitResult`.
+
+    With ``auto_batch_scaling``, an out-of-memory error halves the micro-batch, doubles the gradient
+    accumulation (the effective batch stays) and continues from the last checkpoint — or from the start
+    when there is none yet.
+    """
+    from twinkle_core.trainer import FitResult
+
+    store, record, plan, settings = setup.store, setup.record, setup.plan, setup.settings
+    algorithm, prepared, continuation = setup.algorithm, setup.prepared, setup.continuation
+    run_dir = store.run_dir(record.id)
+    ckpt_dir = store.path(record.id, "checkpoints")
+    notify = run_notifier(store, record.id, record.uri, setup.monitor.webhook if setup.monitor else None)
+    roles = _callbacks(setup, ckpt_dir, notify)
+    if setup.budget is not None:
+        expected = forecast(setup.budget, plan)
+        if expected["fraction"] > 1:
+            notify({"kind": "budget", "rule": "forecast", "action": "log", **expected,
+                    "message": f"the plan's estimate ({expected['estimated_seconds']:.0f} s) would use "
+                               f"{expected['fraction']:.0%} of {expected['limit']}"})
+    apply_gpu_limit(settings.memory_limit_bytes)
+    torch.set_num_threads(plan.torch_threads)
     ckpt_path = continuation.checkpoint_uri if continuation and continuation.mode == "resume" else None
     if continuation is not None and continuation.mode == "resume" and continuation.parent_run:
         parent = store.catalogue.get(continuation.parent_run.removeprefix("twinkle://"))
         if parent is not None and parent.status == "running":
             store.update(parent.id, status="interrupted")
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*treespec, LeafSpec.*")  # Lightning's, harmless
-            trainer.fit(algorithm, *loaders, ckpt_path=ckpt_path)
-    except BaseException as err:
-        store.update(record.id, status="failed", error=f"{type(err).__name__}: {err}", finished=time.time())
-        raise
+    while True:
+        trainer = _lightning_trainer(setup, roles["all"], run_dir)
+        loaders = (
+            train_loader(prepared.train, plan.micro_batch_size, settings.seed, plan.num_workers),
+            eval_loader(prepared.val, max(plan.micro_batch_size, 256), plan.num_workers),
+        )
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*treespec, LeafSpec.*")  # Lightning's, harmless
+                warnings.filterwarnings("ignore", message=".*dirpath has changed from.*")  # a resumed run's new folder
+                trainer.fit(algorithm, *loaders, ckpt_path=ckpt_path)
+            break
+        except torch.OutOfMemoryError as err:
+            if not settings.auto_batch_scaling or plan.micro_batch_size <= 1:
+                store.update(record.id, status="failed", error=f"OutOfMemoryError: {err}", finished=time.time())
+                raise
+            ckpt_path = _retry_smaller(setup, roles, notify, trainer, err)
+        except BaseException as err:
+            store.update(record.id, status="failed", error=f"{type(err).__name__}: {err}", finished=time.time())
+            raise
+    return _finish(setup, trainer, roles, FitResult)
+
+
+def _retry_smaller(setup: RunSetup, roles: dict[str, Any], notify: Any, trainer: L.Trainer, err: BaseException) -> str | None:
+    """Halve the micro-batch, double the accumulation; return the checkpoint to continue from (or None)."""
+    plan = setup.plan
+    old = (plan.micro_batch_size, plan.accumulate_grad_batches)
+    plan.micro_batch_size //= 2
+    plan.accumulate_grad_batches *= 2
+    plan.decisions.append(Decision(
+        "oom_retry", f"{plan.micro_batch_size} × {plan.accumulate_grad_batches}",
+        f"out of memory at step {trainer.global_step} with micro-batch {old[0]}: halved it, doubled accumulation",
+    ))
+    setup.store.update(setup.record.id, plan=plan.to_dict())
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    fs, path = filesystem(roles["last_path"])
+    resume_from = roles["last_path"] if fs.exists(path) else None
+    notify({"kind": "oom", "rule": "out of memory", "action": "retry", "step": trainer.global_step,
+            "epoch": trainer.current_epoch, "micro_batch_size": plan.micro_batch_size,
+            "accumulate_grad_batches": plan.accumulate_grad_batches, "effective_batch_size": plan.effective_batch_size,
+            "message": f"{str(err).splitlines()[0][:160]} — retrying with micro-batch {plan.micro_batch_size} × "
+                       f"accumulation {plan.accumulate_grad_batches} from "
+                       f"{'the last checkpoint' if resume_from else 'the start'}"})
+    if resume_from is None:  # nothing saved yet: start again from the same initial weights
+        L.seed_everything(setup.settings.seed, workers=True, verbose=False)
+        setup.algorithm.configure_data(setup.prepared.spec)
+    return resume_from
+
+
+def _finish(setup: RunSetup, trainer: L.Trainer, roles: dict[str, Any], result_cls: Any) -> Any:
+    store, record, plan, prepared = setup.store, setup.record, setup.plan, setup.prepared
+    ckpt_dir = store.path(record.id, "checkpoints")
+    metric = setup.algorithm.monitor[0]
+    stopped = next((r.stopped_by for r in (roles.get("monitor"), roles.get("budget")) if r and r.stopped_by), None)
     if trainer.interrupted:
         store.update(record.id, status="failed", error="interrupted", finished=time.time())
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
+    best, timer = roles["best"], roles["timer"]
     best_path = _uri(best.best_model_path, ckpt_dir)
-    last_path = _uri(last.last_model_path, ckpt_dir)
+    fs, last_local = filesystem(roles["last_path"])
+    last_path = roles["last_path"] if fs.exists(last_local) else None
     plot_curves(store.path(record.id, "logs", "metrics.csv"), store.path(record.id, "curves.png"),
                 f"{record.uri} · {record.algorithm}")
     measured = {
@@ -149,16 +242,18 @@ def run_lightning(setup: RunSetup) -> Any:
         "train_seconds": round(timer.seconds, 3),
         "peak_memory_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
     }
-    status = "finished" if not trainer.interrupted else "failed"
+    status = "failed" if trainer.interrupted else "stopped" if stopped else "finished"
     best_score = float(best.best_model_score) if best.best_model_score is not None else None
     final = store.update(
         record.id, status=status, metrics={**metrics, f"best_{metric}": best_score}, measured=measured,
-        best_checkpoint=best_path or last_path, finished=time.time(),
+        best_checkpoint=best_path or last_path, finished=time.time(), plan=plan.to_dict(),
+        error=stopped["message"] if stopped else None,
     )
-    return FitResult(
+    return result_cls(
         run_uri=record.uri, status=final.status, metrics=metrics, best_metric=best_score, monitor=metric,
         best_checkpoint=best_path, last_checkpoint=last_path, plan=plan, data_fingerprint=prepared.fingerprint,
-        run_dir=run_dir, parent=f"twinkle://{record.parent}" if record.parent else None, alerts=final.alerts,
+        run_dir=store.run_dir(record.id), parent=f"twinkle://{record.parent}" if record.parent else None,
+        alerts=final.alerts, stop_reason=stopped["message"] if stopped else None,
     )
 
 

@@ -27,6 +27,12 @@ class TrainerSettings:
         early_stopping_patience: stop after this many validations without improvement.
         progress_bar: show Lightning's progress bar.
         val_check_interval: validate every N training batches (or a fraction of an epoch).
+        auto_batch_scaling: find the largest micro-batch that runs (real steps) and keep the effective batch
+            with gradient accumulation; on out-of-memory, retry from the last checkpoint with half the
+            micro-batch and twice the accumulation.
+        gradient_checkpointing: recompute activations in backward (algorithms that support it).
+        memory_limit_bytes: cap the memory a run may use (CUDA: a per-process fraction; CPU: the planner's
+            estimate per step, enforced before each step).
     """
 
     batch_size: int = 32
@@ -43,6 +49,9 @@ class TrainerSettings:
     early_stopping_patience: int | None = None
     progress_bar: bool = True
     val_check_interval: float | None = None
+    auto_batch_scaling: bool = False
+    gradient_checkpointing: bool = False
+    memory_limit_bytes: int | None = None
 
     @classmethod
     def parameters(cls) -> dict[str, Hyperparameter]:

@@ -223,13 +223,13 @@ class DefaultStrategy(ResourceStrategy):
         samples = c.train_samples * c.max_epochs
         if c.history and c.history[0].get("measured", {}).get("seconds_per_sample"):
             rate = c.history[0]["measured"]["seconds_per_sample"]
-            return {"estimated_seconds": round(samples * rate, 1), "estimate_source": c.history[0]["id"]}
+            return {"estimated_seconds": float(f"{samples * rate:.3g}"), "estimate_source": c.history[0]["id"]}
         if c.hardware.accelerator == "cpu":
             flops_per_second = _CPU_FLOPS_PER_CORE * threads
         else:
             flops_per_second = 1e14 * workers
         seconds = samples * c.facts.flops_per_sample / flops_per_second
-        return {"estimated_seconds": round(seconds, 1), "estimate_source": "FLOPs"}
+        return {"estimated_seconds": float(f"{seconds:.3g}"), "estimate_source": "FLOPs"}
 
 
 def _history_micro_batch(c: PlanContext) -> int | None:

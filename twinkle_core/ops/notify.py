@@ -1,0 +1,57 @@
+"""Delivering alerts (a log line, a record on the run, a JSON POST to a webhook) and stopping a run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.request
+from typing import Any, Callable
+
+import lightning as L
+
+from twinkle_core.store.runs import RunStore
+
+log = logging.getLogger("twinkle.alerts")
+
+
+def post_json(url: str, payload: dict[str, Any], timeout: float = 5.0) -> bool:
+    """POST ``payload`` as JSON to ``url``; a failure is logged, never raised (training goes on)."""
+    request = urllib.request.Request(
+        url, data=json.dumps(payload, default=str).encode("utf-8"),
+        headers={"Content-Type": "application/json", "User-Agent": "twinkle"}, method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (the user's URL)
+            return 200 <= response.status < 300
+    except Exception as err:  # network trouble must not stop training
+        log.warning("alert webhook %s failed: %s", url, err)
+        return False
+
+
+def run_notifier(store: RunStore, run_id: str, run_uri: str, webhook: str | None) -> Callable[[dict[str, Any]], None]:
+    """A function that logs an alert, appends it to the run's ``alerts`` and posts it to ``webhook``."""
+
+    def notify(alert: dict[str, Any]) -> None:
+        alert = {"run": run_uri, "time": time.time(), **alert}
+        log.warning("ALERT %s: %s", run_uri, alert["message"])
+        if webhook:
+            alert["webhook_delivered"] = post_json(webhook, alert)
+        record = store.catalogue.get(run_id)
+        store.update(run_id, alerts=[*(record.alerts if record else []), alert])
+
+    return notify
+
+
+def stop_with_checkpoint(trainer: L.Trainer, path: str) -> None:
+    """Save the exact current state to ``path`` (last.ckpt), then stop training.
+
+    The run's own "last" checkpoint callbacks are switched off first: saving again when the loop winds down
+    would record the interrupted epoch as complete, and a resume would skip the rest of it.
+    """
+    trainer.save_checkpoint(path)
+    for callback in trainer.checkpoint_callbacks:
+        if getattr(callback, "monitor", None) is None:  # the "last" ones; the best checkpoint stays
+            callback.save_last = False
+            callback.save_top_k = 0
+    trainer.should_stop = True
