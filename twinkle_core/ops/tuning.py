@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import socket
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -174,8 +175,23 @@ def tune(
     pruning: bool = True,
     timeout: float | None = None,
     study_name: str | None = None,
+    sampler: str = "tpe",
+    warm_start: bool = True,
 ) -> TuneResult:
-    """Search ``params_space`` for the trainer's algorithm on ``data`` (see the module docstring)."""
+    """Search ``params_space`` for the trainer's algorithm on ``data`` (see the module docstring).
+
+    Args:
+        trainer: the trainer whose algorithm, task and fixed hyperparameters are tuned.
+        params_space: name → ``(low, high)`` range or list of choices.
+        max_trials: finished (or pruned) trials the study should hold when this call returns.
+        data: the data URI (default: the trainer's ``new_data``).
+        seed: the sampler's seed.
+        pruning: stop unpromising trials early (median pruner on the per-epoch metric).
+        timeout: stop starting new trials after this many seconds.
+        study_name: name the study yourself (default: algorithm, data fingerprint and space).
+        sampler: ``tpe`` (default) or ``random`` (a baseline).
+        warm_start: seed a new study with earlier studies' finished trials of the same algorithm and data.
+    """
     import optuna
     from optuna_integration import PyTorchLightningPruningCallback
 
@@ -194,16 +210,21 @@ def tune(
     prefix = f"{trainer.choice.name}|{prepared.fingerprint}|"
     name = study_name or prefix + space_key
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = optuna.storages.RDBStorage(_storage_url(trainer.store.home), heartbeat_interval=30, grace_period=90)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats are "experimental"
+        storage = optuna.storages.RDBStorage(_storage_url(trainer.store.home), heartbeat_interval=30, grace_period=90)
     existing = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
     startup = startup_trials(max_trials)
+    if sampler not in ("tpe", "random"):
+        raise SearchSpaceError(f"unknown sampler '{sampler}'; use 'tpe' or 'random'")
+    chosen = (optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True) if sampler == "tpe"
+              else optuna.samplers.RandomSampler(seed=seed))
     study = optuna.create_study(
-        study_name=name, storage=storage, direction=direction, load_if_exists=True,
-        sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True),
+        study_name=name, storage=storage, direction=direction, load_if_exists=True, sampler=chosen,
         pruner=optuna.pruners.MedianPruner(n_startup_trials=startup, n_warmup_steps=1) if pruning
         else optuna.pruners.NopPruner(),
     )
-    if name not in existing:
+    if warm_start and name not in existing:
         _warm_start(study, storage, prefix, dists)
     _fail_dead_trials(study, storage)
     done = {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED}
@@ -246,7 +267,6 @@ def tune(
 
 def _plot(study: Any, url: str) -> str | None:
     import io
-    import warnings
 
     import matplotlib
 
