@@ -57,7 +57,7 @@ KINDS: dict[str, Kind] = {
 }
 """The four component kinds, by name."""
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*(/\*)?$")
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
@@ -133,6 +133,22 @@ class Component:
     def aliases(self) -> tuple[str, ...]:
         """Other names this component answers to."""
         return tuple(self.meta.get("aliases", ()))
+
+    @property
+    def is_family(self) -> bool:
+        """Whether this registration covers a family of names (``"timm/*"`` answers ``"timm/resnet26d"``)."""
+        return self.name.endswith("/*")
+
+    @property
+    def variant(self) -> str | None:
+        """For a family resolved from a concrete name, the part after the prefix (``"resnet26d"``)."""
+        return self.meta.get("variant")
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """Hyperparameters implied by the name: ``{variant_param: variant}`` for a resolved family."""
+        param = self.meta.get("variant_param")
+        return {param: self.variant} if param and self.variant else {}
 
     @property
     def target_path(self) -> str:

@@ -6,6 +6,7 @@ aliases, then case-insensitively; ``plugin:name`` picks one plugin's component w
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import fnmatch
 from typing import Iterable
@@ -93,6 +94,12 @@ class Registry:
                     f"plugins with {KINDS[kind].plural}: {', '.join(plugins) or 'none'}"
                     + self._broken_hint()
                 )
+        if not any(c.name == bare or bare in c.aliases for c in comps):
+            families = [c for c in comps if c.is_family and bare.startswith(c.name[:-1]) and len(bare) > len(c.name) - 1]
+            if families:
+                family = max(families, key=lambda c: len(c.name))
+                variant = bare[len(family.name) - 1 :]
+                return dataclasses.replace(family, name=bare, meta={**family.meta, "variant": variant}, _loaded=[])
         for match in (
             lambda c: c.name == bare,
             lambda c: bare in c.aliases,

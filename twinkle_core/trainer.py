@@ -103,7 +103,7 @@ class Trainer(Operations):
         self.algorithm_ref = algorithm
         self.choice = resolve_algorithm(algorithm)
         self.task = resolve_task(self.choice, task)
-        self.hyperparams = {**(hyperparams or {}), **options}
+        self.hyperparams = {**self.choice.defaults, **(hyperparams or {}), **options}
         self.data_processor = data_processor
         self.resource_strategy = resource_strategy
         self.user, self.project = user, project

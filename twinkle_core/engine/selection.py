@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from twinkle_core.algorithm import Algorithm
@@ -20,6 +20,7 @@ class AlgorithmChoice:
     name: str
     cls: type[Algorithm]
     tasks: tuple[str, ...]
+    defaults: dict[str, Any] = field(default_factory=dict)
 
 
 def resolve_algorithm(algorithm: str | type[Algorithm]) -> AlgorithmChoice:
@@ -32,7 +33,8 @@ def resolve_algorithm(algorithm: str | type[Algorithm]) -> AlgorithmChoice:
         component = get_component("algorithm", algorithm)
         cls = component.load()
         _check_algorithm_class(cls, component.qualified_name)
-        return AlgorithmChoice(component.name, cls, component.tasks or ((cls.task,) if cls.task else ()))
+        tasks = component.tasks or ((cls.task,) if cls.task else ())
+        return AlgorithmChoice(component.name, cls, tasks, component.defaults)
     if inspect.isclass(algorithm) and issubclass(algorithm, Algorithm):
         return AlgorithmChoice(f"{algorithm.__module__}:{algorithm.__qualname__}", algorithm, _class_tasks(algorithm))
     raise TwinkleError(

@@ -1,0 +1,127 @@
+"""ResNet (timm) through Twinkle on real images: accuracy, verified exports, continue training, bad data."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from twinkle_core import RunStore, Trainer
+from twinkle_core.data.errors import DataError, EmptyDataError, UnsupportedFormatError
+from twinkle_core.errors import TwinkleError
+from twinkle_vision.images import CorruptImageError, ImageFolderProcessor
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, digits_folder):
+    """ResNet-18 with its default recipe, 10 epochs, on digits at 32×32 (about 45 s on one thread)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TWINKLE_HOME", str(tmp_path_factory.mktemp("home")))
+    mp.setenv("TWINKLE_USER", "tester")
+    trainer = Trainer("resnet18", task="image_classification",
+                      hyperparams={"max_epochs": 10, "image_size": 32, "use_mmap": True}, progress_bar=False)
+    start = time.perf_counter()
+    result = trainer.fit(data=str(digits_folder))
+    yield trainer, result, time.perf_counter() - start
+    mp.undo()
+
+
+def test_resnet18_learns_digits_within_two_minutes(trained) -> None:
+    trainer, result, seconds = trained
+    assert result.best_metric >= 0.97
+    assert seconds < 120
+    spec = trainer.algorithm.data_spec
+    assert spec.input_shape == (1, 32, 32) and spec.num_classes == 10 and spec.class_names[:3] == ("0", "1", "2")
+    assert trainer.algorithm.model_name == "resnet18"
+    assert RunStore().get(result.run_uri).algorithm == "resnet18"
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_fp32_exports_match(trained, tmp_path, fmt) -> None:
+    trainer, _, _ = trained
+    export = trainer.export(format=fmt, output=str(tmp_path / f"resnet18.{fmt}"))
+    assert export.max_abs_diff < 1e-3 and export.metric_delta == 0.0
+    assert export.samples == 359  # the whole validation split (20 %, stratified)
+
+
+def test_int8_onnx_loses_at_most_one_point(trained) -> None:
+    trainer, result, _ = trained
+    export = trainer.export(format="onnx", quantize=True)
+    assert export.metric_delta >= -0.01 and export.metric_export >= 0.96
+    assert export.path.endswith("model-int8.onnx")
+
+
+def test_continue_on_new_data_keeps_weights(trained, tmp_path, digits_folder) -> None:
+    _, result, _ = trained
+    subset = tmp_path / "fewer"
+    for folder in Path(digits_folder).iterdir():
+        (subset / folder.name).mkdir(parents=True)
+        for image in sorted(folder.iterdir())[:20]:
+            shutil.copy(image, subset / folder.name / image.name)
+    child = Trainer.from_checkpoint(result.run_uri, new_data=str(subset), hyperparams={"max_epochs": 1})
+    child_result = child.fit()
+    assert child_result.parent == result.run_uri and child_result.best_metric >= 0.9
+
+
+def test_timm_family_and_weights(twinkle_home, tmp_path, digits_folder) -> None:
+    trainer = Trainer("timm/resnet10t", hyperparams={"max_epochs": 1, "image_size": 16, "gradient_checkpointing": True},
+                      verbose=False)
+    assert trainer.hyperparams["model_name"] == "resnet10t"
+    result = trainer.fit(str(digits_folder))
+    assert RunStore().get(result.run_uri).algorithm == "timm/resnet10t"
+    weights = tmp_path / "weights.pt"
+    torch.save(trainer.algorithm.model.net.state_dict(), weights)
+    other = Trainer("timm/resnet10t", hyperparams={"max_epochs": 1, "image_size": 16, "weights": str(weights)},
+                    verbose=False)
+    other.fit(str(digits_folder))
+    assert other.algorithm.skipped_weights == []
+    with pytest.raises(TwinkleError, match="timm has no model 'resnet9000'"):
+        Trainer("timm/resnet9000", verbose=False).fit(str(digits_folder))
+
+
+def _tree(tmp_path: Path, digits_folder: Path, classes=("0", "1"), per_class=5) -> Path:
+    root = tmp_path / "tree"
+    for name in classes:
+        (root / name).mkdir(parents=True)
+        for image in sorted((digits_folder / name).iterdir())[:per_class]:
+            shutil.copy(image, root / name / image.name)
+    return root
+
+
+def test_bad_images_are_named(twinkle_home, tmp_path, digits_folder) -> None:
+    root = _tree(tmp_path, digits_folder)
+    (root / "1" / "broken.png").write_bytes(b"not a png at all")
+    with pytest.raises(CorruptImageError, match=r"image '.*1/broken.png' cannot be decoded"):
+        ImageFolderProcessor().prepare(str(root))
+    (root / "1" / "broken.png").unlink()
+    (root / "1" / "notes.txt").write_text("x")
+    with pytest.raises(UnsupportedFormatError, match=r"'.*1/notes.txt' is not an image"):
+        ImageFolderProcessor().prepare(str(root))
+    (root / "1" / "notes.txt").unlink()
+    (root / "2").mkdir()
+    with pytest.raises(EmptyDataError, match=r"class folder '.*tree/2' is empty"):
+        ImageFolderProcessor().prepare(str(root))
+    shutil.rmtree(root / "2")
+    shutil.rmtree(root / "1")
+    with pytest.raises(DataError, match="one class only"):
+        ImageFolderProcessor().prepare(str(root))
+
+
+def test_train_val_folders_and_index(twinkle_home, tmp_path, digits_folder) -> None:
+    root = tmp_path / "split"
+    for split, part in (("train", slice(0, 8)), ("val", slice(8, 11))):
+        for name in ("3", "7"):
+            (root / split / name).mkdir(parents=True)
+            for image in sorted((digits_folder / name).iterdir())[part]:
+                shutil.copy(image, root / split / name / image.name)
+    plain = ImageFolderProcessor().prepare(str(root))
+    assert (len(plain.train), len(plain.val)) == (16, 6) and plain.spec.class_names == ("3", "7")
+    index = str(tmp_path / "split.idx")
+    ImageFolderProcessor.build_index(str(root), index)
+    mapped = ImageFolderProcessor(use_mmap=True).prepare(index)
+    assert mapped.fingerprint == plain.fingerprint
+    assert (len(mapped.train), len(mapped.val)) == (16, 6)
+    assert torch.equal(mapped.train[0][0], plain.train[0][0]) and mapped.train[0][1] == plain.train[0][1]
