@@ -1,11 +1,10 @@
-"""The Twinkle demo: real data in, a verified INT8 ONNX model out, everything recorded in the run store.
+"""The Twinkle demo: real images in, a verified INT8 ONNX model out, everything recorded in the run store.
 
-1. writes scikit-learn's breast-cancer data (569 rows, 30 features) as CSV;
-2. trains the built-in ``tabular-mlp`` through ``Trainer`` (the plan is printed first);
-3. exports INT8 ONNX (static QDQ, calibrated on the run's data) and verifies it against PyTorch;
+1. writes scikit-learn's digits (1,797 real 8×8 greyscale images) as an image folder, one folder per digit;
+2. trains ``resnet18`` (timm, random init, twinkle-vision's default recipe) at 32×32 for 10 epochs through
+   ``Trainer`` — the resource plan is printed first;
+3. exports INT8 ONNX (static QDQ, calibrated on the run's own images) and verifies it against PyTorch;
 4. prints the accuracy, the export check and where the run is.
-
-When the vision plugin lands this becomes ResNet-18 on digits.
 """
 
 from __future__ import annotations
@@ -17,20 +16,19 @@ from pathlib import Path
 
 def main() -> int:
     """Run the demo; returns the process exit code."""
-    from sklearn.datasets import load_breast_cancer
-
     from twinkle_core import Trainer, list_algorithms
     from twinkle_core.uris import twinkle_home
+    from twinkle_vision.samples import write_digits
 
     print(f"Algorithms installed: {', '.join(list_algorithms())}\n")
-    data = Path(os.environ.get("TWINKLE_DEMO_DATA", ".cache/demo")) / "breast_cancer.csv"
-    data.parent.mkdir(parents=True, exist_ok=True)
-    load_breast_cancer(as_frame=True).frame.to_csv(data, index=False)
+    data = Path(os.environ.get("TWINKLE_DEMO_DATA", ".cache/demo")) / "digits"
+    if not data.exists():
+        write_digits(data)
 
     trainer = Trainer(
-        algorithm="tabular-mlp",
-        task="tabular_classification",
-        hyperparams={"lr": 1e-3, "batch_size": 64, "max_epochs": 30},
+        algorithm="resnet18",
+        task="image_classification",
+        hyperparams={"max_epochs": 10, "image_size": 32, "use_mmap": True},
         project="demo",
     )
     result = trainer.fit(data=str(data))
@@ -38,13 +36,13 @@ def main() -> int:
 
     print()
     print(f"Validation accuracy (best): {result.best_metric:.4f}")
-    print(f"INT8 ONNX: {export.path} ({export.size_bytes / 1024:.1f} KiB, {export.details['quantization']})")
+    print(f"INT8 ONNX: {export.path} ({export.size_bytes / 1e6:.1f} MB, {export.details['quantization']})")
     print(f"  accuracy PyTorch {export.metric_torch:.4f} vs ONNX INT8 {export.metric_export:.4f} "
-          f"on {export.samples} validation rows; max |output difference| {export.max_abs_diff:.3g}")
+          f"on {export.samples} validation images; max |logit difference| {export.max_abs_diff:.3g}")
     print(f"Run: {result.run_uri}  (store: {twinkle_home()})")
     print(f"Run folder: {result.run_dir}  (plan.json, logs/metrics.csv, curves.png, checkpoints/, exports/)")
     print(f"See it again with: twinkle runs show {result.run_uri}")
-    return 0 if result.best_metric >= 0.9 else 1
+    return 0 if result.best_metric >= 0.95 else 1
 
 
 if __name__ == "__main__":

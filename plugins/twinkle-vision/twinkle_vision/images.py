@@ -43,7 +43,7 @@ def decode_image(data: bytes, path: str, size: int | None, channels: int) -> np.
             image = image.convert("L" if channels == 1 else "RGB")
             if size is not None and image.size != (size, size):
                 image = image.resize((size, size), Image.BILINEAR)
-            array = np.asarray(image, dtype=np.uint8)
+            array = np.array(image, dtype=np.uint8)
     except (UnidentifiedImageError, OSError, ValueError) as err:
         raise CorruptImageError(f"image '{path}' cannot be decoded ({err}); replace or remove it") from None
     return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
