@@ -36,6 +36,18 @@ CLASSIFICATION_TASKS = frozenset({"tabular_classification", "image_classificatio
 REGRESSION_TASKS = frozenset({"tabular_regression"})
 
 
+def batch_size_of(batch: Any) -> int:
+    """The number of samples in a batch: the first dimension of its first tensor (``img`` for dicts)."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0])
+    if isinstance(batch, dict):
+        first = batch.get("img", next((v for v in batch.values() if isinstance(v, torch.Tensor)), None))
+        return batch_size_of(first) if first is not None else 1
+    if isinstance(batch, (tuple, list)) and batch:
+        return batch_size_of(batch[0])
+    return 1
+
+
 @dataclass
 class OptimizerSettings:
     """The optimizer hyperparameters every algorithm has.
@@ -185,12 +197,28 @@ class Algorithm(L.LightningModule):
         return {}
 
     # ---------------------------------------------------------------- the steps
+    def eval_batch_size(self, micro_batch_size: int) -> int:
+        """The validation batch size (default: at least 256; validation keeps no activations)."""
+        return max(micro_batch_size, 256)
+
+    def batch_loss(self, batch: Any) -> torch.Tensor:
+        """The training loss of one batch (``(inputs, targets)`` by default)."""
+        x, y = batch
+        return self.compute_loss(self(x), y)
+
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         """Forward, loss, and log ``train_loss``."""
-        x, y = batch
-        loss = self.compute_loss(self(x), y)
-        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(y))
+        loss = self.batch_loss(batch)
+        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=batch_size_of(batch))
         return loss
+
+    def export_inputs(self, batch: Any) -> torch.Tensor:
+        """The model inputs of a validation batch, as an exported model receives them."""
+        return batch[0]
+
+    def export_metrics(self, outputs: torch.Tensor, batch: Any) -> dict[str, torch.Tensor]:
+        """Metrics of (exported or PyTorch) ``outputs`` on a validation batch, to compare the two."""
+        return self.compute_metrics(outputs, batch[1])
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         """Log ``val_loss`` and every metric of :meth:`compute_metrics` as ``val_<name>``."""

@@ -190,7 +190,7 @@ class Trainer(Operations):
         prepared, algorithm, (component, routed) = self._prepare(uri)
         plan = self._plan(prepared, algorithm)
         if self.settings.auto_batch_scaling:
-            scale_batch(plan, algorithm, prepared.train, self.settings.memory_limit_bytes)
+            scale_batch(plan, algorithm, prepared.train, self.settings.memory_limit_bytes, prepared.collate_fn)
         if self.verbose:
             print(plan.explain(), flush=True)
         parent = self.continuation.parent_run if self.continuation else None

@@ -32,6 +32,7 @@ class PreparedData:
         source: the URI the data came from.
         size_bytes: the source's size on storage.
         details: JSON-ready facts for the run record (row counts, class balance, ...).
+        collate_fn: how samples become a batch (default: torch's ``default_collate``).
     """
 
     train: Any
@@ -41,6 +42,7 @@ class PreparedData:
     source: str
     size_bytes: int = 0
     details: dict[str, Any] = field(default_factory=dict)
+    collate_fn: Any = None
 
 
 class DataProcessor(ABC):

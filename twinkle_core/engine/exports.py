@@ -30,7 +30,8 @@ def export_run(
             raise TwinkleError("this model belongs to no run; pass output='path'")
         name = f"model{'-int8' if quantize else ''}{exporter.suffix}"
         output = store.path(record.id, "exports", name)
-    result = export_and_verify(model, exporter, output, prepared.val, prepared.train, quantize=quantize, options=options)
+    result = export_and_verify(model, exporter, output, prepared.val, prepared.train, quantize=quantize,
+                               options=options, collate_fn=prepared.collate_fn)
     result.details["checkpoint"] = checkpoint
     if record is not None:
         store.update(record.id, exports=[*record.exports, result.to_dict()])

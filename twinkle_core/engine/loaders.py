@@ -71,7 +71,8 @@ class _ShuffleIterator(Iterator[int]):
         self.order = self.sampler.permutation(self.epoch)
 
 
-def train_loader(dataset: Dataset, batch_size: int, seed: int, num_workers: int) -> StatefulDataLoader:
+def train_loader(dataset: Dataset, batch_size: int, seed: int, num_workers: int,
+                 collate_fn: Any = None) -> StatefulDataLoader:
     """A shuffling loader whose position is saved in checkpoints (see the module docstring)."""
     sampler = EpochShuffle(len(dataset), seed)  # type: ignore[arg-type]
     with warnings.catch_warnings():
@@ -83,10 +84,11 @@ def train_loader(dataset: Dataset, batch_size: int, seed: int, num_workers: int)
             generator=sampler.generator,
             num_workers=num_workers,
             persistent_workers=num_workers > 0,
+            collate_fn=collate_fn,
         )
 
 
-def eval_loader(dataset: Dataset, batch_size: int, num_workers: int) -> DataLoader:
+def eval_loader(dataset: Dataset, batch_size: int, num_workers: int, collate_fn: Any = None) -> DataLoader:
     """A loader over ``dataset`` in order, for validation and prediction."""
     return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                      persistent_workers=num_workers > 0)
+                      persistent_workers=num_workers > 0, collate_fn=collate_fn)

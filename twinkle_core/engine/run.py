@@ -14,7 +14,7 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
-from twinkle_core.algorithm import Algorithm
+from twinkle_core.algorithm import Algorithm, batch_size_of
 from twinkle_core.data.processor import PreparedData
 from twinkle_core.engine.checkpoints import TWINKLE_KEY, AtomicCheckpointIO
 from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
@@ -75,8 +75,7 @@ class _Timer(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, out: Any, batch: Any, idx: int) -> None:
         self.seconds += time.perf_counter() - self._start
-        first = batch[0] if isinstance(batch, (tuple, list)) else batch
-        self.samples += len(first) if hasattr(first, "__len__") else 1
+        self.samples += batch_size_of(batch)
 
 
 class _DropAdverts(logging.Filter):
@@ -175,8 +174,9 @@ def run_lightning(setup: RunSetup) -> Any:
     while True:
         trainer = _lightning_trainer(setup, roles["all"], run_dir)
         loaders = (
-            train_loader(prepared.train, plan.micro_batch_size, settings.seed, plan.num_workers),
-            eval_loader(prepared.val, max(plan.micro_batch_size, 256), plan.num_workers),
+            train_loader(prepared.train, plan.micro_batch_size, settings.seed, plan.num_workers, prepared.collate_fn),
+            eval_loader(prepared.val, setup.algorithm.eval_batch_size(plan.micro_batch_size), plan.num_workers,
+                        prepared.collate_fn),
         )
         try:
             with warnings.catch_warnings():

@@ -18,13 +18,13 @@ FP32_ATOL = 1e-4
 """Absolute tolerance of an fp32 export (plus the same relative to the output's magnitude)."""
 
 
-def _batches(dataset: Dataset, batch_size: int, limit: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def _batches(dataset: Dataset, batch_size: int, limit: int, algorithm: Algorithm, collate_fn: Any) -> Iterator[Any]:
     seen = 0
-    for x, y in DataLoader(dataset, batch_size=batch_size, shuffle=False):
+    for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_fn):
         if seen >= limit:
             return
-        yield x, y
-        seen += len(x)
+        yield batch
+        seen += len(algorithm.export_inputs(batch))
 
 
 def export_and_verify(
@@ -38,6 +38,7 @@ def export_and_verify(
     max_samples: int = 2048,
     calibration_samples: int = 256,
     options: dict[str, Any] | None = None,
+    collate_fn: Any = None,
 ) -> ExportResult:
     """Export ``algorithm`` with ``exporter`` to ``output`` (any URI) and verify it on ``val``.
 
@@ -51,14 +52,15 @@ def export_and_verify(
     if quantize and not exporter.supports_quantize:
         raise ExportError(f"quantize=True is not supported for {exporter.format}; use format='onnx' for INT8")
     module = algorithm.export_module().eval()
-    batches = list(_batches(val, 256, max_samples))
+    batches = list(_batches(val, 64, max_samples, algorithm, collate_fn))
     if not batches:
         raise ExportError("no validation samples to verify the export with")
-    example = batches[0][0][:1]
+    example = algorithm.export_inputs(batches[0])[:1]
     calib = None
     if quantize:
         source = calibration if calibration is not None else val
-        calib = [x.numpy() for x, _ in _batches(source, 32, calibration_samples)]
+        calib = [algorithm.export_inputs(b).numpy() for b in _batches(source, 32, calibration_samples, algorithm,
+                                                                        collate_fn)]
     fs, remote_path = filesystem(output)
     local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
     workdir = tempfile.mkdtemp(prefix="twinkle-export-")
@@ -66,36 +68,40 @@ def export_and_verify(
     try:
         details = exporter.export(module, example, tmp, quantize=quantize, calibration=calib, **(options or {}))
         run = exporter.runner(tmp)
-        diffs, torch_out, export_out, targets = [], [], [], []
+        diffs, scale, samples = [], 0.0, 0
+        metrics_ref: dict[str, list[float]] = {}
+        metrics_got: dict[str, list[float]] = {}
         with torch.no_grad():
-            for x, y in batches:
-                ref = module(x).float().numpy()
+            for batch in batches:
+                x = algorithm.export_inputs(batch)
+                ref_t = module(x)
+                ref_t = ref_t[0] if isinstance(ref_t, (tuple, list)) else ref_t
+                ref = ref_t.float().numpy()
                 got = np.asarray(run(x.numpy()), dtype=np.float32).reshape(ref.shape)
                 diffs.append(float(np.max(np.abs(ref - got))) if ref.size else 0.0)
-                torch_out.append(ref)
-                export_out.append(got)
-                targets.append(y)
+                scale = max(scale, float(np.max(np.abs(ref))) if ref.size else 0.0)
+                samples += len(x)
+                for name, value in algorithm.export_metrics(torch.from_numpy(ref), batch).items():
+                    metrics_ref.setdefault(name, []).append(float(value) * len(x))
+                for name, value in algorithm.export_metrics(torch.from_numpy(got), batch).items():
+                    metrics_got.setdefault(name, []).append(float(value) * len(x))
         max_diff = max(diffs)
-        ref_all, got_all = np.concatenate(torch_out), np.concatenate(export_out)
-        tolerance = FP32_ATOL * (1 + float(np.max(np.abs(ref_all))))
+        tolerance = FP32_ATOL * (1 + scale)
         if not quantize and max_diff > tolerance:
             raise ExportVerificationError(
                 f"{exporter.format} export differs from the PyTorch model by {max_diff:.3g} (> {tolerance:.3g}) "
                 "on validation inputs; the artefact was not written"
             )
-        y_all = torch.cat(targets)
-        metrics_ref = algorithm.compute_metrics(torch.from_numpy(ref_all), y_all)
-        metrics_got = algorithm.compute_metrics(torch.from_numpy(got_all), y_all)
         metric = next(iter(metrics_ref), None)
         result = ExportResult(
             format=exporter.format,
             path=output,
             quantized=quantize,
             max_abs_diff=max_diff,
-            samples=int(len(y_all)),
+            samples=samples,
             metric=metric,
-            metric_torch=float(metrics_ref[metric]) if metric else None,
-            metric_export=float(metrics_got[metric]) if metric else None,
+            metric_torch=sum(metrics_ref[metric]) / samples if metric else None,
+            metric_export=sum(metrics_got[metric]) / samples if metric else None,
             size_bytes=os.path.getsize(tmp),
             details=details,
         )

@@ -44,8 +44,9 @@ class MemoryGuard(L.Callback):
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
         """Check the batch about to run."""
-        first = batch[0] if isinstance(batch, (tuple, list)) else batch
-        self.check(len(first))
+        from twinkle_core.algorithm import batch_size_of
+
+        self.check(batch_size_of(batch))
 
 
 def apply_gpu_limit(limit_bytes: int | None) -> None:
@@ -56,7 +57,7 @@ def apply_gpu_limit(limit_bytes: int | None) -> None:
 
 
 def find_micro_batch(
-    algorithm: Any, dataset: Any, start: int, guard: MemoryGuard | None
+    algorithm: Any, dataset: Any, start: int, guard: MemoryGuard | None, collate_fn: Any = None
 ) -> tuple[int, list[dict[str, Any]]]:
     """The largest of ``start``, ``start/2``, ... ``1`` for which a real forward and backward pass runs.
 
@@ -74,11 +75,11 @@ def find_micro_batch(
             try:
                 if guard is not None:
                     guard.check(size)
-                samples = [dataset[i] for i in range(size)]
-                x = torch.stack([s[0] for s in samples]).to(device)
-                y = torch.stack([torch.as_tensor(s[1]) for s in samples]).to(device)
-                loss = algorithm.compute_loss(algorithm(x), y)
-                loss.backward()
+                from lightning.fabric.utilities.apply_func import move_data_to_device
+                from torch.utils.data import default_collate
+
+                batch = (collate_fn or default_collate)([dataset[i] for i in range(size)])
+                algorithm.batch_loss(move_data_to_device(batch, device)).backward()
                 tries.append({"micro_batch_size": size, "ok": True})
                 return size, tries
             except torch.OutOfMemoryError as err:
@@ -94,7 +95,7 @@ def find_micro_batch(
         algorithm.train(was_training)
 
 
-def scale_batch(plan: Any, algorithm: Any, dataset: Any, limit_bytes: int | None) -> None:
+def scale_batch(plan: Any, algorithm: Any, dataset: Any, limit_bytes: int | None, collate_fn: Any = None) -> None:
     """Set the plan's micro-batch to the largest that runs a real step, keeping its effective batch."""
     import math
 
@@ -107,7 +108,7 @@ def scale_batch(plan: Any, algorithm: Any, dataset: Any, limit_bytes: int | None
         apply_gpu_limit(limit_bytes)
         algorithm.cuda()
     try:
-        micro, tries = find_micro_batch(algorithm, dataset, start, guard)
+        micro, tries = find_micro_batch(algorithm, dataset, start, guard, collate_fn)
     finally:
         algorithm.cpu()
     accumulate = max(1, math.ceil(plan.effective_batch_size / (micro * workers)))

@@ -22,3 +22,52 @@ def write_digits(root: str | Path) -> Path:
         image = np.clip(pixels * (255 / 16), 0, 255).astype(np.uint8)
         Image.fromarray(image, mode="L").save(folder / f"{n:04d}.png")
     return root
+
+
+SHAPE_CLASSES = ("rectangle", "ellipse", "triangle")
+
+
+def write_shapes(root: str | Path, train: int = 300, val: int = 60, size: int = 160, seed: int = 0) -> Path:
+    """Write a generated object-detection set in YOLO format; returns the path of its ``data.yaml``.
+
+    Each image (``size`` × ``size`` RGB) has a noisy or gradient background, lightly blurred, with 1–4 solid
+    shapes of 3 classes (rectangle, ellipse, triangle), each 15–60 % of the side, in random colours; labels
+    are ``class x_center y_center width height`` in [0, 1] (YOLO format). Layout: ``images/{train,val}``,
+    ``labels/{train,val}``, ``data.yaml``. Deterministic for a seed.
+    """
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFilter
+
+    rng = np.random.default_rng(seed)
+    root = Path(root)
+    for split, count in (("train", train), ("val", val)):
+        (root / "images" / split).mkdir(parents=True, exist_ok=True)
+        (root / "labels" / split).mkdir(parents=True, exist_ok=True)
+        for n in range(count):
+            if rng.random() < 0.5:
+                background = rng.normal(127, 40, (size, size, 3)).clip(0, 255).astype(np.uint8)
+            else:
+                ramp = np.linspace(0, 1, size)[None, :, None] * rng.uniform(0, 255, 3) + rng.uniform(0, 120, 3)
+                background = np.broadcast_to(ramp, (size, size, 3)).clip(0, 255).astype(np.uint8)
+            image = Image.fromarray(np.ascontiguousarray(background))
+            draw = ImageDraw.Draw(image)
+            lines = []
+            for _ in range(int(rng.integers(1, 5))):
+                cls = int(rng.integers(0, 3))
+                w, h = (rng.uniform(0.15, 0.6, 2) * size).astype(int)
+                x0, y0 = int(rng.integers(0, size - w)), int(rng.integers(0, size - h))
+                box = (x0, y0, x0 + w, y0 + h)
+                colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+                if cls == 0:
+                    draw.rectangle(box, fill=colour)
+                elif cls == 1:
+                    draw.ellipse(box, fill=colour)
+                else:
+                    draw.polygon([(x0 + w / 2, y0), (x0, y0 + h), (x0 + w, y0 + h)], fill=colour)
+                lines.append(f"{cls} {(x0 + w / 2) / size:.6f} {(y0 + h / 2) / size:.6f} {w / size:.6f} {h / size:.6f}")
+            image = image.filter(ImageFilter.GaussianBlur(radius=float(rng.uniform(0, 1.0))))
+            image.save(root / "images" / split / f"{n:04d}.png")
+            (root / "labels" / split / f"{n:04d}.txt").write_text("\n".join(lines) + "\n")
+    names = "\n".join(f"  {i}: {name}" for i, name in enumerate(SHAPE_CLASSES))
+    (root / "data.yaml").write_text(f"path: .\ntrain: images/train\nval: images/val\nnames:\n{names}\n")
+    return root / "data.yaml"
