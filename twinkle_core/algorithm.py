@@ -148,6 +148,16 @@ class Algorithm(L.LightningModule):
             )
         return self.model(x)
 
+    def adapt_checkpoint(
+        self, state_dict: dict[str, Any], old: DataSpec | None, new: DataSpec
+    ) -> dict[str, Any]:
+        """Adapt weights trained on data shaped like ``old`` to a model built for ``new`` (default: as is).
+
+        ``continue`` and ``finetune`` call it before loading; a subclass can, say, remap a classifier head
+        when classes were added. Whatever still does not fit is a named error.
+        """
+        return state_dict
+
     def enable_gradient_checkpointing(self) -> None:
         """Recompute activations during backward to save memory (networks with ``set_grad_checkpointing``).
 

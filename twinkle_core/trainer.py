@@ -16,6 +16,7 @@ import lightning as L
 
 from twinkle_core.algorithm import Algorithm
 from twinkle_core.data.processor import DataProcessor, PreparedData
+from twinkle_core.data.spec import DataSpec
 from twinkle_core.engine import continuation as cont
 from twinkle_core.engine.checkpoints import CheckpointError, load_checkpoint, twinkle_record
 from twinkle_core.engine.operations import Operations
@@ -153,8 +154,11 @@ class Trainer(Operations):
         if self.settings.gradient_checkpointing:
             algorithm.enable_gradient_checkpointing()
         if self.continuation is not None and self.continuation.mode != "resume":
-            cont.check_compatible(self.continuation.state_dict, algorithm.state_dict(), self.continuation.checkpoint_uri)
-            algorithm.load_state_dict(self.continuation.state_dict)
+            spec = self.continuation.record.get("data_spec")
+            state = algorithm.adapt_checkpoint(self.continuation.state_dict,
+                                               DataSpec.from_dict(spec) if spec else None, prepared.spec)
+            cont.check_compatible(state, algorithm.state_dict(), self.continuation.checkpoint_uri)
+            algorithm.load_state_dict(state)
         return prepared, algorithm, (component, routed)
 
     def _plan(self, prepared: PreparedData, algorithm: Algorithm) -> Plan:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
+import torch
 
 from twinkle_core.data.errors import DataError
 from twinkle_core.engine.checkpoints import CheckpointError
@@ -89,3 +90,7 @@ class RestoreOptimizerState(L.Callback):
             optimizer.load_state_dict(state)
             for group, fresh in zip(optimizer.param_groups, current):
                 group.update({k: v for k, v in fresh.items() if k != "params"})
+                for param in group["params"]:  # a reshaped parameter (a remapped head) starts afresh
+                    saved = optimizer.state.get(param, {})
+                    if any(torch.is_tensor(v) and v.dim() and v.shape != param.shape for v in saved.values()):
+                        del optimizer.state[param]

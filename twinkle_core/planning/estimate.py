@@ -46,9 +46,7 @@ def measure(model: nn.Module, example: Any) -> ModelFacts:
 
     def count(_module: nn.Module, _inputs: Any, output: Any) -> None:
         nonlocal activations
-        for tensor in output if isinstance(output, (tuple, list)) else (output,):
-            if isinstance(tensor, torch.Tensor):
-                activations += tensor.numel() * 4
+        activations += sum(t.numel() * 4 for t in _tensors(output))
 
     leaves = [m for m in model.modules() if not list(m.children())]
     handles = [m.register_forward_hook(count) for m in leaves]
@@ -57,7 +55,7 @@ def measure(model: nn.Module, example: Any) -> ModelFacts:
     try:
         with FlopCounterMode(display=False) as counter:
             out = model(example)
-            loss = sum(t.float().sum() for t in (out if isinstance(out, (tuple, list)) else (out,)))
+            loss = sum(t.float().sum() for t in _tensors(out))
             if loss.requires_grad:
                 loss.backward()
         flops = counter.get_total_flops()
@@ -73,6 +71,17 @@ def measure(model: nn.Module, example: Any) -> ModelFacts:
         activation_bytes_per_sample=int(activations // max(batch, 1)),
         state_bytes=16 * trainable + 4 * (parameters - trainable),
     )
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """Every tensor inside ``value`` (a tensor, or tuples, lists and dicts of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    return []
 
 
 def _batch_size(example: Any) -> int:

@@ -1,8 +1,9 @@
 """The Twinkle plugin of twinkle-vision, found through the ``twinkle`` entry-point group.
 
-It registers the ResNet family and any timm model (``timm/<name>``) for image classification, with the
-image-folder data processor. Every target is a ``"module:attr"`` string: listing imports neither torch nor
-timm nor ultralytics.
+It registers the ResNet family and any timm model (``timm/<name>``) for image classification with the
+image-folder data processor, and YOLO v8/11 detectors (ultralytics, the ``yolo`` extra) with the YOLO-format
+data processor and the detection resource strategy. Every target is a ``"module:attr"`` string: listing
+imports neither torch nor timm nor ultralytics.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from twinkle_core import hookimpl
 from twinkle_core.hookspecs import Register
 
 RESNETS = (18, 34, 50, 101, 152)
+YOLO_SIZES = ("n", "s", "m", "l", "x")
 
 
 @hookimpl
@@ -30,6 +32,15 @@ def register_algorithms(register: Register) -> None:
         variant_param="model_name",
         description="any timm model by name, e.g. timm/convnext_atto (random init unless weights=)",
     )
+    for family, label in (("yolov8", "YOLOv8"), ("yolo11", "YOLO11")):
+        for size in YOLO_SIZES:
+            register(
+                f"{family}{size}",
+                f"twinkle_vision.yolo.model:{family.upper().replace('YOLO', 'Yolo')}{size.upper()}",
+                task="object_detection",
+                licence="AGPL-3.0 (ultralytics)",
+                description=f"{label}{size} from ultralytics' {family}{size}.yaml (needs twinkle-vision[yolo])",
+            )
 
 
 @hookimpl
@@ -41,4 +52,22 @@ def register_data_processors(register: Register) -> None:
         task="image_classification",
         formats=["folder", "idx"],
         description="one folder per class (train/ and val/ or a seeded split); use_mmap decodes once",
+    )
+    register(
+        "yolo-format",
+        "twinkle_vision.yolo.data:YoloDataProcessor",
+        task="object_detection",
+        formats=["yaml", "folder"],
+        description="YOLO format: data.yaml, images/, labels/ (validated; remote data staged locally)",
+    )
+
+
+@hookimpl
+def register_resource_strategies(register: Register) -> None:
+    """YOLO's: mixed precision and accumulation to a nominal batch of 64."""
+    register(
+        "yolo-detection",
+        "twinkle_vision.yolo.strategy:DetectionStrategy",
+        task="object_detection",
+        description="mixed precision where supported, gradient accumulation to a nominal batch of 64",
     )

@@ -24,14 +24,16 @@ def write_digits(root: str | Path) -> Path:
     return root
 
 
-SHAPE_CLASSES = ("rectangle", "ellipse", "triangle")
+SHAPE_CLASSES = ("rectangle", "ellipse", "triangle", "cross")
 
 
-def write_shapes(root: str | Path, train: int = 300, val: int = 60, size: int = 160, seed: int = 0) -> Path:
+def write_shapes(root: str | Path, train: int = 300, val: int = 60, size: int = 160, seed: int = 0,
+                 classes: int = 3) -> Path:
     """Write a generated object-detection set in YOLO format; returns the path of its ``data.yaml``.
 
     Each image (``size`` × ``size`` RGB) has a noisy or gradient background, lightly blurred, with 1–4 solid
-    shapes of 3 classes (rectangle, ellipse, triangle), each 15–60 % of the side, in random colours; labels
+    shapes of ``classes`` classes (rectangle, ellipse, triangle, and with ``classes=4`` cross), each 15–60 % of
+    the side, in random colours; labels
     are ``class x_center y_center width height`` in [0, 1] (YOLO format). Layout: ``images/{train,val}``,
     ``labels/{train,val}``, ``data.yaml``. Deterministic for a seed.
     """
@@ -53,7 +55,7 @@ def write_shapes(root: str | Path, train: int = 300, val: int = 60, size: int = 
             draw = ImageDraw.Draw(image)
             lines = []
             for _ in range(int(rng.integers(1, 5))):
-                cls = int(rng.integers(0, 3))
+                cls = int(rng.integers(0, classes))
                 w, h = (rng.uniform(0.15, 0.6, 2) * size).astype(int)
                 x0, y0 = int(rng.integers(0, size - w)), int(rng.integers(0, size - h))
                 box = (x0, y0, x0 + w, y0 + h)
@@ -62,12 +64,15 @@ def write_shapes(root: str | Path, train: int = 300, val: int = 60, size: int = 
                     draw.rectangle(box, fill=colour)
                 elif cls == 1:
                     draw.ellipse(box, fill=colour)
-                else:
+                elif cls == 2:
                     draw.polygon([(x0 + w / 2, y0), (x0, y0 + h), (x0 + w, y0 + h)], fill=colour)
+                else:
+                    draw.rectangle((x0 + w // 3, y0, x0 + 2 * w // 3, y0 + h), fill=colour)
+                    draw.rectangle((x0, y0 + h // 3, x0 + w, y0 + 2 * h // 3), fill=colour)
                 lines.append(f"{cls} {(x0 + w / 2) / size:.6f} {(y0 + h / 2) / size:.6f} {w / size:.6f} {h / size:.6f}")
             image = image.filter(ImageFilter.GaussianBlur(radius=float(rng.uniform(0, 1.0))))
             image.save(root / "images" / split / f"{n:04d}.png")
             (root / "labels" / split / f"{n:04d}.txt").write_text("\n".join(lines) + "\n")
-    names = "\n".join(f"  {i}: {name}" for i, name in enumerate(SHAPE_CLASSES))
+    names = "\n".join(f"  {i}: {name}" for i, name in enumerate(SHAPE_CLASSES[:classes]))
     (root / "data.yaml").write_text(f"path: .\ntrain: images/train\nval: images/val\nnames:\n{names}\n")
     return root / "data.yaml"

@@ -1,0 +1,127 @@
+"""YOLO through Twinkle's engine on generated shapes: loss falls, plan, continue with an added class,
+verified ONNX export, and named errors for bad labels."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from twinkle_core import DataSpec, Trainer, list_algorithms
+from twinkle_core.data.errors import DataError, MissingColumnError
+from twinkle_core.planning import Hardware, ModelFacts, PlanContext
+from twinkle_vision.samples import write_shapes
+from twinkle_vision.yolo.data import LabelError, YoloDataProcessor
+from twinkle_vision.yolo.strategy import DetectionStrategy
+
+HP = {"imgsz": 96, "batch_size": 8}
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory) -> Path:
+    return write_shapes(tmp_path_factory.mktemp("shapes"), train=48, val=12, size=96, seed=1).parent
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, shapes):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TWINKLE_HOME", str(tmp_path_factory.mktemp("home")))
+    mp.setenv("TWINKLE_USER", "tester")
+    trainer = Trainer("yolov8n", hyperparams={**HP, "max_epochs": 4, "close_mosaic": 1}, progress_bar=False)
+    yield trainer, trainer.fit(str(shapes))
+    mp.undo()
+
+
+def test_yolo_ids_are_listed() -> None:
+    assert list_algorithms(task="object_detection") == sorted(
+        f"{family}{size}" for family in ("yolov8", "yolo11") for size in "nslmx")
+
+
+def test_loss_falls_and_metrics_are_logged(trained) -> None:
+    trainer, result = trained
+    assert result.status == "finished" and result.monitor == "val_map50_95"
+    metrics = pd.read_csv(Path(result.run_dir) / "logs" / "metrics.csv")
+    losses = metrics["train_loss_epoch"].dropna().tolist()
+    assert len(losses) == 4 and losses[-1] < losses[0]
+    assert {"val_map50", "val_map50_95", "val_precision", "val_recall", "train_box_loss"} <= set(metrics.columns)
+    assert 0.0 <= result.metrics["val_map50"] <= 1.0
+
+
+def test_plan_uses_the_detection_strategy(trained) -> None:
+    _, result = trained
+    plan = result.plan
+    assert plan.strategy_name == "yolo-detection"
+    assert (plan.micro_batch_size, plan.accumulate_grad_batches, plan.effective_batch_size) == (8, 8, 64)
+    gpu = Hardware("cuda", 1, "NVIDIA H200", 141 * 10**9, True, True, 16, 128 * 10**9)
+    context = PlanContext("yolov8n", "object_detection", ModelFacts(3_000_000, 3_000_000, 10**9, 10**6, 48 * 10**6),
+                          10**7, 300, 16, None, 10, gpu)
+    gpu_plan = DetectionStrategy().plan(context)
+    assert gpu_plan.precision == "bf16-mixed" and gpu_plan.accumulate_grad_batches == 4
+    assert "YOLO" in {d.name: d.reason for d in gpu_plan.decisions}["precision"]
+
+
+def test_onnx_export_is_verified(trained, tmp_path) -> None:
+    trainer, _ = trained
+    export = trainer.export(format="onnx", output=str(tmp_path / "yolo.onnx"))
+    assert export.samples == 12 and export.max_abs_diff < 0.05
+    import onnxruntime as ort
+
+    import numpy as np
+
+    session = ort.InferenceSession(str(tmp_path / "yolo.onnx"), providers=["CPUExecutionProvider"])
+    (output,) = session.run(None, {"input": np.random.rand(2, 3, 96, 96).astype(np.float32)})
+    assert output.shape[:2] == (2, 4 + 3)  # per anchor: a box and three class scores
+
+
+def test_continue_with_an_added_class(trained, tmp_path) -> None:
+    trainer, result = trained
+    four = write_shapes(tmp_path / "four", train=24, val=8, size=96, seed=2, classes=4).parent
+    child = Trainer.from_checkpoint(result.run_uri, new_data=str(four), hyperparams={"max_epochs": 1})
+    child_result = child.fit()
+    assert child_result.status == "finished" and child_result.parent == result.run_uri
+    assert child.algorithm.data_spec.class_names == ("rectangle", "ellipse", "triangle", "cross")
+    # the remap itself: old classes keep their rows, the new one starts from a fresh initialisation
+    old = trainer.algorithm.data_spec
+    new = DataSpec("object_detection", old.input_shape, 4, ("cross", "rectangle", "ellipse", "triangle"), extra=old.extra)
+    fresh = type(trainer.algorithm).from_hyperparams({})
+    fresh.configure_data(new)
+    state = trainer.algorithm.state_dict()
+    adapted = fresh.adapt_checkpoint(state, old, new)
+    head = [k for k, v in state.items() if v.shape and v.shape[0] == 3 and adapted[k].shape[0] == 4]
+    assert head and all(torch.equal(adapted[k][1:], state[k]) for k in head)
+    assert all(torch.equal(adapted[k][0], fresh.state_dict()[k][0]) for k in head)
+
+
+def _copy(shapes: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "bad"
+    shutil.copytree(shapes, target)
+    return target
+
+
+@pytest.mark.parametrize(
+    ("line", "error", "message"),
+    [
+        ("0 0.5 0.5 0.2", LabelError, "has 4 columns; YOLO boxes need 5"),
+        ("7 0.5 0.5 0.2 0.2", LabelError, "has class id 7, but data.yaml names 3 classes"),
+        ("1 0.5 1.5 0.2 0.2", LabelError, "has coordinates outside \\[0, 1\\]"),
+    ],
+)
+def test_bad_labels_are_named(shapes, tmp_path, line, error, message) -> None:
+    root = _copy(shapes, tmp_path)
+    label = root / "labels" / "train" / "0005.txt"
+    label.write_text(label.read_text() + line + "\n")
+    with pytest.raises(error, match=f"label '.*0005.txt' line \\d+ {message}"):
+        YoloDataProcessor(imgsz=96).prepare(str(root))
+
+
+def test_missing_split_is_named(shapes, tmp_path) -> None:
+    root = _copy(shapes, tmp_path)
+    shutil.rmtree(root / "images" / "val")
+    with pytest.raises(DataError, match="the val split 'images/val' of .*data.yaml' does not exist"):
+        YoloDataProcessor(imgsz=96).prepare(str(root))
+    (root / "data.yaml").write_text("path: .\ntrain: images/train\nnames: [a, b, c]\n")
+    with pytest.raises(MissingColumnError, match="has no 'val:' entry"):
+        YoloDataProcessor(imgsz=96).prepare(str(root))

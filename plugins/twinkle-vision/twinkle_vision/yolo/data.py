@@ -1,0 +1,155 @@
+""":class:`YoloDataProcessor`: object-detection data in YOLO format (``data.yaml``, images, labels) at any URI.
+
+The URI names the dataset folder (holding ``data.yaml``) or the ``data.yaml`` itself. Remote data (``s3://``,
+``nas://``, ...) is staged once into the run store's cache, keyed by its fingerprint. Every label file is
+checked before training: five columns per line (``class x_center y_center width height``), a class id within
+``names``, coordinates in [0, 1] — each violation is a named error with the file and line. Datasets,
+augmentation (mosaic, HSV, flips) and batching are ultralytics' own.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import yaml
+
+from twinkle_core.data.errors import DataError, EmptyDataError, MissingColumnError
+from twinkle_core.data.fingerprint import data_fingerprint
+from twinkle_core.data.processor import DataProcessor, PreparedData
+from twinkle_core.data.spec import DataSpec
+from twinkle_core.uris import filesystem, join, require_exists, twinkle_home
+
+IMAGE_SUFFIXES = (".bmp", ".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp")
+
+
+class LabelError(DataError):
+    """A YOLO label line that is malformed: wrong column count, class out of range, coordinates outside [0, 1]."""
+
+
+def load_yaml(path: str) -> dict[str, Any]:
+    """The dataset description with absolute split folders and ``names`` as ``{id: name}``.
+
+    Raises:
+        MissingColumnError: no ``names`` or no ``train``/``val`` entry; DataError: a split folder is missing.
+    """
+    with open(path, encoding="utf-8") as handle:
+        data = yaml.safe_load(handle) or {}
+    base = os.path.dirname(path)
+    root = os.path.normpath(os.path.join(base, str(data.get("path", ".")))) if data.get("path") else base
+    for key in ("names", "train", "val"):
+        if key not in data:
+            raise MissingColumnError(f"'{path}' has no '{key}:' entry; a YOLO data.yaml needs names, train and val")
+    names = data["names"]
+    names = dict(enumerate(names)) if isinstance(names, list) else {int(k): str(v) for k, v in names.items()}
+    for split in ("train", "val"):
+        folder = os.path.normpath(os.path.join(root, str(data[split])))
+        if not os.path.isdir(folder):
+            raise DataError(f"the {split} split '{data[split]}' of '{path}' does not exist (looked in {folder})")
+        data[split] = folder
+    return {**data, "path": root, "names": names, "nc": len(names), "channels": 3}
+
+
+def label_path(image: str) -> str:
+    """YOLO's convention: ``.../images/x.png`` → ``.../labels/x.txt``."""
+    head, _, tail = image.rpartition(f"{os.sep}images{os.sep}")
+    return f"{head}{os.sep}labels{os.sep}{os.path.splitext(tail)[0]}.txt"
+
+
+def check_labels(images_dir: str, nc: int) -> tuple[int, int]:
+    """Validate every label of the images in ``images_dir``; returns (images, boxes).
+
+    Raises:
+        EmptyDataError: no images; LabelError: the first bad line, with file, line number and the fix.
+    """
+    images = sorted(
+        os.path.join(folder, name)
+        for folder, _, files in os.walk(images_dir)
+        for name in files
+        if name.lower().endswith(IMAGE_SUFFIXES)
+    )
+    if not images:
+        raise EmptyDataError(f"'{images_dir}' has no images ({', '.join(IMAGE_SUFFIXES)})")
+    boxes = 0
+    for image in images:
+        labels = label_path(image)
+        if not os.path.exists(labels):
+            continue  # an image without objects (a background image)
+        with open(labels, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                fields = line.split()
+                if not fields:
+                    continue
+                where = f"label '{labels}' line {number}"
+                if len(fields) != 5:
+                    raise LabelError(f"{where} has {len(fields)} columns; YOLO boxes need 5: class x_center "
+                                     "y_center width height")
+                try:
+                    cls, *coords = int(float(fields[0])), *(float(v) for v in fields[1:])
+                except ValueError:
+                    raise LabelError(f"{where} holds text where numbers belong: {line.strip()!r}") from None
+                if not 0 <= cls < nc:
+                    raise LabelError(f"{where} has class id {cls}, but data.yaml names {nc} classes (0–{nc - 1})")
+                if not all(0.0 <= c <= 1.0 for c in coords):
+                    raise LabelError(f"{where} has coordinates outside [0, 1] ({' '.join(fields[1:])}); YOLO "
+                                     "labels are normalised by the image size")
+                boxes += 1
+    return len(images), boxes
+
+
+class YoloDataProcessor(DataProcessor):
+    """YOLO-format detection data at any URI (see the module docstring)."""
+
+    task = "object_detection"
+
+    def __init__(self, imgsz: int = 640, cache_images: bool = False) -> None:
+        """Configure the processor.
+
+        Args:
+            imgsz: the training and validation image size (ultralytics letterboxes to it).
+            cache_images: keep decoded images in memory after the first epoch (ultralytics' ``cache=ram``).
+        """
+        super().__init__()
+        self.imgsz, self.cache_images = imgsz, cache_images
+
+    def local_yaml(self, uri: str) -> tuple[str, str]:
+        """A local path of the dataset's ``data.yaml`` (staging remote data) and the data's fingerprint."""
+        fs, path = require_exists(uri)
+        is_dir = fs.isdir(path)
+        folder = path if is_dir else path.rsplit("/", 1)[0]
+        folder_uri = uri if is_dir else uri.rstrip("/").rsplit("/", 1)[0]
+        yaml_name = "data.yaml" if is_dir else path.rsplit("/", 1)[-1]
+        if not fs.exists(join(folder, yaml_name)):
+            raise MissingColumnError(f"'{uri}' has no data.yaml; a YOLO dataset folder needs one")
+        fingerprint = data_fingerprint(folder_uri)
+        protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+        if "file" in protocols:
+            return os.path.join(folder, yaml_name), fingerprint
+        staged = join(twinkle_home(), "cache", "datasets", fingerprint.removeprefix("md5:"))
+        local_fs, local = filesystem(staged)
+        if not local_fs.exists(join(local, yaml_name)):
+            fs.get(folder.rstrip("/") + "/", local.rstrip("/") + "/", recursive=True)
+        return os.path.join(local, yaml_name), fingerprint
+
+    def prepare(self, uri: str, seed: int = 0) -> PreparedData:
+        """Check the labels, then build ultralytics' train (augmented) and val (rectangular) datasets."""
+        from twinkle_vision.yolo import offline
+
+        path, fingerprint = self.local_yaml(uri)
+        data = load_yaml(path)
+        counts = {split: check_labels(data[split], data["nc"]) for split in ("train", "val")}
+        offline.prepare()
+        from ultralytics.cfg import DEFAULT_CFG, get_cfg
+        from ultralytics.data import build_yolo_dataset
+
+        cfg = get_cfg(DEFAULT_CFG, {"imgsz": self.imgsz, "workers": 0, "plots": False, "amp": False,
+                                     "cache": "ram" if self.cache_images else False, "seed": seed})
+        train = build_yolo_dataset(cfg, data["train"], 16, data, mode="train", stride=32)
+        val = build_yolo_dataset(cfg, data["val"], 16, data, mode="val", rect=False, stride=32)
+        names = tuple(data["names"][i] for i in range(data["nc"]))
+        spec = DataSpec("object_detection", (3, self.imgsz, self.imgsz), num_classes=data["nc"], class_names=names,
+                        extra={"data_yaml": path, "imgsz": self.imgsz})
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs_ in os.walk(os.path.dirname(path)) for f in fs_)
+        details = {"train_images": counts["train"][0], "train_boxes": counts["train"][1],
+                   "val_images": counts["val"][0], "val_boxes": counts["val"][1]}
+        return PreparedData(train, val, spec, fingerprint, uri, size, details, collate_fn=train.collate_fn)

@@ -1,0 +1,294 @@
+"""YOLO detectors in Twinkle's engine: ultralytics' model, loss, datasets and metrics, Lightning's loop.
+
+What ultralytics' own trainer does and this module reproduces: AdamW with ``lr0 = 0.002 × 5 / (4 + nc)``
+("optimizer=auto" below 10k iterations), three parameter groups (decayed weights, undecayed norm weights,
+undecayed biases) with gradient accumulation to a nominal batch of 64, a linear learning-rate decay to
+``lrf``, a warm-up of ``max(3 epochs, 100 steps)`` for learning rate and momentum, gradient clipping at 10,
+an exponential moving average of the weights (validated, checkpointed and exported), and mosaic turned off
+for the last ``close_mosaic`` epochs. Validation uses ultralytics' ``DetectionValidator`` (NMS, matching,
+mAP50 and mAP50-95).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from twinkle_core.algorithm import Algorithm
+from twinkle_core.data.spec import DataSpec
+from twinkle_core.errors import TwinkleError
+from twinkle_vision.classification import load_weights
+from twinkle_vision.yolo import offline
+
+SIZES = ("n", "s", "m", "l", "x")
+
+
+class YoloDetector(Algorithm):
+    """A YOLO detector built from an ultralytics model configuration (random init unless ``weights=``)."""
+
+    task = "object_detection"
+    model_config: ClassVar[str] = "yolov8n.yaml"
+    optimizer_defaults = {"optimizer": "adamw", "lr": 0.0, "weight_decay": 0.0005, "momentum": 0.9}
+
+    def __init__(
+        self,
+        config: str | None = None,
+        weights: str | None = None,
+        lrf: float = 0.01,
+        warmup_epochs: float = 3.0,
+        warmup_momentum: float = 0.8,
+        ema_decay: float = 0.9999,
+        box: float = 7.5,
+        cls: float = 0.5,
+        dfl: float = 1.5,
+        close_mosaic: int = 10,
+        conf: float = 0.001,
+        iou: float = 0.7,
+    ) -> None:
+        """Declare the hyperparameters (ultralytics' names and defaults).
+
+        Args:
+            config: an ultralytics model YAML (default: this class's, e.g. ``yolov8n.yaml``).
+            weights: a state dict to start from (a path or URI); never downloaded.
+            lrf: final learning rate as a fraction of the initial one. ``lr=0`` (the default) picks
+                ultralytics' automatic ``0.002 × 5 / (4 + classes)``.
+            warmup_epochs: learning-rate and momentum warm-up (at least 100 steps).
+            warmup_momentum: momentum at the start of the warm-up.
+            ema_decay: the moving average's decay.
+            box: box-loss gain. cls: class-loss gain. dfl: distribution-focal-loss gain.
+            close_mosaic: turn mosaic augmentation off for this many final epochs.
+            conf: confidence threshold of validation NMS. iou: IoU threshold of validation NMS.
+        """
+        super().__init__()
+        self.config = config or type(self).model_config
+        self.weights = weights
+        self.lrf, self.warmup_epochs, self.warmup_momentum, self.ema_decay = lrf, warmup_epochs, warmup_momentum, ema_decay
+        self.box, self.cls, self.dfl = box, cls, dfl
+        self.close_mosaic, self.conf, self.iou = close_mosaic, conf, iou
+        self.ema_model: nn.Module | None = None
+        self.register_buffer("ema_updates", torch.zeros((), dtype=torch.long))
+        self._validator: Any = None
+
+    # ------------------------------------------------------------------ model
+    def hyp(self) -> Any:
+        """ultralytics' configuration namespace with this run's values."""
+        from ultralytics.cfg import DEFAULT_CFG, get_cfg
+
+        imgsz = int(self.data_spec.extra.get("imgsz", 640)) if self.data_spec else 640
+        return get_cfg(DEFAULT_CFG, {"box": self.box, "cls": self.cls, "dfl": self.dfl, "imgsz": imgsz,
+                                     "conf": self.conf, "iou": self.iou, "plots": False, "workers": 0})
+
+    def build_model(self, spec: DataSpec) -> nn.Module:
+        """ultralytics' ``DetectionModel`` for the data's classes, and its moving average."""
+        offline.prepare()
+        from ultralytics.nn.tasks import DetectionModel
+
+        if spec.num_classes is None:
+            raise TwinkleError(f"{self.config} needs detection data with class names")
+        try:
+            model = DetectionModel(self.config, ch=3, nc=spec.num_classes, verbose=False)
+        except FileNotFoundError:
+            raise TwinkleError(f"ultralytics has no model configuration '{self.config}'") from None
+        model.args = self.hyp()
+        model.names = dict(enumerate(spec.class_names))
+        if self.weights:
+            load_weights(model, self.weights)
+        self.ema_model = copy.deepcopy(model).eval().requires_grad_(False)
+        return model
+
+    def forward(self, x: torch.Tensor) -> Any:
+        """The network's raw output (training mode: feature maps; eval: decoded boxes and scores)."""
+        return self.model(x)
+
+    def example_input(self, batch_size: int = 1) -> torch.Tensor:
+        """Random images at the data's size."""
+        return torch.rand(batch_size, *self.data_spec.input_shape)
+
+    @property
+    def monitor(self) -> tuple[str, Literal["min", "max"]]:
+        """mAP50-95 picks the best checkpoint."""
+        return "val_map50_95", "max"
+
+    def eval_batch_size(self, micro_batch_size: int) -> int:
+        """Validation batches as large as training ones (images are big)."""
+        return max(micro_batch_size, 16)
+
+    # ----------------------------------------------------------------- steps
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """uint8 images → floats in [0, 1], on the device (ultralytics' ``preprocess_batch``)."""
+        batch["img"] = batch["img"].float() / 255
+        return batch
+
+    def batch_loss(self, batch: Any) -> torch.Tensor:
+        """ultralytics' detection loss (box, class, DFL), summed."""
+        if batch["img"].dtype == torch.uint8:
+            batch = self.on_after_batch_transfer(batch, 0)
+        loss, items = self.model.loss(batch)
+        self._items = items
+        return loss.sum()
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        """Loss and its parts, logged as ``train_loss``, ``train_box_loss``, ``train_cls_loss``, ``train_dfl_loss``."""
+        loss = self.batch_loss(batch)
+        size = len(batch["img"])
+        self.log("train_loss", loss / size, prog_bar=True, on_step=True, on_epoch=True, batch_size=size)
+        items = self._items if isinstance(self._items, dict) else dict(zip(("box_loss", "cls_loss", "dfl_loss"), self._items))
+        for name, value in items.items():
+            self.log(f"train_{name}", float(value), on_step=False, on_epoch=True, batch_size=size)
+        return loss
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Update the moving average after each optimizer step."""
+        if self.ema_model is None or int(self.ema_updates) >= self.trainer.global_step:
+            return
+        self.ema_updates.fill_(self.trainer.global_step)
+        decay = self.ema_decay * (1 - math.exp(-int(self.ema_updates) / 2000))
+        with torch.no_grad():
+            model_state = self.model.state_dict()
+            for key, value in self.ema_model.state_dict().items():
+                if value.dtype.is_floating_point:
+                    value.mul_(decay).add_(model_state[key].detach(), alpha=1 - decay)
+
+    def on_train_epoch_start(self) -> None:
+        """Turn mosaic off for the final ``close_mosaic`` epochs, as ultralytics does."""
+        epochs = self.trainer.max_epochs or 0
+        if self.close_mosaic and self.trainer.current_epoch == max(epochs - self.close_mosaic, 0):
+            dataset = self.trainer.train_dataloader.dataset
+            if hasattr(dataset, "close_mosaic"):
+                dataset.close_mosaic(hyp=copy.copy(self.hyp()))
+
+    def on_validation_epoch_start(self) -> None:
+        """A fresh ultralytics ``DetectionValidator`` on the moving average."""
+        from ultralytics.models.yolo.detect import DetectionValidator
+
+        self._validator = DetectionValidator(args=self.hyp())
+        self._validator.device = self.device
+        self._validator.data = {"names": dict(enumerate(self.data_spec.class_names)), "nc": self.data_spec.num_classes}
+        self._validator.names = self._validator.data["names"]
+        self._validator.nc = self.data_spec.num_classes
+        self._validator.init_metrics(self._eval_model())
+
+    def _eval_model(self) -> nn.Module:
+        model = self.ema_model if self.ema_model is not None else self.model
+        model.eval()
+        return model
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        """NMS and matching of the moving average's predictions."""
+        with torch.no_grad():
+            preds = self._eval_model()(batch["img"])
+        self._validator.update_metrics(self._validator.postprocess(preds), batch)
+
+    def on_validation_epoch_end(self) -> None:
+        """Log ``val_map50``, ``val_map50_95``, ``val_precision``, ``val_recall``, ``val_fitness``."""
+        stats = self._validator.get_stats()
+        names = {"metrics/mAP50(B)": "val_map50", "metrics/mAP50-95(B)": "val_map50_95",
+                 "metrics/precision(B)": "val_precision", "metrics/recall(B)": "val_recall", "fitness": "val_fitness"}
+        self.log_dict({names[k]: float(v) for k, v in stats.items() if k in names}, prog_bar=True)
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        """Testing is validation on the test split."""
+        self.validation_step(batch, batch_idx)
+
+    # ------------------------------------------------------------- optimizer
+    def configure_optimizers(self) -> Any:
+        """ultralytics' AdamW groups, weight decay and linear decay (see the module docstring)."""
+        nc = self.data_spec.num_classes if self.data_spec else 80
+        lr = self.optim.lr or round(0.002 * 5 / (4 + nc), 6)
+        norms = tuple(v for k, v in nn.__dict__.items() if "Norm" in k)
+        decay, no_decay, biases = [], [], []
+        for module in self.model.modules():
+            for name, param in module.named_parameters(recurse=False):
+                (biases if "bias" in name else no_decay if isinstance(module, norms) else decay).append(param)
+        # ultralytics scales decay by batch × accumulate / 64; the detection strategy accumulates to 64
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": self.optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0},
+             {"params": biases, "weight_decay": 0.0}], lr=lr, betas=(self.optim.momentum, 0.999))
+        epochs = max(self.trainer.max_epochs or 1, 1) if self._trainer is not None else 1
+        lrf = self.lrf
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda epoch: max(1 - epoch / epochs, 0) * (1.0 - lrf) + lrf)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "epoch"}}
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        """Warm the learning rate (0 → lr) and momentum up over the first steps, then step."""
+        steps_per_epoch = max(self.trainer.num_training_batches // max(self.trainer.accumulate_grad_batches, 1), 1)
+        warmup = max(round(self.warmup_epochs * steps_per_epoch), 100)
+        step = self.trainer.global_step
+        if step < warmup:
+            for group in optimizer.param_groups:
+                target = group["initial_lr"] * (max(1 - epoch / max(self.trainer.max_epochs or 1, 1), 0)
+                                                * (1.0 - self.lrf) + self.lrf)
+                group["lr"] = float(np.interp(step, [0, warmup], [0.0, target]))
+                beta = float(np.interp(step, [0, warmup], [self.warmup_momentum, self.optim.momentum]))
+                group["betas"] = (beta, group["betas"][1])
+        optimizer.step(closure=optimizer_closure)
+
+    def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: Any = None,
+                                    gradient_clip_algorithm: Any = None) -> None:
+        """Clip the gradient norm at 10 (ultralytics' value) unless the run sets its own."""
+        self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val or 10.0, gradient_clip_algorithm="norm")
+
+    # -------------------------------------------------------- continue/export
+    def adapt_checkpoint(self, state_dict: dict[str, Any], old: DataSpec | None, new: DataSpec) -> dict[str, Any]:
+        """Continue on data with other classes: class outputs are remapped by name; new classes start fresh.
+
+        Every class-output tensor (the last layer of each scale's classification branch, in the model and its
+        moving average) is rebuilt at the new size from the freshly initialised model, then each class that
+        both datasets name gets its old row back.
+        """
+        if old is None or tuple(old.class_names) == tuple(new.class_names):
+            return state_dict
+        fresh = self.state_dict()
+        mapping = {i: old.class_names.index(name) for i, name in enumerate(new.class_names) if name in old.class_names}
+        adapted = dict(state_dict)
+        for key, value in state_dict.items():
+            target = fresh.get(key)
+            if target is None or target.shape == value.shape:
+                continue
+            if value.shape[0] == old.num_classes and target.shape[0] == new.num_classes \
+                    and value.shape[1:] == target.shape[1:]:
+                rebuilt = target.clone()
+                for new_index, old_index in mapping.items():
+                    rebuilt[new_index] = value[old_index]
+                adapted[key] = rebuilt
+        return adapted
+
+    def export_module(self) -> nn.Module:
+        """The moving average, fused, with the detection head in export mode (decoded boxes and scores)."""
+        from ultralytics.nn.modules import Detect
+
+        model = copy.deepcopy(self._eval_model()).float().eval()
+        model = model.fuse() if hasattr(model, "fuse") else model
+        for module in model.modules():
+            if isinstance(module, Detect):
+                module.export, module.format, module.dynamic = True, "onnx", True
+        return model
+
+    def export_inputs(self, batch: Any) -> torch.Tensor:
+        """Validation images as floats in [0, 1]."""
+        images = batch["img"]
+        return images.float() / 255 if images.dtype == torch.uint8 else images
+
+    def export_metrics(self, outputs: torch.Tensor, batch: Any) -> dict[str, torch.Tensor]:
+        """Detection exports are compared by their outputs only."""
+        return {}
+
+
+def _variant(family: str, size: str) -> type[YoloDetector]:
+    name = f"{family}{size}"
+    return type(
+        name.upper().replace("YOLO", "Yolo"),
+        (YoloDetector,),
+        {"model_config": f"{name}.yaml", "__module__": __name__,
+         "__doc__": f"{name} built from ultralytics' {name}.yaml (random init unless ``weights=``)."},
+    )
+
+
+VARIANTS = {f"{family}{size}": _variant(family, size) for family in ("yolov8", "yolo11") for size in SIZES}
+globals().update({cls.__name__: cls for cls in VARIANTS.values()})
