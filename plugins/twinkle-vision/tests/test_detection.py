@@ -125,3 +125,33 @@ def test_missing_split_is_named(shapes, tmp_path) -> None:
     (root / "data.yaml").write_text("path: .\ntrain: images/train\nnames: [a, b, c]\n")
     with pytest.raises(MissingColumnError, match="has no 'val:' entry"):
         YoloDataProcessor(imgsz=96).prepare(str(root))
+
+
+def test_operations_work_on_yolo(twinkle_home, shapes) -> None:
+    """Monitor, budget and resume — the run operations — on a plugin's algorithm."""
+    trainer = Trainer("yolov8n", hyperparams={**HP, "max_epochs": 3}, verbose=False)
+    trainer.monitor(metrics=["grad_norm"], alert_rules={"map50_95": "< 2"})
+    trainer.set_budget_alert(max_cpu_hours=1.5 / 3600, cloud_provider="local")
+    result = trainer.fit(str(shapes))
+    kinds = [a.get("kind") for a in result.alerts]
+    assert "compare" in kinds and kinds[-1] == "budget" and result.status == "stopped"
+    resumed = Trainer.from_checkpoint(result.run_uri, mode="resume").fit()
+    assert resumed.status == "finished"
+    assert torch.load(resumed.last_checkpoint, weights_only=True)["epoch"] == 2
+
+
+def test_training_makes_no_network_connection(twinkle_home, shapes, monkeypatch) -> None:
+    import socket
+
+    attempts: list[object] = []
+
+    def refuse(self, address, *args, **kwargs):
+        attempts.append(address)
+        raise OSError("network disabled in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    trainer = Trainer("yolo11n", hyperparams={**HP, "max_epochs": 1}, verbose=False)
+    trainer.fit(str(shapes))
+    trainer.export(format="onnx")
+    assert attempts == []

@@ -74,5 +74,6 @@ def write_shapes(root: str | Path, train: int = 300, val: int = 60, size: int = 
             image.save(root / "images" / split / f"{n:04d}.png")
             (root / "labels" / split / f"{n:04d}.txt").write_text("\n".join(lines) + "\n")
     names = "\n".join(f"  {i}: {name}" for i, name in enumerate(SHAPE_CLASSES[:classes]))
-    (root / "data.yaml").write_text(f"path: .\ntrain: images/train\nval: images/val\nnames:\n{names}\n")
+    # no "path:" entry: ultralytics and Twinkle then both resolve the splits against this file's folder
+    (root / "data.yaml").write_text(f"train: images/train\nval: images/val\nnames:\n{names}\n")
     return root / "data.yaml"
