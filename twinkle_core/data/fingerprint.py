@@ -9,6 +9,7 @@ Both are written ``md5:<hex>``; :func:`md5_of` returns the bare hex digest.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 from dataclasses import dataclass
 from typing import Any
@@ -47,8 +48,11 @@ class Manifest:
         return hashlib.md5(lines.encode("utf-8")).hexdigest()
 
 
-def scan(uri: str) -> Manifest:
-    """Read every file under ``uri`` (or the file ``uri``) and return its :class:`Manifest`."""
+def scan(uri: str, exclude: tuple[str, ...] = ()) -> Manifest:
+    """Read every file under ``uri`` (or the file ``uri``) and return its :class:`Manifest`.
+
+    ``exclude`` holds glob patterns of relative paths to leave out (caches a library writes into the data).
+    """
     fs, path = require_exists(uri)
     if not fs.isdir(path):
         return Manifest({path.rsplit("/", 1)[-1]: (int(fs.size(path)), _file_md5(fs, path))}, single_file=True)
@@ -56,15 +60,17 @@ def scan(uri: str) -> Manifest:
     files = {}
     for file_path in sorted(fs.find(path)):
         rel = file_path[len(root) :] if file_path.startswith(root) else file_path
+        if any(fnmatch.fnmatch(rel, pattern) for pattern in exclude):
+            continue
         files[rel] = (int(fs.size(file_path)), _file_md5(fs, file_path))
     return Manifest(files)
 
 
-def md5_of(uri: str) -> str:
+def md5_of(uri: str, exclude: tuple[str, ...] = ()) -> str:
     """The documented MD5 of a file's bytes or of a folder's manifest (see the module docstring)."""
-    return scan(uri).md5
+    return scan(uri, exclude).md5
 
 
-def data_fingerprint(uri: str) -> str:
+def data_fingerprint(uri: str, exclude: tuple[str, ...] = ()) -> str:
     """``md5:<hex>`` of :func:`md5_of` — what runs record as their data fingerprint."""
-    return f"md5:{md5_of(uri)}"
+    return f"md5:{md5_of(uri, exclude)}"

@@ -69,7 +69,7 @@ def save_data_manifest(home: str, uri: str, prepared: Any) -> None:
     fs, path = filesystem(_manifest_url(md5, home))
     if prepared.details.get("index") or fs.exists(path):
         return
-    scanned = scan(uri)
+    scanned = scan(uri, tuple(prepared.details.get("fingerprint_exclude", ())))
     if scanned.md5 == md5:
         save_manifest(scanned, home)
 

@@ -155,3 +155,27 @@ def test_training_makes_no_network_connection(twinkle_home, shapes, monkeypatch)
     trainer.fit(str(shapes))
     trainer.export(format="onnx")
     assert attempts == []
+
+
+def test_remote_dataset_is_staged_locally(twinkle_home, shapes) -> None:
+    import fsspec
+
+    memory = fsspec.filesystem("memory")
+    for path in shapes.rglob("*"):
+        if path.is_file() and not path.name.endswith(".cache"):
+            memory.pipe(f"/remote-shapes/{path.relative_to(shapes).as_posix()}", path.read_bytes())
+    prepared = YoloDataProcessor(imgsz=96).prepare("memory://remote-shapes")
+    staged = Path(prepared.spec.extra["data_yaml"])
+    assert staged.is_relative_to(twinkle_home / "cache" / "datasets") and staged.exists()
+    assert prepared.details["train_images"] == 48 and len(prepared.train) == 48
+    local = YoloDataProcessor(imgsz=96).prepare(str(shapes))
+    assert prepared.details == local.details
+
+
+def test_fingerprint_ignores_ultralytics_label_cache(shapes) -> None:
+    first = YoloDataProcessor(imgsz=96).local_yaml(str(shapes))[1]
+    (shapes / "labels" / "extra.cache").write_bytes(b"written by ultralytics")
+    try:
+        assert YoloDataProcessor(imgsz=96).local_yaml(str(shapes))[1] == first
+    finally:
+        (shapes / "labels" / "extra.cache").unlink()

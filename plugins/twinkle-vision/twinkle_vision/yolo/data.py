@@ -21,6 +21,8 @@ from twinkle_core.data.spec import DataSpec
 from twinkle_core.uris import filesystem, join, require_exists, twinkle_home
 
 IMAGE_SUFFIXES = (".bmp", ".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp")
+FINGERPRINT_EXCLUDE = ("*.cache",)
+"""ultralytics writes ``labels/<split>.cache`` into the dataset: it is not part of the data's identity."""
 
 
 class LabelError(DataError):
@@ -121,14 +123,18 @@ class YoloDataProcessor(DataProcessor):
         yaml_name = "data.yaml" if is_dir else path.rsplit("/", 1)[-1]
         if not fs.exists(join(folder, yaml_name)):
             raise MissingColumnError(f"'{uri}' has no data.yaml; a YOLO dataset folder needs one")
-        fingerprint = data_fingerprint(folder_uri)
+        fingerprint = data_fingerprint(folder_uri, FINGERPRINT_EXCLUDE)
         protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
         if "file" in protocols:
             return os.path.join(folder, yaml_name), fingerprint
         staged = join(twinkle_home(), "cache", "datasets", fingerprint.removeprefix("md5:"))
         local_fs, local = filesystem(staged)
         if not local_fs.exists(join(local, yaml_name)):
-            fs.get(folder.rstrip("/") + "/", local.rstrip("/") + "/", recursive=True)
+            files = [p for p in fs.find(folder) if not p.endswith(".cache")]
+            for remote in files:
+                target = os.path.join(local, remote[len(folder.rstrip("/")) + 1 :])
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                fs.get_file(remote, target)
         return os.path.join(local, yaml_name), fingerprint
 
     def prepare(self, uri: str, seed: int = 0) -> PreparedData:
@@ -151,5 +157,6 @@ class YoloDataProcessor(DataProcessor):
                         extra={"data_yaml": path, "imgsz": self.imgsz})
         size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs_ in os.walk(os.path.dirname(path)) for f in fs_)
         details = {"train_images": counts["train"][0], "train_boxes": counts["train"][1],
-                   "val_images": counts["val"][0], "val_boxes": counts["val"][1]}
+                   "val_images": counts["val"][0], "val_boxes": counts["val"][1],
+                   "fingerprint_exclude": list(FINGERPRINT_EXCLUDE)}
         return PreparedData(train, val, spec, fingerprint, uri, size, details, collate_fn=train.collate_fn)
