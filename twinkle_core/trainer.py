@@ -75,7 +75,8 @@ class Trainer(Operations):
         hyperparams: values routed by name to the algorithm (incl. ``lr``, ``optimizer``, ...), the data
             processor (``label_column``, ``val_fraction``, ...) or the trainer (``batch_size``,
             ``max_epochs``, ``seed``, ...); an unknown name is an error listing the valid ones.
-        data_processor: a data processor name, when several serve the task.
+        data_processor: a data processor name (when several serve the task) or a configured
+            ``DataProcessor`` instance, e.g. ``FinancialDataProcessor(timeframe="1d")``.
         resource_strategy: a resource strategy name (default: the task's, else ``default``).
         user: the run store user (default ``$TWINKLE_USER`` or the login name).
         project: the run store project (default ``default``).
@@ -91,7 +92,7 @@ class Trainer(Operations):
         task: str | None = None,
         hyperparams: dict[str, Any] | None = None,
         *,
-        data_processor: str | None = None,
+        data_processor: str | DataProcessor | None = None,
         resource_strategy: str | None = None,
         user: str | None = None,
         project: str | None = None,
@@ -134,6 +135,10 @@ class Trainer(Operations):
 
     # ------------------------------------------------------------ components
     def _route(self, uri: str | None) -> tuple[Any, Any]:
+        if isinstance(self.data_processor, DataProcessor):  # configured by the user: no data hyperparameters
+            routed = route(self.hyperparams, self.choice.cls.hyperparameters(), {})
+            self.settings = routed.trainer
+            return None, routed
         component = choose_processor(self.task, uri, self.data_processor)
         processor_cls = component.load()
         if not (isinstance(processor_cls, type) and issubclass(processor_cls, DataProcessor)):
@@ -144,7 +149,13 @@ class Trainer(Operations):
 
     def _prepare(self, uri: str) -> tuple[PreparedData, Algorithm, Any]:
         component, routed = self._route(uri)
-        processor = component.load().from_params(routed.data, task=self.task)
+        if component is None:
+            processor = self.data_processor
+            if processor.task != self.task:  # type: ignore[union-attr]
+                raise TwinkleError(f"{type(processor).__name__} serves {processor.task}, not {self.task}")  # type: ignore[union-attr]
+            routed.data = {name: getattr(processor, name) for name in processor.parameters() if hasattr(processor, name)}  # type: ignore[union-attr]
+        else:
+            processor = component.load().from_params(routed.data, task=self.task)
         prepared = processor.prepare(uri, seed=self.settings.seed)
         if self.continuation is not None:
             self.continuation.check_data(prepared.fingerprint, uri)
@@ -221,7 +232,9 @@ class Trainer(Operations):
             "target": f"{self.choice.cls.__module__}:{self.choice.cls.__qualname__}",
             "task": self.task,
             "hyperparams": dict(routed.algorithm),
-            "data_processor": component.qualified_name,
+            "data_processor": component.qualified_name if component is not None else None,
+            "data_processor_class": None if component is not None
+            else f"{type(self.data_processor).__module__}:{type(self.data_processor).__qualname__}",
             "data_params": dict(routed.data),
             "trainer": self.settings.to_dict(),
             "data_spec": prepared.spec.to_dict(),
@@ -296,6 +309,12 @@ class Trainer(Operations):
         parent_user, parent_project, _ = store.run_id(record["run"]).split("/")
         kwargs.setdefault("user", parent_user)
         kwargs.setdefault("project", parent_project)
+        if record.get("data_processor_class"):  # a processor the user configured: rebuild it with its values
+            from twinkle_core.components import import_target
+
+            processor = import_target(record["data_processor_class"]).from_params(record["data_params"])
+            kwargs.setdefault("data_processor", processor)
+            record = {**record, "data_params": {}}
         values = {**record["hyperparams"], **record["data_params"], **record["trainer"]}
         if mode != "resume":
             values = {k: v for k, v in values.items() if v is not None}

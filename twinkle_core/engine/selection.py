@@ -8,7 +8,8 @@ from typing import Any
 
 from twinkle_core.algorithm import Algorithm
 from twinkle_core.components import Component
-from twinkle_core.errors import TwinkleError
+from twinkle_core.components import import_target
+from twinkle_core.errors import PluginLoadError, TwinkleError, UnknownComponentError
 from twinkle_core.lookup import get_component, list_components
 from twinkle_core.tasks import check_task
 
@@ -30,7 +31,13 @@ def resolve_algorithm(algorithm: str | type[Algorithm]) -> AlgorithmChoice:
         UnknownComponentError: an unknown name (with close matches); TwinkleError: not an Algorithm.
     """
     if isinstance(algorithm, str):
-        component = get_component("algorithm", algorithm)
+        try:
+            component = get_component("algorithm", algorithm)
+        except UnknownComponentError:
+            cls = _class_by_path(algorithm)
+            if cls is None:
+                raise
+            return AlgorithmChoice(algorithm, cls, _class_tasks(cls))
         cls = component.load()
         _check_algorithm_class(cls, component.qualified_name)
         tasks = component.tasks or ((cls.task,) if cls.task else ())
@@ -41,6 +48,17 @@ def resolve_algorithm(algorithm: str | type[Algorithm]) -> AlgorithmChoice:
         f"algorithm must be a registered name or an Algorithm subclass, got {algorithm!r}; "
         "see 'twinkle algorithms list'"
     )
+
+
+def _class_by_path(path: str) -> type[Algorithm] | None:
+    """An Algorithm subclass named ``module:Class`` (how runs record user-defined algorithms), or ``None``."""
+    if ":" not in path:
+        return None
+    try:
+        cls = import_target(path)
+    except PluginLoadError:
+        return None
+    return cls if inspect.isclass(cls) and issubclass(cls, Algorithm) else None
 
 
 def _class_tasks(cls: type[Algorithm]) -> tuple[str, ...]:

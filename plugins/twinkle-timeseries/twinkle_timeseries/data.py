@@ -1,0 +1,273 @@
+""":class:`FinancialDataProcessor`: OHLCV bars at any URI → look-back/forecast windows, without look-ahead.
+
+Input: one CSV or Parquet file, or a folder with one file per symbol (the file name is the symbol). Column
+names match case-insensitively; the timestamp column is the first of ``timestamp``, ``datetime``, ``date``,
+``time`` (or a datetime index). Bars are resampled to ``timeframe`` (open first, high max, low min, close
+last, volume sum). With an adjusted-close column (``adj_close``, ``adj close``, ``adjusted_close``) prices
+are split-adjusted by ``adj_close / close`` (volume by its inverse).
+
+Checks — each a named error, or with ``repair=True`` a documented repair whose count is reported in the
+run's data record: unsorted timestamps (sorted), duplicate timestamps (the last bar kept), NaN values (the bar
+dropped), high < low (high and low swapped), negative volume (set to 0). A missing feature column, too few bars
+for one window and an unknown timeframe are always errors.
+
+Windows: ``lookback_window`` bars in, ``pred_len`` bars out. Each window is z-scored per feature with the mean
+and deviation of its look-back part only (no look-ahead), clipped to ±``clip``. The split is chronological:
+train before ``val_start``, validation before ``test_start``, test after; a window belongs to a split only if
+all its bars do, so no bar is shared across splits. Without dates the timeline is cut at 70 % and 85 %.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import Dataset
+
+from twinkle_core.data.errors import DataError, EmptyDataError, MissingColumnError, MissingValueError
+from twinkle_core.data.fingerprint import data_fingerprint
+from twinkle_core.data.processor import DataProcessor, PreparedData
+from twinkle_core.data.spec import DataSpec
+from twinkle_core.uris import require_exists
+
+TIMEFRAMES = {"1m": "1min", "5m": "5min", "15m": "15min", "30m": "30min", "1h": "1h", "4h": "4h", "1d": "1D",
+              "1w": "W-FRI"}
+"""Supported timeframes and their pandas resampling rules."""
+
+TIME_COLUMNS = ("timestamp", "datetime", "date", "time")
+ADJ_COLUMNS = ("adj_close", "adj close", "adjusted_close", "adjclose")
+OHLCV = ("open", "high", "low", "close", "volume")
+
+
+class OHLCVError(DataError):
+    """Bars that break OHLCV rules: unsorted or duplicate timestamps, high < low, negative volume."""
+
+
+@dataclass
+class Series:
+    """One symbol's cleaned bars (features in the processor's order) and their timestamps."""
+
+    symbol: str
+    times: np.ndarray
+    values: np.ndarray
+
+
+class WindowDataset(Dataset):
+    """``(look-back, forecast)`` windows z-scored with look-back statistics, as float32 tensors."""
+
+    def __init__(self, series: list[Series], windows: list[tuple[int, int]], lookback: int, pred_len: int,
+                 clip: float) -> None:
+        """``windows`` holds (series index, start bar) pairs."""
+        self.series, self.windows, self.lookback, self.pred_len, self.clip = series, windows, lookback, pred_len, clip
+
+    def __len__(self) -> int:
+        """The number of windows."""
+        return len(self.windows)
+
+    def raw(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Window ``i`` in original units: (look-back bars, future bars)."""
+        s, start = self.windows[i]
+        values = self.series[s].values
+        end = start + self.lookback
+        return values[start:end], values[end : end + self.pred_len]
+
+    def stats(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and deviation of window ``i``'s look-back bars, per feature."""
+        past, _ = self.raw(i)
+        std = past.std(axis=0)
+        return past.mean(axis=0), np.where(std > 1e-8, std, 1.0)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Look-back and future bars, both normalised with the look-back's statistics."""
+        past, future = self.raw(i)
+        mean, std = self.stats(i)
+        x = np.clip((past - mean) / std, -self.clip, self.clip)
+        y = np.clip((future - mean) / std, -self.clip, self.clip)
+        return torch.from_numpy(x.astype(np.float32)), torch.from_numpy(y.astype(np.float32))
+
+
+class FinancialDataProcessor(DataProcessor):
+    """OHLCV bars for time-series forecasting (see the module docstring)."""
+
+    task = "time_series_forecasting"
+    formats = ("csv", "parquet", "pq")
+
+    def __init__(
+        self,
+        timeframe: str = "1d",
+        features: list[str] = list(OHLCV),  # noqa: B006 (copied below; the article passes a list)
+        lookback_window: int = 90,
+        pred_len: int = 10,
+        val_start: str | None = None,
+        test_start: str | None = None,
+        repair: bool = False,
+        adjust: bool = True,
+        clip: float = 5.0,
+        stride: int = 1,
+    ) -> None:
+        """Configure bars, windows and split.
+
+        Args:
+            timeframe: one of ``1m 5m 15m 30m 1h 4h 1d 1w``.
+            features: columns to model, in order (``close`` is always required).
+            lookback_window: bars the model sees. pred_len: bars it forecasts.
+            val_start, test_start: ISO dates starting the validation and test periods.
+            repair: fix what can be fixed (and count it) instead of raising.
+            adjust: split-adjust prices with an adjusted-close column when there is one.
+            clip: the z-score clip. stride: bars between consecutive window starts.
+        """
+        super().__init__()
+        if timeframe not in TIMEFRAMES:
+            raise DataError(f"unknown timeframe '{timeframe}'; choose one of {', '.join(TIMEFRAMES)}")
+        self.timeframe, self.features = timeframe, [f.lower() for f in features]
+        if "close" not in self.features:
+            raise DataError("features must include 'close'")
+        self.lookback_window, self.pred_len = int(lookback_window), int(pred_len)
+        self.val_start, self.test_start = val_start, test_start
+        self.repair, self.adjust, self.clip, self.stride = repair, adjust, clip, max(int(stride), 1)
+        self.repairs: dict[str, int] = {}
+
+    # --------------------------------------------------------------- reading
+    def read(self, uri: str) -> list[tuple[str, pd.DataFrame, str]]:
+        """``(symbol, frame, file)`` for the file at ``uri`` or each file of the folder."""
+        fs, path = require_exists(uri)
+        files = [path] if not fs.isdir(path) else sorted(p for p in fs.find(path) if p.lower().endswith(
+            (".csv", ".parquet", ".pq")))
+        if not files:
+            raise EmptyDataError(f"'{uri}' has no CSV or Parquet files (one file per symbol)")
+        frames = []
+        for file in files:
+            with fs.open(file, "rb") as handle:
+                frame = pd.read_parquet(handle) if file.lower().endswith((".parquet", ".pq")) else pd.read_csv(handle)
+            if frame.empty:
+                raise EmptyDataError(f"'{file}' has no bars")
+            frames.append((file.rsplit("/", 1)[-1].rsplit(".", 1)[0], frame, file))
+        return frames
+
+    def clean(self, symbol: str, frame: pd.DataFrame, source: str) -> Series:
+        """Validate (or repair), adjust and resample one symbol's bars."""
+        frame = frame.copy()
+        frame.columns = [str(c).strip().lower() for c in frame.columns]
+        time_column = next((c for c in TIME_COLUMNS if c in frame.columns), None)
+        if time_column is not None:
+            times = pd.to_datetime(frame.pop(time_column), errors="coerce", utc=False)
+        elif isinstance(frame.index, pd.DatetimeIndex):
+            times = pd.Series(frame.index)
+        else:
+            raise MissingColumnError(f"'{source}' has no timestamp column ({', '.join(TIME_COLUMNS)})")
+        frame.index = pd.DatetimeIndex(times.to_numpy())
+        missing = [f for f in self.features if f not in frame.columns]
+        if missing:
+            raise MissingColumnError(f"'{source}' has no {', '.join(repr(m) for m in missing)} column; its columns "
+                                     f"are {', '.join(frame.columns)}")
+        adj = next((c for c in ADJ_COLUMNS if c in frame.columns), None)
+        data = frame[[c for c in OHLCV if c in frame.columns] + ([adj] if adj else [])].apply(pd.to_numeric, errors="coerce")
+        data = self._check(data, source)
+        if self.adjust and adj:
+            factor = data[adj] / data["close"]
+            for column in ("open", "high", "low", "close"):
+                if column in data:
+                    data[column] = data[column] * factor
+            if "volume" in data:
+                data["volume"] = data["volume"] / factor
+        rules = {"open": "first", "high": "max", "low": "min", "close": "last", "volume": "sum"}
+        bars = data[[c for c in OHLCV if c in data]].resample(TIMEFRAMES[self.timeframe]).agg(
+            {c: rules[c] for c in OHLCV if c in data}).dropna(subset=["close"])
+        return Series(symbol, bars.index.to_numpy(), bars[self.features].to_numpy(dtype=np.float64))
+
+    def _check(self, data: pd.DataFrame, source: str) -> pd.DataFrame:
+        index = data.index
+        if index.isna().any():
+            raise OHLCVError(f"'{source}' has {int(index.isna().sum())} unreadable timestamps; fix them")
+        if not index.is_monotonic_increasing:
+            row = int(np.flatnonzero(np.diff(index.to_numpy()) < np.timedelta64(0))[0]) + 1
+            self._fix_or_raise("unsorted", f"'{source}' timestamps are not sorted (data row {row + 1} is earlier "
+                                           "than the one before)", 1)
+            data = data.sort_index(kind="stable")
+        duplicated = data.index.duplicated(keep="last")
+        if duplicated.any():
+            first = data.index[duplicated][0]
+            self._fix_or_raise("duplicate_timestamps", f"'{source}' has {int(duplicated.sum())} duplicate timestamps "
+                                                      f"(first {first})", int(duplicated.sum()))
+            data = data[~duplicated]
+        nan_rows = data.drop(columns=[c for c in data.columns if c in ADJ_COLUMNS]).isna().any(axis=1)
+        if nan_rows.any():
+            self._fix_or_raise("nan_bars", f"'{source}' has {int(nan_rows.sum())} bars with NaN values (first "
+                                           f"{data.index[nan_rows][0]})", int(nan_rows.sum()), MissingValueError)
+            data = data[~nan_rows]
+        if {"high", "low"} <= set(data.columns):
+            bad = data["high"] < data["low"]
+            if bad.any():
+                self._fix_or_raise("high_below_low", f"'{source}' has {int(bad.sum())} bars with high < low (first "
+                                                     f"{data.index[bad][0]})", int(bad.sum()))
+                data.loc[bad, ["high", "low"]] = data.loc[bad, ["low", "high"]].to_numpy()
+        if "volume" in data.columns:
+            negative = data["volume"] < 0
+            if negative.any():
+                self._fix_or_raise("negative_volume", f"'{source}' has {int(negative.sum())} bars with negative "
+                                                      f"volume (first {data.index[negative][0]})", int(negative.sum()))
+                data.loc[negative, "volume"] = 0
+        return data
+
+    def _fix_or_raise(self, kind: str, message: str, count: int, error: type[DataError] = OHLCVError) -> None:
+        if not self.repair:
+            raise error(message + "; fix the data or pass repair=True to repair it (the count is reported)")
+        self.repairs[kind] = self.repairs.get(kind, 0) + count
+
+    # ----------------------------------------------------------- preparation
+    def series(self, uri: str) -> list[Series]:
+        """Every symbol's cleaned bars."""
+        self.repairs = {}
+        return [self.clean(symbol, frame, file) for symbol, frame, file in self.read(uri)]
+
+    def boundaries(self, series: list[Series]) -> tuple[np.datetime64, np.datetime64]:
+        """The validation and test start times (given, or at 70 % and 85 % of the overall timeline)."""
+        times = np.sort(np.concatenate([s.times for s in series]))
+        val = np.datetime64(pd.Timestamp(self.val_start)) if self.val_start else times[int(len(times) * 0.70)]
+        test = np.datetime64(pd.Timestamp(self.test_start)) if self.test_start else times[int(len(times) * 0.85)]
+        if not val < test:
+            raise DataError(f"val_start ({val}) must be before test_start ({test})")
+        return val, test
+
+    def windows(self, series: list[Series], split: str) -> list[tuple[int, int]]:
+        """(series, start) of every window lying entirely inside ``split`` (train, val or test)."""
+        val, test = self.boundaries(series)
+        span = self.lookback_window + self.pred_len
+        low, high = {"train": (None, val), "val": (val, test), "test": (test, None)}[split]
+        found = []
+        for s, item in enumerate(series):
+            for start in range(0, len(item.times) - span + 1, self.stride):
+                first, last = item.times[start], item.times[start + span - 1]
+                if (low is None or first >= low) and (high is None or last < high):
+                    found.append((s, start))
+        return found
+
+    def prepare(self, uri: str, seed: int = 0) -> PreparedData:
+        """Read, check, resample and window the bars; train and validation windows (test kept aside)."""
+        series = self.series(uri)
+        span = self.lookback_window + self.pred_len
+        longest = max(len(s.times) for s in series)
+        if longest < span:
+            raise DataError(f"'{uri}' has at most {longest} {self.timeframe} bars per symbol; one window needs "
+                            f"{span} (lookback_window {self.lookback_window} + pred_len {self.pred_len})")
+        train, val = self.windows(series, "train"), self.windows(series, "val")
+        if not train or not val:
+            raise DataError(f"'{uri}' leaves no {'training' if not train else 'validation'} window of {span} bars; "
+                            "move val_start/test_start or shorten lookback_window")
+        val_start, test_start = self.boundaries(series)
+        spec = DataSpec(
+            "time_series_forecasting", (self.lookback_window, len(self.features)),
+            target_shape=(self.pred_len, len(self.features)),
+            extra={"features": self.features, "timeframe": self.timeframe, "symbols": [s.symbol for s in series],
+                   "val_start": str(val_start), "test_start": str(test_start), "clip": self.clip},
+        )
+        details = {"symbols": len(series), "bars": int(sum(len(s.times) for s in series)), "train_windows": len(train),
+                   "val_windows": len(val), "test_windows": len(self.windows(series, "test")), "repairs": self.repairs}
+        fs, path = require_exists(uri)
+        size = int(sum(fs.size(p) for p in (fs.find(path) if fs.isdir(path) else [path])))
+        return PreparedData(WindowDataset(series, train, self.lookback_window, self.pred_len, self.clip),
+                            WindowDataset(series, val, self.lookback_window, self.pred_len, self.clip),
+                            spec, data_fingerprint(uri), uri, size, details)
