@@ -58,8 +58,14 @@ def test_subclass_trains_through_trainer(twinkle_home, cancer_csv) -> None:
 
 
 def test_task_without_a_processor_is_a_clear_error(twinkle_home, cancer_csv) -> None:
-    with pytest.raises(TwinkleError, match="no installed data processor serves time_series_forecasting"):
-        Trainer(KronosModel)
+    class Speaker(Algorithm):
+        """A text-to-speech model, a task no installed plugin has a data processor for yet."""
+
+        def __init__(self, voices: int = 2) -> None:
+            super().__init__(task="text_to_speech")
+
+    with pytest.raises(TwinkleError, match="no installed data processor serves text_to_speech"):
+        Trainer(Speaker)
 
 
 @pytest.mark.parametrize(("scheduler", "lr_after"), [("onecycle", None), ("cosine", 0.0), ("step", 1e-5)])
