@@ -245,6 +245,12 @@ class FinancialDataProcessor(DataProcessor):
                     found.append((s, start))
         return found
 
+    def split_datasets(self, uri: str) -> dict[str, WindowDataset]:
+        """Train, validation and test windows of the data at ``uri`` (the test split is for evaluation)."""
+        series = self.series(uri)
+        return {split: WindowDataset(series, self.windows(series, split), self.lookback_window, self.pred_len,
+                                     self.clip) for split in ("train", "val", "test")}
+
     def prepare(self, uri: str, seed: int = 0) -> PreparedData:
         """Read, check, resample and window the bars; train and validation windows (test kept aside)."""
         series = self.series(uri)
