@@ -130,8 +130,11 @@ class Trainer(Operations):
 
     def valid_hyperparameters(self) -> set[str]:
         """Every name ``hyperparams`` accepts: the algorithm's, the data processor's and the trainer's."""
-        component = choose_processor(self.task, None, self.data_processor)
-        return {*self.choice.cls.hyperparameters(), *component.load().parameters(), *TrainerSettings.parameters()}
+        if isinstance(self.data_processor, DataProcessor):
+            data: dict[str, Any] = {}  # a configured processor takes no hyperparameters
+        else:
+            data = choose_processor(self.task, None, self.data_processor).load().parameters()
+        return {*self.choice.cls.hyperparameters(), *data, *TrainerSettings.parameters()}
 
     # ------------------------------------------------------------ components
     def _route(self, uri: str | None) -> tuple[Any, Any]:
