@@ -88,6 +88,24 @@ def _store_layout(parts: list[str]) -> list[str]:
     return ["runs", *parts]
 
 
+def is_local(fs: Any) -> bool:
+    """Whether an fsspec filesystem is this machine's disk."""
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    return "file" in protocols
+
+
+def local_cache_dir() -> str:
+    """``$XDG_CACHE_HOME/twinkle`` (default ``~/.cache/twinkle``): local files kept for remote stores."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "twinkle")
+
+
+def suffix(uri: str) -> str:
+    """The lower-case file extension of ``uri``'s last segment, without the dot ("" when it has none)."""
+    name = str(uri).rstrip("/").rsplit("/", 1)[-1]
+    return name.rpartition(".")[2].lower() if "." in name else ""
+
+
 def filesystem(uri: str) -> tuple[Any, str]:
     """The fsspec filesystem and the path within it for ``uri`` (after :func:`resolve`)."""
     fs, path = fsspec.core.url_to_fs(resolve(uri))

@@ -15,7 +15,7 @@ import numpy as np
 
 from twinkle_core.data.errors import DataError
 from twinkle_core.store.atomic import atomic_write_bytes
-from twinkle_core.uris import filesystem, require_exists
+from twinkle_core.uris import filesystem, is_local, require_exists
 
 MAGIC = b"TWKLIDX1"
 _ALIGN = 64
@@ -68,9 +68,8 @@ def read_index(uri: str, mmap: bool = True) -> tuple[dict[str, np.ndarray], dict
         (length,) = struct.unpack("<Q", head[len(MAGIC) :])
         header = json.loads(handle.read(length).decode("utf-8"))
     start = -(-(len(MAGIC) + 8 + length) // _ALIGN) * _ALIGN
-    local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
     size = fs.size(path)
-    raw = None if (mmap and local) else fs.cat_file(path)
+    raw = None if (mmap and is_local(fs)) else fs.cat_file(path)
     arrays = {}
     for name, entry in header["arrays"].items():
         dtype, shape = np.dtype(entry["dtype"]), tuple(entry["shape"])

@@ -18,6 +18,7 @@ from twinkle_core.data.spec import DataSpec
 from twinkle_core.errors import TwinkleError
 from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, declared, validate
 from twinkle_core.tasks import check_task
+from twinkle_core.uris import suffix
 
 
 @dataclass
@@ -105,13 +106,13 @@ class DataProcessor(ABC):
 
     def check_format(self, uri: str) -> str:
         """The lower-case suffix of ``uri``, raising :class:`UnsupportedFormatError` if not in :attr:`formats`."""
-        suffix = uri.rstrip("/").rsplit("/", 1)[-1].rpartition(".")[2].lower()
-        if self.formats and suffix not in self.formats:
+        extension = suffix(uri)
+        if self.formats and extension not in self.formats:
             raise UnsupportedFormatError(
                 f"{type(self).__name__} cannot read '{uri}': expected a file ending in "
                 f"{', '.join('.' + f for f in self.formats)}"
             )
-        return suffix
+        return extension
 
 
 def split_indices(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from twinkle_core.ops.notify import run_notifier
 from twinkle_core.planning import Decision, Plan
 from twinkle_core.store.catalogue import RunRecord
 from twinkle_core.store.runs import RunStore
-from twinkle_core.uris import filesystem
+from twinkle_core.uris import filesystem, join
 
 
 @dataclass
@@ -92,7 +91,7 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Any) -> dict[str, Any]:
     """Every callback of a run, by role (kept across out-of-memory retries)."""
     settings, algorithm = setup.settings, setup.algorithm
     metric, mode = algorithm.monitor
-    last_path = f"{ckpt_dir}/last.ckpt" if "://" in ckpt_dir else os.path.join(ckpt_dir, "last.ckpt")
+    last_path = join(ckpt_dir, "last.ckpt")
     roles: dict[str, Any] = {
         "best": ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=metric, mode=mode, save_top_k=1,
                                 save_last=False, enable_version_counter=False, auto_insert_metric_name=False),

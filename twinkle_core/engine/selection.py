@@ -12,6 +12,7 @@ from twinkle_core.components import import_target
 from twinkle_core.errors import PluginLoadError, TwinkleError, UnknownComponentError
 from twinkle_core.lookup import get_component, list_components
 from twinkle_core.tasks import check_task
+from twinkle_core.uris import suffix
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,8 @@ def choose_processor(task: str, uri: str | None, name: str | None) -> Component:
         )
     if len(candidates) == 1 or uri is None:
         return candidates[0]
-    suffix = str(uri).rstrip("/").rsplit("/", 1)[-1].rpartition(".")[2].lower()
-    matching = [c for c in candidates if suffix in c.formats] or [c for c in candidates if not c.formats]
+    extension = suffix(uri) or "folder"
+    matching = [c for c in candidates if extension in c.formats] or [c for c in candidates if not c.formats]
     if len(matching) == 1:
         return matching[0]
     raise TwinkleError(

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from twinkle_core.algorithm import Algorithm
 from twinkle_core.exporting.base import Exporter, ExportError, ExportResult, ExportVerificationError
-from twinkle_core.uris import filesystem
+from twinkle_core.uris import filesystem, is_local
 
 FP32_ATOL = 1e-4
 """Absolute tolerance of an fp32 export (plus the same relative to the output's magnitude)."""
@@ -62,7 +62,7 @@ def export_and_verify(
         calib = [algorithm.export_inputs(b).numpy() for b in _batches(source, 32, calibration_samples, algorithm,
                                                                         collate_fn)]
     fs, remote_path = filesystem(output)
-    local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+    local = is_local(fs)
     workdir = tempfile.mkdtemp(prefix="twinkle-export-")
     tmp = os.path.join(workdir, "artefact" + exporter.suffix)
     try:

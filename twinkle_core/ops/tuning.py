@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.store.atomic import atomic_write_bytes
-from twinkle_core.uris import filesystem, join
+from twinkle_core.uris import filesystem, is_local, join, local_cache_dir
 
 if TYPE_CHECKING:
     from twinkle_core.trainer import Trainer
@@ -101,12 +101,10 @@ def startup_trials(max_trials: int) -> int:
 
 def _storage_url(home: str) -> str:
     fs, path = filesystem(home)
-    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
-        os.makedirs(path, exist_ok=True)
-        return f"sqlite:///{os.path.join(path, 'studies.sqlite')}"
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    os.makedirs(os.path.join(cache, "twinkle"), exist_ok=True)
-    return f"sqlite:///{os.path.join(cache, 'twinkle', hashlib.md5(home.encode()).hexdigest()[:12] + '-studies.sqlite')}"
+    if not is_local(fs):  # SQLite needs a local file: keep remote stores' studies in the local cache
+        path = os.path.join(local_cache_dir(), hashlib.md5(home.encode()).hexdigest()[:12])
+    os.makedirs(path, exist_ok=True)
+    return f"sqlite:///{os.path.join(path, 'studies.sqlite')}"
 
 
 def _fail_dead_trials(study: Any, storage: Any) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from twinkle_core.uris import filesystem
+from twinkle_core.uris import filesystem, is_local
 
 
 def atomic_write_bytes(uri: str, data: bytes) -> None:
@@ -16,8 +16,7 @@ def atomic_write_bytes(uri: str, data: bytes) -> None:
     already atomic there.
     """
     fs, path = filesystem(uri)
-    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-    if "file" not in protocols:
+    if not is_local(fs):
         parent = path.rsplit("/", 1)[0]
         if parent and parent != path:
             fs.makedirs(parent, exist_ok=True)

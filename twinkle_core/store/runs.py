@@ -22,7 +22,7 @@ from typing import Any
 from twinkle_core.errors import TwinkleError
 from twinkle_core.store.atomic import atomic_write_text
 from twinkle_core.store.catalogue import Catalogue, RunRecord
-from twinkle_core.uris import filesystem, join, store_parts, twinkle_home
+from twinkle_core.uris import filesystem, is_local, join, local_cache_dir, store_parts, twinkle_home
 
 
 class RunNotFoundError(TwinkleError, LookupError):
@@ -49,11 +49,10 @@ class RunStore:
         if os.environ.get("TWINKLE_CATALOGUE"):
             return os.environ["TWINKLE_CATALOGUE"]
         fs, path = filesystem(self.home)
-        if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+        if is_local(fs):
             return os.path.join(path, "catalogue.sqlite")
-        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         digest = hashlib.md5(self.home.encode()).hexdigest()[:12]
-        return os.path.join(cache, "twinkle", f"catalogue-{digest}.sqlite")
+        return os.path.join(local_cache_dir(), f"catalogue-{digest}.sqlite")
 
     # ------------------------------------------------------------------ runs
     def create_run(self, user: str | None, project: str | None, **values: Any) -> RunRecord:

@@ -20,7 +20,6 @@ all its bars do, so no bar is shared across splits. Without dates the timeline i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -18,7 +18,7 @@ from twinkle_core.data.errors import DataError, EmptyDataError, MissingColumnErr
 from twinkle_core.data.fingerprint import data_fingerprint
 from twinkle_core.data.processor import DataProcessor, PreparedData
 from twinkle_core.data.spec import DataSpec
-from twinkle_core.uris import filesystem, join, require_exists, twinkle_home
+from twinkle_core.uris import filesystem, is_local, join, require_exists, twinkle_home
 
 IMAGE_SUFFIXES = (".bmp", ".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp")
 FINGERPRINT_EXCLUDE = ("*.cache",)
@@ -124,8 +124,7 @@ class YoloDataProcessor(DataProcessor):
         if not fs.exists(join(folder, yaml_name)):
             raise MissingColumnError(f"'{uri}' has no data.yaml; a YOLO dataset folder needs one")
         fingerprint = data_fingerprint(folder_uri, FINGERPRINT_EXCLUDE)
-        protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-        if "file" in protocols:
+        if is_local(fs):
             return os.path.join(folder, yaml_name), fingerprint
         staged = join(twinkle_home(), "cache", "datasets", fingerprint.removeprefix("md5:"))
         local_fs, local = filesystem(staged)

@@ -11,6 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
+from twinkle_core.uris import local_cache_dir
+
 _DONE = False
 
 
@@ -19,8 +21,7 @@ def prepare() -> None:
     global _DONE
     if _DONE:
         return
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    os.environ.setdefault("YOLO_CONFIG_DIR", os.path.join(cache, "twinkle", "ultralytics"))
+    os.environ.setdefault("YOLO_CONFIG_DIR", os.path.join(local_cache_dir(), "ultralytics"))
     os.environ.setdefault("YOLO_OFFLINE", "1")
     os.environ.setdefault("YOLO_AUTOINSTALL", "0")
     os.environ.setdefault("YOLO_VERBOSE", "False")
