@@ -186,6 +186,11 @@ class Algorithm(L.LightningModule):
 
     # -------------------------------------------------------- loss and metrics
     @property
+    def min_epochs(self) -> int | None:
+        """Epochs to train before early stopping may end the run (default: none; staged training sets it)."""
+        return None
+
+    @property
     def monitor(self) -> tuple[str, Literal["min", "max"]]:
         """The validation metric that picks the best checkpoint, and whether higher is better."""
         return ("val_accuracy", "max") if self.task in CLASSIFICATION_TASKS else ("val_loss", "min")

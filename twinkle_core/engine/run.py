@@ -129,6 +129,7 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
     return L.Trainer(
         **plan.lightning_kwargs(),
         max_epochs=settings.max_epochs,
+        min_epochs=setup.algorithm.min_epochs,
         max_steps=settings.max_steps,
         logger=CSVLogger(save_dir=run_dir, name="logs", version=""),
         callbacks=callbacks,

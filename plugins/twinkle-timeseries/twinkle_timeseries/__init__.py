@@ -1,7 +1,8 @@
-"""twinkle-timeseries: financial time-series forecasting — OHLCV data processing (Kronos models to come).
+"""twinkle-timeseries: financial time-series forecasting — OHLCV data processing and Kronos models.
 
 The Twinkle plugin lives in ``twinkle_timeseries.plugin``; it is found through the ``twinkle`` entry-point
-group. ``from twinkle_timeseries import FinancialDataProcessor`` imports pandas and torch (on first use).
+group. ``from twinkle_timeseries import FinancialDataProcessor, KronosModel`` imports pandas and torch (on
+first use).
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ except Exception:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
 
-def __getattr__(name: str) -> Any:
-    """Import ``FinancialDataProcessor`` (pandas, torch) only when it is asked for."""
-    if name == "FinancialDataProcessor":
-        from twinkle_timeseries.data import FinancialDataProcessor
+_LAZY = {"FinancialDataProcessor": "twinkle_timeseries.data", "KronosModel": "twinkle_timeseries.kronos.model",
+         "plot_forecast": "twinkle_timeseries.kronos.frames"}
 
-        return FinancialDataProcessor
+
+def __getattr__(name: str) -> Any:
+    """Import ``FinancialDataProcessor``, ``KronosModel`` and ``plot_forecast`` (torch) only when asked for."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'twinkle_timeseries' has no attribute '{name}'")

@@ -1,0 +1,124 @@
+"""kronos-tiny trained by Twinkle on real daily bars (bokeh_sampledata): two stages, forecasts, the article's subclass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from twinkle_core import Trainer
+from twinkle_core.errors import TwinkleError
+from twinkle_core.hyperparams import HyperparameterError
+from twinkle_timeseries import FinancialDataProcessor, KronosModel, plot_forecast
+
+WINDOWS = {"lookback_window": 30, "pred_len": 10, "val_start": "2009-01-01", "test_start": "2011-01-01", "stride": 3}
+
+
+@pytest.fixture(scope="module")
+def stocks(tmp_path_factory) -> Path:
+    """bokeh_sampledata's AAPL, IBM and MSFT daily bars, one CSV per symbol."""
+    from bokeh_sampledata import stocks as data
+
+    folder = tmp_path_factory.mktemp("bars")
+    for symbol in ("AAPL", "IBM", "MSFT"):
+        pd.DataFrame(getattr(data, symbol)).to_csv(folder / f"{symbol}.csv", index=False)
+    return folder
+
+
+@pytest.fixture
+def twinkle_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TWINKLE_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+class Snapshots(L.Callback):
+    """Copies of the tokenizer's and predictor's weights at the end of every training epoch."""
+
+    def __init__(self) -> None:
+        self.epochs: list[dict[str, torch.Tensor]] = []
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        net = pl_module.network
+        self.epochs.append({part: torch.cat([p.detach().flatten() for p in getattr(net, part).parameters()]).clone()
+                            for part in ("tokenizer", "predictor")})
+
+
+@pytest.fixture(scope="module")
+def trained(stocks, tmp_path_factory):
+    """kronos-tiny by name, the ohlcv processor chosen for it: two tokenizer epochs, then two predictor epochs."""
+    home = tmp_path_factory.mktemp("home")
+    snapshots = Snapshots()
+    trainer = Trainer("kronos-tiny", home=str(home), verbose=False, progress_bar=False, callbacks=[snapshots],
+                      hyperparams={**WINDOWS, "max_epochs": 4, "tokenizer_epochs": 2, "lr": 3e-3, "seed": 0})
+    result = trainer.fit(data=str(stocks))
+    return trainer, result, snapshots
+
+
+def test_two_stages_in_one_fit_learn_tokens_and_their_sequence(trained) -> None:
+    trainer, result, snapshots = trained
+    model = trainer.algorithm
+    assert result.status == "finished" and result.monitor == "val_loss"
+    epochs = snapshots.epochs
+    assert not torch.equal(epochs[0]["tokenizer"], epochs[1]["tokenizer"])  # stage one trains the tokenizer …
+    assert torch.equal(epochs[0]["predictor"], epochs[1]["predictor"])  # … alone
+    assert not torch.equal(epochs[2]["predictor"], epochs[3]["predictor"])  # stage two trains the predictor …
+    assert all(torch.equal(epochs[1]["tokenizer"], e["tokenizer"]) for e in epochs[2:])  # … on a frozen tokenizer
+    metrics = pd.read_csv(Path(result.run_dir) / "logs" / "metrics.csv").groupby("epoch").last()
+    assert metrics["val_recon_mse"].iloc[-1] < 0.16  # z-units, all bits (0.11–0.12 over seeds 0–2)
+    assert metrics["val_coarse_recon_mse"].iloc[-1] > metrics["val_recon_mse"].iloc[-1]  # fine bits refine
+    assert metrics["val_loss"].iloc[-1] < 0.5 * model.uniform_ce  # well below a uniform guess (1.2–1.3 vs 4.16)
+    assert metrics["val_loss"].iloc[-1] < metrics["val_loss"].iloc[1]  # the predictor stage lowers it
+    assert trainer.algorithm.data_spec.extra["features"] == ["open", "high", "low", "close", "volume"]
+
+
+def test_predict_returns_future_bars_and_a_png(trained, stocks, tmp_path) -> None:
+    trainer, _, _ = trained
+    model = trainer.algorithm
+    bars = pd.read_csv(stocks / "AAPL.csv")
+    history = bars[bars["date"] < "2011-06-01"].tail(60)
+    forecast = model.predict(history, pred_len=10, T=1.0, top_p=0.9, sample_count=8, seed=1)
+    assert list(forecast.columns) == ["open", "high", "low", "close", "volume"] and len(forecast) == 10
+    last = pd.Timestamp(history["date"].iloc[-1])
+    assert forecast.index[0] > last and (forecast.index.day_of_week < 5).all()  # business days after the history
+    close = history["close"].iloc[-1] * history["adj_close"].iloc[-1] / history["close"].iloc[-1]  # adjusted
+    assert np.all(np.abs(forecast["close"] / close - 1) < 0.25)
+    assert forecast.equals(model.predict(history, pred_len=10, sample_count=8, seed=1))
+    assert not forecast.equals(model.predict(history, pred_len=10, sample_count=8, seed=2))
+    longer = model.predict(history, pred_len=15, T=0.5, sample_count=2, seed=0)
+    assert len(longer) == 15
+    png = plot_forecast(history.set_index(pd.to_datetime(history["date"])), forecast, str(tmp_path / "f.png"))
+    assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(TwinkleError, match="no 'close' column"):
+        model.predict(history.drop(columns=["close"]), pred_len=5)
+
+
+class MyKronos(KronosModel):
+    """The article's shape: typed keyword hyperparameters, the other sizes passed on."""
+
+    def __init__(self, n_heads: int = 8, d_model: int = 256) -> None:
+        super().__init__(n_heads=n_heads, d_model=d_model, n_layers=1, ff_dim=64, s1_bits=4, s2_bits=4,
+                         tokenizer_d_model=32, tokenizer_ff_dim=64, tokenizer_layers=1, tokenizer_epochs=1)
+
+
+def test_a_subclass_as_in_the_article_trains_and_continues(stocks, twinkle_home, monkeypatch) -> None:
+    monkeypatch.setenv("TWINKLE_NAS_ROOT", str(stocks.parent))
+    processor = FinancialDataProcessor(**{**WINDOWS, "stride": 10})
+    trainer = Trainer(algorithm=MyKronos, data_processor=processor, progress_bar=False, verbose=False,
+                      hyperparams={"n_heads": 4, "d_model": 32, "max_epochs": 2})
+    result = trainer.fit(data=f"nas://{stocks.name}")
+    assert result.status == "finished" and trainer.algorithm.network.predictor.stack.blocks[0].attn.n_heads == 4
+    assert "d_model" in trainer.valid_hyperparameters() and "tokenizer_layers" not in trainer.valid_hyperparameters()
+    child = Trainer.from_checkpoint(result.run_uri, hyperparams={"max_epochs": 2}, verbose=False).fit()
+    assert child.parent == result.run_uri and child.status == "finished"
+    with pytest.raises(HyperparameterError, match="max_epochs \\(1\\) must be larger"):
+        Trainer.from_checkpoint(result.run_uri, hyperparams={"max_epochs": 1}, verbose=False).fit()
+
+
+def test_export_is_refused_with_a_named_error(trained) -> None:
+    trainer, _, _ = trained
+    with pytest.raises(TwinkleError, match="cannot be exported yet"):
+        trainer.export(format="onnx")

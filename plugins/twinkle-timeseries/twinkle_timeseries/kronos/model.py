@@ -1,0 +1,337 @@
+""":class:`KronosModel`: Kronos as a Twinkle algorithm — two training stages in one ``Trainer.fit``.
+
+Epochs ``0 … tokenizer_epochs-1`` train the tokenizer (reconstruction + BSQ loss); the remaining epochs train
+the predictor on the frozen tokenizer's tokens (mean of the coarse and fine cross-entropies). Each stage has its
+own learning-rate schedule (warm-up, then cosine) inside one optimizer; a part outside its stage gets no
+gradient, so the optimizer leaves it alone. ``val_loss`` is always the predictor's token cross-entropy, so
+the best checkpoint is the best forecaster; ``val_recon_mse`` tracks the tokenizer.
+
+Training windows are ``lookback_window + pred_len`` bars z-scored with the look-back's statistics (the
+:class:`~twinkle_timeseries.FinancialDataProcessor` windows); forecasting samples tokens after a context and
+decodes them (:meth:`KronosModel.predict`).
+
+Subclass it like any algorithm::
+
+    class MyKronos(KronosModel):
+        def __init__(self, n_heads: int = 8, d_model: int = 256) -> None:
+            super().__init__(n_heads=n_heads, d_model=d_model)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from twinkle_core import Algorithm
+from twinkle_core.data.spec import DataSpec
+from twinkle_core.errors import TwinkleError
+from twinkle_core.hyperparams import HyperparameterError
+from twinkle_timeseries.kronos.network import KronosNetwork
+from twinkle_timeseries.kronos.predictor import KronosPredictor
+from twinkle_timeseries.kronos.tokenizer import KronosTokenizer
+
+Stage = Literal["tokenizer", "predictor"]
+
+
+class KronosModel(Algorithm):
+    """Kronos (arXiv 2508.02739): a BSQ tokenizer for K-lines and a decoder-only predictor of its tokens.
+
+    The defaults are the ``kronos-mini`` sizes; ``kronos-tiny``, ``kronos-small`` and ``kronos-base`` are
+    subclasses with other defaults (see :data:`SIZES`).
+    """
+
+    task = "time_series_forecasting"
+    optimizer_defaults: ClassVar[dict[str, Any]] = {"lr": 4e-4, "weight_decay": 0.05, "scheduler": "cosine"}
+
+    def __init__(
+        self,
+        n_heads: int = 8,
+        d_model: int = 256,
+        n_layers: int = 4,
+        ff_dim: int = 512,
+        s1_bits: int = 10,
+        s2_bits: int = 10,
+        tokenizer_d_model: int = 128,
+        tokenizer_heads: int = 4,
+        tokenizer_ff_dim: int = 256,
+        tokenizer_layers: int = 3,
+        dropout: float = 0.1,
+        max_context: int = 2048,
+        tokenizer_epochs: int = 2,
+        tokenizer_lr: float | None = None,
+        warmup: float = 0.1,
+    ) -> None:
+        """Sizes, context and the two training stages.
+
+        Args:
+            n_heads, d_model, n_layers, ff_dim: the predictor's transformer.
+            s1_bits, s2_bits: bits of the coarse and fine subtokens (vocabularies of 2^bits).
+            tokenizer_d_model, tokenizer_heads, tokenizer_ff_dim, tokenizer_layers: the tokenizer's encoder
+                and decoder (``tokenizer_layers`` blocks each).
+            dropout: dropout in every block.
+            max_context: the most bars the predictor sees (longer contexts keep their last bars).
+            tokenizer_epochs: epochs of the tokenizer stage; the predictor trains for the rest. With 0 the
+                tokenizer is kept as loaded (continuing a run on new data).
+            tokenizer_lr: the tokenizer's peak learning rate (default: ``lr``).
+            warmup: the share of each stage spent warming the learning rate up.
+        """
+        super().__init__(task="time_series_forecasting")
+        self.n_heads, self.d_model, self.n_layers, self.ff_dim = n_heads, d_model, n_layers, ff_dim
+        self.s1_bits, self.s2_bits = s1_bits, s2_bits
+        self.tokenizer_d_model, self.tokenizer_heads = tokenizer_d_model, tokenizer_heads
+        self.tokenizer_ff_dim, self.tokenizer_layers = tokenizer_ff_dim, tokenizer_layers
+        self.dropout, self.max_context = dropout, max_context
+        self.tokenizer_epochs, self.tokenizer_lr, self.warmup = tokenizer_epochs, tokenizer_lr, warmup
+        if tokenizer_epochs < 0:
+            raise HyperparameterError(f"tokenizer_epochs must be 0 or more, not {tokenizer_epochs}")
+
+    # ------------------------------------------------------------------ network
+    def build_model(self, spec: DataSpec) -> KronosNetwork:
+        """A tokenizer for the data's features and a predictor of its tokens."""
+        if len(spec.input_shape) != 2:
+            raise TwinkleError(f"{type(self).__name__} needs (bars, features) windows, got input shape "
+                               f"{spec.input_shape}; use the ohlcv data processor (FinancialDataProcessor)")
+        steps, features = spec.input_shape
+        length = steps + (spec.target_shape[0] if spec.target_shape else 0)
+        if length > self.max_context:
+            raise HyperparameterError(f"windows of {length} bars exceed max_context={self.max_context}; shorten "
+                                      "lookback_window or raise max_context")
+        tokenizer = KronosTokenizer(features, self.tokenizer_d_model, self.tokenizer_heads, self.tokenizer_ff_dim,
+                                    self.tokenizer_layers, self.tokenizer_layers, self.s1_bits, self.s2_bits,
+                                    self.dropout)
+        predictor = KronosPredictor(self.s1_bits, self.s2_bits, self.d_model, self.n_heads, self.ff_dim,
+                                    self.n_layers, self.dropout)
+        return KronosNetwork(tokenizer, predictor)
+
+    @property
+    def network(self) -> KronosNetwork:
+        """The tokenizer and predictor (after :meth:`configure_data`)."""
+        if not isinstance(self.model, KronosNetwork):
+            raise TwinkleError(f"{type(self).__name__} has seen no data yet; fit it or call configure_data(spec)")
+        return self.model
+
+    def example_input(self, batch_size: int = 1) -> torch.Tensor:
+        """Random bars as long as a training sequence (look-back plus forecast)."""
+        if self.data_spec is None:
+            return super().example_input(batch_size)
+        steps, features = self.data_spec.input_shape
+        pred = self.data_spec.target_shape[0] if self.data_spec.target_shape else 0
+        return torch.randn(batch_size, steps + pred, features)
+
+    def export_module(self) -> nn.Module:
+        """Kronos forecasts by sampling tokens step by step; there is no single graph to export yet."""
+        raise TwinkleError(f"{type(self).__name__} cannot be exported yet: it forecasts by sampling tokens step by "
+                           "step; use model.predict(df, pred_len) in Python")
+
+    # ------------------------------------------------------------------ stages
+    @property
+    def min_epochs(self) -> int:
+        """Early stopping waits until the predictor has trained for one epoch."""
+        return self.tokenizer_epochs + 1
+
+    @property
+    def stage(self) -> Stage:
+        """Which part trains in the current epoch."""
+        return "tokenizer" if self.current_epoch < self.tokenizer_epochs else "predictor"
+
+    def on_fit_start(self) -> None:
+        """Check that the predictor stage gets at least one epoch."""
+        max_epochs = self.trainer.max_epochs
+        if max_epochs is not None and 0 <= max_epochs <= self.tokenizer_epochs:
+            raise HyperparameterError(
+                f"{type(self).__name__} trains its tokenizer for tokenizer_epochs={self.tokenizer_epochs} epochs, then "
+                f"the predictor: max_epochs ({max_epochs}) must be larger; raise max_epochs or lower tokenizer_epochs")
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Put the part that is not training in eval mode (no dropout; it gets no gradients either).
+
+        Per batch, because Lightning puts the whole module back in train mode after a validation.
+        """
+        tokenizer_stage = self.stage == "tokenizer"
+        self.network.tokenizer.train(tokenizer_stage)
+        self.network.predictor.train(not tokenizer_stage)
+
+    @staticmethod
+    def _sequence(batch: Any) -> torch.Tensor:
+        x, y = batch
+        return torch.cat([x, y], dim=1)
+
+    def batch_loss(self, batch: Any) -> torch.Tensor:
+        """The current stage's loss on (look-back, future) windows."""
+        bars = self._sequence(batch)
+        if self.stage == "tokenizer":
+            loss, parts = self.network.tokenizer.loss(bars)
+        else:
+            coarse, fine = self.network.tokenizer.encode(bars)
+            loss, parts = self.network.predictor.loss(coarse, fine)
+        self.log_dict({f"train_{k}": v for k, v in parts.items()}, on_step=False, on_epoch=True,
+                      batch_size=bars.shape[0])
+        return loss
+
+    def _evaluate(self, batch: Any, prefix: str) -> None:
+        bars = self._sequence(batch)
+        _, recon = self.network.tokenizer.loss(bars)
+        coarse, fine = self.network.tokenizer.encode(bars)
+        loss, parts = self.network.predictor.loss(coarse, fine)
+        self.log(f"{prefix}_loss", loss, prog_bar=True, batch_size=bars.shape[0])
+        self.log_dict({f"{prefix}_{k}": v for k, v in {**parts, **recon}.items()}, batch_size=bars.shape[0])
+
+    @property
+    def uniform_ce(self) -> float:
+        """The token cross-entropy of a uniform guess (mean of the coarse and fine vocabularies')."""
+        return (self.s1_bits + self.s2_bits) / 2 * math.log(2)
+
+    # ---------------------------------------------------------------- optimizer
+    def configure_optimizers(self) -> Any:
+        """One AdamW (or the chosen optimizer) with a parameter group and a schedule per stage."""
+        s = self.optim
+        groups = [{"params": list(self.network.tokenizer.parameters()), "lr": self.tokenizer_lr or s.lr},
+                  {"params": list(self.network.predictor.parameters()), "lr": s.lr}]
+        if s.optimizer == "sgd":
+            opt: torch.optim.Optimizer = torch.optim.SGD(groups, lr=s.lr, momentum=s.momentum,
+                                                         nesterov=s.momentum > 0, weight_decay=s.weight_decay)
+        elif s.optimizer == "adam":
+            opt = torch.optim.Adam(groups, lr=s.lr, weight_decay=s.weight_decay)
+        else:
+            opt = torch.optim.AdamW(groups, lr=s.lr, weight_decay=s.weight_decay)
+        if s.scheduler == "none":
+            return opt
+        max_epochs = max(int(self.trainer.max_epochs or 1), self.tokenizer_epochs + 1)
+        per_epoch = max(1, int(self.trainer.estimated_stepping_batches) // max_epochs)
+        boundary = self.tokenizer_epochs * per_epoch
+        stages = [(0, boundary), (boundary, max_epochs * per_epoch)]
+        lambdas = [self._schedule(start, end, s.scheduler) for start, end in stages]
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambdas)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def _schedule(self, start: int, end: int, kind: str) -> Any:
+        length = max(end - start, 1)
+        warm = max(1, int(self.warmup * length))
+
+        def factor(step: int) -> float:
+            t = step - start
+            if t < 0 or t >= length:
+                return 0.0 if t < 0 else 0.01
+            if kind == "step":
+                return 1.0 if t < 0.6 * length else 0.1 if t < 0.85 * length else 0.01
+            if t < warm:
+                return (t + 1) / warm
+            return 0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * (t - warm) / max(length - warm, 1)))
+
+        return factor
+
+    # ---------------------------------------------------------------- forecasting
+    def forecast(self, x: torch.Tensor, pred_len: int | None = None, T: float = 1.0, top_p: float = 0.9,
+                 sample_count: int = 1, seed: int | None = None) -> torch.Tensor:
+        """Forecast z-scored windows ``x`` (B, lookback, F): the mean of ``sample_count`` sampled paths.
+
+        Returns (B, pred_len, F) in the same z-units (``pred_len`` defaults to the trained horizon).
+        """
+        pred_len = pred_len or self._trained_pred_len()
+        generator = torch.Generator(device=x.device).manual_seed(seed) if seed is not None else None
+        was_training = self.network.training
+        self.network.eval()
+        try:
+            paths = self.network.forecast(x.to(self.device), pred_len, T, top_p, sample_count, self.max_context,
+                                          generator)
+        finally:
+            self.network.train(was_training)
+        return paths.mean(dim=1)
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        """Forecasts (z-units) of a batch of look-back windows (or ``(look-back, future)`` pairs)."""
+        x = batch[0] if isinstance(batch, (tuple, list)) else batch
+        return self.forecast(x)
+
+    def _trained_pred_len(self) -> int:
+        spec = self.data_spec
+        return int(spec.target_shape[0]) if spec is not None and spec.target_shape else 10
+
+    def predict(self, df: pd.DataFrame, pred_len: int | None = None, T: float = 1.0, top_p: float = 0.9,
+                sample_count: int = 1, lookback: int | None = None, seed: int | None = None) -> pd.DataFrame:
+        """Forecast the next ``pred_len`` bars after the bars of ``df``.
+
+        ``df`` holds the trained features (case-insensitive columns) and a timestamp column or index; it is
+        checked, split-adjusted and resampled like the training data. The last ``lookback`` bars (default:
+        the trained look-back) are z-scored by themselves, ``sample_count`` token paths are sampled with
+        temperature ``T`` and nucleus ``top_p``, and their mean is mapped back to prices.
+
+        Returns:
+            A DataFrame indexed by the future timestamps (business days for daily stock bars), one column per
+            feature.
+        """
+        from twinkle_timeseries.kronos.frames import future_index, window_stats
+
+        self.network  # noqa: B018 (raises a named error before any data was seen)
+        spec = self.data_spec
+        assert spec is not None
+        processor = self._processor(spec)
+        series = processor.clean("predict", df, "predict(df)")
+        lookback = int(lookback or spec.input_shape[0])
+        values = series.values[-lookback:]
+        if len(values) < 2:
+            raise TwinkleError(f"predict(df) needs at least 2 bars after cleaning, got {len(values)}")
+        mean, std = window_stats(values)
+        clip = float(spec.extra.get("clip", 5.0))
+        x = torch.from_numpy(np.clip((values - mean) / std, -clip, clip).astype(np.float32))[None]
+        pred_len = int(pred_len or self._trained_pred_len())
+        z = self.forecast(x, pred_len, T, top_p, sample_count, seed)[0].cpu().numpy().astype(np.float64)
+        index = future_index(series.times, pred_len, processor.timeframe)
+        return pd.DataFrame(z * std + mean, index=index, columns=processor.features)
+
+    @staticmethod
+    def _processor(spec: DataSpec) -> Any:
+        from twinkle_timeseries.data import FinancialDataProcessor
+
+        return FinancialDataProcessor(timeframe=str(spec.extra.get("timeframe", "1d")),
+                                      features=list(spec.extra.get("features", ["open", "high", "low", "close",
+                                                                                "volume"])),
+                                      lookback_window=int(spec.input_shape[0]))
+
+
+SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"n_heads": 4, "d_model": 64, "n_layers": 2, "ff_dim": 128, "s1_bits": 6, "s2_bits": 6,
+             "tokenizer_d_model": 48, "tokenizer_heads": 4, "tokenizer_ff_dim": 96, "tokenizer_layers": 2,
+             "dropout": 0.0, "max_context": 512, "tokenizer_epochs": 5, "tokenizer_lr": 4e-3},
+    "mini": {},
+    "small": {"n_heads": 8, "d_model": 512, "n_layers": 8, "ff_dim": 1024, "tokenizer_d_model": 256,
+              "tokenizer_ff_dim": 512, "max_context": 512},
+    "base": {"n_heads": 16, "d_model": 832, "n_layers": 12, "ff_dim": 2048, "tokenizer_d_model": 256,
+             "tokenizer_ff_dim": 512, "max_context": 512},
+}
+"""Defaults of each registered size (``mini`` is :class:`KronosModel`'s own)."""
+
+OPTIMIZER_DEFAULTS: dict[str, dict[str, Any]] = {"tiny": {"lr": 2e-3}}
+"""Optimizer defaults that differ from :class:`KronosModel`'s, per size (small models take larger steps)."""
+
+
+def _sized(size: str) -> type[KronosModel]:
+    """A subclass whose ``__init__`` defaults are the ``size``'s (so they show in hyperparameter listings)."""
+    import inspect
+
+    base = inspect.signature(KronosModel.__init__)
+    overrides = SIZES[size]
+    params = [p.replace(default=overrides.get(p.name, p.default)) for p in base.parameters.values()]
+
+    def __init__(self: KronosModel, **kwargs: Any) -> None:
+        KronosModel.__init__(self, **{**overrides, **kwargs})
+
+    __init__.__signature__ = base.replace(parameters=params)  # type: ignore[attr-defined]
+    __init__.__annotations__ = dict(KronosModel.__init__.__annotations__)
+    __init__.__doc__ = KronosModel.__init__.__doc__
+    name = f"Kronos{size.capitalize()}"
+    return type(name, (KronosModel,), {
+        "__init__": __init__, "__module__": __name__,
+        "optimizer_defaults": {**KronosModel.optimizer_defaults, **OPTIMIZER_DEFAULTS.get(size, {})},
+        "__doc__": f"``kronos-{size}``: :class:`KronosModel` with the {size} sizes."})
+
+
+KronosTiny = _sized("tiny")
+KronosMini = _sized("mini")
+KronosSmall = _sized("small")
+KronosBase = _sized("base")
