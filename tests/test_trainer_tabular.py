@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from twinkle_core import RunStore, Trainer
+from twinkle_core.algorithms.tabular_mlp import TabularMLP
 from twinkle_core.errors import TwinkleError
 
 HP = {"lr": 1e-3, "batch_size": 64, "max_epochs": 30}
@@ -133,3 +134,21 @@ def test_regression_learns(twinkle_home, tmp_path) -> None:
     baseline = float(((frame["target"] - frame["target"].mean()) ** 2).mean())
     assert result.monitor == "val_loss"
     assert result.metrics["val_loss"] < 0.6 * baseline  # well below predicting the mean
+
+
+class _Staged(TabularMLP):
+    """A staged algorithm: early stopping may not end it before epoch 4."""
+
+    @property
+    def min_epochs(self) -> int:
+        return 4
+
+
+@pytest.mark.parametrize(("algorithm", "epochs"), [(TabularMLP, 2), (_Staged, 4)])
+def test_early_stopping_waits_for_the_algorithms_min_epochs(cancer_csv, twinkle_home, algorithm, epochs) -> None:
+    # lr 0: validation never improves, so patience 1 stops after the second epoch unless min_epochs says wait
+    trainer = Trainer(algorithm=algorithm, task="tabular_classification", progress_bar=False, verbose=False,
+                      hyperparams={"lr": 0.0, "max_epochs": 10, "early_stopping_patience": 1})
+    result = trainer.fit(data=str(cancer_csv))
+    metrics = pd.read_csv(Path(result.run_dir) / "logs" / "metrics.csv")
+    assert metrics["epoch"].max() + 1 == epochs
