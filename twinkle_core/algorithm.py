@@ -255,18 +255,20 @@ class Algorithm(L.LightningModule):
         self.log_dict({f"{prefix}_{k}": v for k, v in values.items()}, prog_bar=True, batch_size=len(y))
 
     # ---------------------------------------------------------------- optimizer
+    def build_optimizer(self, params: Any) -> torch.optim.Optimizer:
+        """The optimizer named by :attr:`optim` over ``params`` (tensors, or parameter groups with their own lr)."""
+        s = self.optim
+        if s.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=s.lr, momentum=s.momentum, nesterov=s.momentum > 0,
+                                   weight_decay=s.weight_decay)
+        if s.optimizer == "adam":
+            return torch.optim.Adam(params, lr=s.lr, weight_decay=s.weight_decay)
+        return torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
+
     def configure_optimizers(self) -> Any:
         """The optimizer and schedule named by :attr:`optim` (see :class:`OptimizerSettings`)."""
         s = self.optim
-        params = [p for p in self.parameters() if p.requires_grad]
-        if s.optimizer == "sgd":
-            opt: torch.optim.Optimizer = torch.optim.SGD(
-                params, lr=s.lr, momentum=s.momentum, nesterov=s.momentum > 0, weight_decay=s.weight_decay
-            )
-        elif s.optimizer == "adam":
-            opt = torch.optim.Adam(params, lr=s.lr, weight_decay=s.weight_decay)
-        else:
-            opt = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
+        opt = self.build_optimizer([p for p in self.parameters() if p.requires_grad])
         if s.scheduler == "none":
             return opt
         total = max(1, int(self.trainer.estimated_stepping_batches))

@@ -192,13 +192,7 @@ class KronosModel(Algorithm):
         s = self.optim
         groups = [{"params": list(self.network.tokenizer.parameters()), "lr": self.tokenizer_lr or s.lr},
                   {"params": list(self.network.predictor.parameters()), "lr": s.lr}]
-        if s.optimizer == "sgd":
-            opt: torch.optim.Optimizer = torch.optim.SGD(groups, lr=s.lr, momentum=s.momentum,
-                                                         nesterov=s.momentum > 0, weight_decay=s.weight_decay)
-        elif s.optimizer == "adam":
-            opt = torch.optim.Adam(groups, lr=s.lr, weight_decay=s.weight_decay)
-        else:
-            opt = torch.optim.AdamW(groups, lr=s.lr, weight_decay=s.weight_decay)
+        opt = self.build_optimizer(groups)
         if s.scheduler == "none":
             return opt
         max_epochs = max(int(self.trainer.max_epochs or 1), self.tokenizer_epochs + 1)
