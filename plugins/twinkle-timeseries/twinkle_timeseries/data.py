@@ -45,6 +45,12 @@ class OHLCVError(DataError):
     """Bars that break OHLCV rules: unsorted or duplicate timestamps, high < low, negative volume."""
 
 
+def window_stats(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature mean and deviation of look-back bars (a flat feature gets deviation 1)."""
+    std = values.std(axis=0)
+    return values.mean(axis=0), np.where(std > 1e-8, std, 1.0)
+
+
 @dataclass
 class Series:
     """One symbol's cleaned bars (features in the processor's order) and their timestamps."""
@@ -75,9 +81,7 @@ class WindowDataset(Dataset):
 
     def stats(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Mean and deviation of window ``i``'s look-back bars, per feature."""
-        past, _ = self.raw(i)
-        std = past.std(axis=0)
-        return past.mean(axis=0), np.where(std > 1e-8, std, 1.0)
+        return window_stats(self.raw(i)[0])
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Look-back and future bars, both normalised with the look-back's statistics."""

@@ -1,4 +1,4 @@
-"""Helpers around forecasts as DataFrames: window statistics, future timestamps, and the forecast PNG."""
+"""Helpers around forecasts as DataFrames: future timestamps and the forecast PNG."""
 
 from __future__ import annotations
 
@@ -9,12 +9,6 @@ import pandas as pd
 
 from twinkle_core.store.atomic import atomic_write_bytes
 from twinkle_timeseries.data import TIMEFRAMES
-
-
-def window_stats(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-feature mean and deviation of a look-back (a flat feature gets deviation 1), as the processor's."""
-    std = values.std(axis=0)
-    return values.mean(axis=0), np.where(std > 1e-8, std, 1.0)
 
 
 def future_index(times: np.ndarray, steps: int, timeframe: str) -> pd.DatetimeIndex:

@@ -227,7 +227,7 @@ class KronosModel(Algorithm):
         Returns (B, pred_len, F) in the same z-units (``pred_len`` defaults to the trained horizon).
         """
         pred_len = pred_len or self._trained_pred_len()
-        generator = torch.Generator(device=x.device).manual_seed(seed) if seed is not None else None
+        generator = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
         was_training = self.network.training
         self.network.eval()
         try:
@@ -259,11 +259,12 @@ class KronosModel(Algorithm):
             A DataFrame indexed by the future timestamps (business days for daily stock bars), one column per
             feature.
         """
-        from twinkle_timeseries.kronos.frames import future_index, window_stats
+        from twinkle_timeseries.data import window_stats
+        from twinkle_timeseries.kronos.frames import future_index
 
-        self.network  # noqa: B018 (raises a named error before any data was seen)
         spec = self.data_spec
-        assert spec is not None
+        if spec is None or self.model is None:
+            raise TwinkleError(f"{type(self).__name__} has seen no data yet; fit it before predict(df)")
         processor = self._processor(spec)
         series = processor.clean("predict", df, "predict(df)")
         lookback = int(lookback or spec.input_shape[0])
