@@ -1,0 +1,83 @@
+"""GPU smoke checks for a machine with CUDA: the engine's mixed precision and Kronos on the GPU.
+
+Not part of the test suite (CI has no GPU). Run on a CUDA machine after installing twinkle-core and the
+plugins; ``BARS`` is a folder of daily OHLCV CSVs (one per symbol). Prints one JSON line per check and
+exits non-zero when one fails.
+
+    BARS=path/to/bars python tools/gpu_check.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from twinkle_core import Trainer
+
+
+def check_resnet(work: Path) -> dict:
+    """ResNet-18 on digits: the planned precision on CUDA, accuracy, and an ONNX export that matches."""
+    from twinkle_vision.samples import write_digits
+
+    data = write_digits(work / "digits")
+    trainer = Trainer("resnet18", verbose=False, progress_bar=False,
+                      hyperparams={"max_epochs": 4, "lr": 1e-3, "weight_decay": 0.05, "scheduler": "onecycle"})
+    start = time.perf_counter()
+    result = trainer.fit(data=str(data))
+    seconds = time.perf_counter() - start
+    exported = trainer.export(format="onnx")
+    return {"accelerator": result.plan.accelerator, "precision": result.plan.precision,
+            "micro_batch": result.plan.micro_batch_size, "val_accuracy": result.metrics.get("val_accuracy"),
+            "fit_seconds": round(seconds, 1), "export": str(exported)[:300]}
+
+
+def check_kronos(bars: Path) -> dict:
+    """kronos-tiny's two stages on CUDA with the planned precision, then sampled forecasts on CUDA."""
+    trainer = Trainer("kronos-tiny", verbose=False, progress_bar=False,
+                      hyperparams={"lookback_window": 30, "pred_len": 10, "val_start": "2010-07-01",
+                                   "test_start": "2011-07-01", "max_epochs": 6, "tokenizer_epochs": 3, "lr": 2e-3})
+    start = time.perf_counter()
+    result = trainer.fit(data=str(bars))
+    seconds = time.perf_counter() - start
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = trainer.algorithm.to(device)
+    history = pd.read_csv(bars / "AAPL.csv").iloc[-300:-20]
+    forecast = model.predict(history, pred_len=10, sample_count=16, seed=0)
+    x = torch.randn(256, 30, 5, device=device)
+    z = model.forecast(x, 10, sample_count=4, seed=0)
+    ok = bool(np.isfinite(forecast.to_numpy()).all() and torch.isfinite(z).all())
+    return {"accelerator": result.plan.accelerator, "precision": result.plan.precision,
+            "val_loss": result.metrics.get("val_loss"), "val_recon_mse": result.metrics.get("val_recon_mse"),
+            "uniform_ce": model.uniform_ce, "fit_seconds": round(seconds, 1), "forecast_finite": ok,
+            "forecast_device": str(z.device), "first_close": float(forecast["close"].iloc[0]),
+            "last_history_close": float(history["adj_close"].iloc[-1])}  # predict works in split-adjusted prices
+
+
+def main() -> int:
+    """Run every check; print a JSON line each."""
+    print(json.dumps({"torch": torch.__version__, "cuda": torch.cuda.is_available(),
+                      "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}), flush=True)
+    work = Path(tempfile.mkdtemp(prefix="twinkle-gpu-"))
+    os.environ.setdefault("TWINKLE_HOME", str(work / "home"))
+    failed = 0
+    for name, check in (("kronos", lambda: check_kronos(Path(os.environ["BARS"]))),
+                        ("resnet18", lambda: check_resnet(work))):
+        try:
+            print(json.dumps({"check": name, **check()}, default=str), flush=True)
+        except Exception:
+            failed += 1
+            print(json.dumps({"check": name, "error": traceback.format_exc()[-3000:]}), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
