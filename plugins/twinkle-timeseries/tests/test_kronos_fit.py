@@ -88,6 +88,8 @@ def test_predict_returns_future_bars_and_a_png(trained, stocks, tmp_path) -> Non
     assert np.all(np.abs(forecast["close"] / close - 1) < 0.25)
     assert forecast.equals(model.predict(history, pred_len=10, sample_count=8, seed=1))
     assert not forecast.equals(model.predict(history, pred_len=10, sample_count=8, seed=2))
+    indexed = history.assign(date=pd.to_datetime(history["date"])).set_index("date").rename(columns=str.upper)
+    assert model.predict(indexed, pred_len=10, sample_count=8, seed=1).equals(forecast)  # index, any case
     longer = model.predict(history, pred_len=15, T=0.5, sample_count=2, seed=0)
     assert len(longer) == 15
     png = plot_forecast(history.set_index(pd.to_datetime(history["date"])), forecast, str(tmp_path / "f.png"))

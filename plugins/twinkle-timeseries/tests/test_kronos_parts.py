@@ -108,3 +108,18 @@ def test_cached_generation_equals_rereading_the_whole_context() -> None:
     assert windowed[0].shape == (3, 6)
     sampled = [predictor.generate(coarse, fine, 6, generator=torch.Generator().manual_seed(3)) for _ in range(2)]
     assert torch.equal(sampled[0][0], sampled[1][0])
+
+
+def test_future_timestamps_follow_the_timeframe() -> None:
+    import pandas as pd
+
+    from twinkle_timeseries.kronos.frames import future_index
+
+    weekdays = pd.bdate_range("2024-01-01", "2024-01-05").to_numpy()  # Mon–Fri
+    assert list(future_index(weekdays, 2, "1d")) == [pd.Timestamp("2024-01-08"), pd.Timestamp("2024-01-09")]
+    every_day = pd.date_range("2024-01-01", "2024-01-07").to_numpy()  # crypto trades on Sundays
+    assert future_index(every_day, 1, "1d")[0] == pd.Timestamp("2024-01-08")
+    assert list(future_index(pd.DatetimeIndex(["2024-01-05"]).to_numpy(), 2, "1w")) == [
+        pd.Timestamp("2024-01-12"), pd.Timestamp("2024-01-19")]
+    hours = future_index(pd.DatetimeIndex(["2024-01-05 10:00"]).to_numpy(), 2, "1h")
+    assert list(hours) == [pd.Timestamp("2024-01-05 11:00"), pd.Timestamp("2024-01-05 12:00")]
