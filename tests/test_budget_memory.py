@@ -59,6 +59,25 @@ def test_budget_alerts_at_80_then_stops_and_resumes(twinkle_home, cancer_csv) ->
     assert torch.load(resumed.last_checkpoint, weights_only=True)["global_step"] == 30 * 29
 
 
+def test_one_slow_step_past_both_thresholds_still_alerts_before_it_stops(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from twinkle_core.ops.budget import BudgetGuard
+
+    times = iter([0.0, 0.1, 2.0])  # start, a step at 10 %, then one step that ends at 200 %
+    plan = SimpleNamespace(accelerator="cpu", devices=1, num_nodes=1, torch_threads=1)
+    alerts: list[dict] = []
+    guard = BudgetGuard(BudgetConfig(max_cpu_hours=1 / 3600, cloud_provider="aws"), plan, alerts.append,
+                        str(tmp_path / "last.ckpt"), clock=lambda: next(times))
+    trainer = SimpleNamespace(current_epoch=0, global_step=1, should_stop=False, checkpoint_callbacks=[],
+                              save_checkpoint=lambda path: Path(path).write_bytes(b"ckpt"))
+    guard.on_train_start(trainer, None)
+    guard.on_train_batch_end(trainer, None, None, None, 0)
+    assert alerts == []
+    guard.on_train_batch_end(trainer, None, None, None, 1)
+    assert [a["action"] for a in alerts] == ["log", "stop"] and trainer.should_stop
+
+
 def test_forecast_warns_before_training(twinkle_home, cancer_csv) -> None:
     trainer = Trainer("tabular-mlp", hyperparams={"max_epochs": 1}, verbose=False)
     trainer.set_budget_alert(max_cpu_hours=1e-12, cloud_provider="local")

@@ -147,13 +147,13 @@ class BudgetGuard(L.Callback):
         base = {"kind": "budget", "limit": limit, "fraction": round(fraction, 4), "gpu_hours": self.usage.gpu_hours,
                 "cpu_hours": self.usage.cpu_hours, "cost": round(self.usage.cost, 6),
                 "epoch": trainer.current_epoch, "step": trainer.global_step}
+        if fraction >= ALERT_FRACTION and not self.warned:  # also when one slow step crossed both thresholds
+            self.warned = True
+            self.notify({**base, "rule": f"{limit} at {ALERT_FRACTION:.0%}", "action": "log",
+                         "message": f"budget {limit} {fraction:.0%} used"})
         if fraction >= 1.0:
             stop_with_checkpoint(trainer, self.checkpoint_path)
             self.stopped_by = {**base, "rule": f"{limit} reached", "action": "stop", "checkpoint": self.checkpoint_path,
                                "message": f"budget {limit} reached ({fraction:.0%}); checkpoint saved, training "
                                           "stopped — resume with Trainer.from_checkpoint(run, mode='resume')"}
             self.notify(self.stopped_by)
-        elif fraction >= ALERT_FRACTION and not self.warned:
-            self.warned = True
-            self.notify({**base, "rule": f"{limit} at {ALERT_FRACTION:.0%}", "action": "log",
-                         "message": f"budget {limit} {fraction:.0%} used"})
