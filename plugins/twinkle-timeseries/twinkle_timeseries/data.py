@@ -51,6 +51,11 @@ def window_stats(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values.mean(axis=0), np.where(std > 1e-8, std, 1.0)
 
 
+def normalise(values: np.ndarray, mean: np.ndarray, std: np.ndarray, clip: float) -> np.ndarray:
+    """Bars z-scored with (look-back) statistics and clipped to ±``clip``, as float32."""
+    return np.clip((values - mean) / std, -clip, clip).astype(np.float32)
+
+
 @dataclass
 class Series:
     """One symbol's cleaned bars (features in the processor's order) and their timestamps."""
@@ -87,9 +92,8 @@ class WindowDataset(Dataset):
         """Look-back and future bars, both normalised with the look-back's statistics."""
         past, future = self.raw(i)
         mean, std = self.stats(i)
-        x = np.clip((past - mean) / std, -self.clip, self.clip)
-        y = np.clip((future - mean) / std, -self.clip, self.clip)
-        return torch.from_numpy(x.astype(np.float32)), torch.from_numpy(y.astype(np.float32))
+        return (torch.from_numpy(normalise(past, mean, std, self.clip)),
+                torch.from_numpy(normalise(future, mean, std, self.clip)))
 
 
 class FinancialDataProcessor(DataProcessor):

@@ -259,7 +259,7 @@ class KronosModel(Algorithm):
             A DataFrame indexed by the future timestamps (business days for daily stock bars), one column per
             feature.
         """
-        from twinkle_timeseries.data import window_stats
+        from twinkle_timeseries.data import normalise, window_stats
         from twinkle_timeseries.kronos.frames import future_index
 
         spec = self.data_spec
@@ -273,7 +273,7 @@ class KronosModel(Algorithm):
             raise TwinkleError(f"predict(df) needs at least 2 bars after cleaning, got {len(values)}")
         mean, std = window_stats(values)
         clip = float(spec.extra.get("clip", 5.0))
-        x = torch.from_numpy(np.clip((values - mean) / std, -clip, clip).astype(np.float32))[None]
+        x = torch.from_numpy(normalise(values, mean, std, clip))[None]
         pred_len = int(pred_len or self._trained_pred_len())
         z = self.forecast(x, pred_len, T, top_p, sample_count, seed)[0].cpu().numpy().astype(np.float64)
         index = future_index(series.times, pred_len, processor.timeframe)
@@ -281,11 +281,10 @@ class KronosModel(Algorithm):
 
     @staticmethod
     def _processor(spec: DataSpec) -> Any:
-        from twinkle_timeseries.data import FinancialDataProcessor
+        from twinkle_timeseries.data import OHLCV, FinancialDataProcessor
 
         return FinancialDataProcessor(timeframe=str(spec.extra.get("timeframe", "1d")),
-                                      features=list(spec.extra.get("features", ["open", "high", "low", "close",
-                                                                                "volume"])),
+                                      features=list(spec.extra.get("features", OHLCV)),
                                       lookback_window=int(spec.input_shape[0]))
 
 
