@@ -70,7 +70,8 @@ def test_one_slow_step_past_both_thresholds_still_alerts_before_it_stops(tmp_pat
     guard = BudgetGuard(BudgetConfig(max_cpu_hours=1 / 3600, cloud_provider="aws"), plan, alerts.append,
                         str(tmp_path / "last.ckpt"), clock=lambda: next(times))
     trainer = SimpleNamespace(current_epoch=0, global_step=1, should_stop=False, checkpoint_callbacks=[],
-                              save_checkpoint=lambda path: Path(path).write_bytes(b"ckpt"))
+                              save_checkpoint=lambda path: Path(path).write_bytes(b"ckpt"), is_global_zero=True,
+                              strategy=SimpleNamespace(broadcast=lambda obj, src=0: obj))
     guard.on_train_start(trainer, None)
     guard.on_train_batch_end(trainer, None, None, None, 0)
     assert alerts == []

@@ -69,18 +69,34 @@ def test_every_violation_is_reported(twinkle_plugin) -> None:
         assert_plugin_contract("bad")
 
 
-def test_extra_tasks_are_accepted(twinkle_plugin) -> None:
-    class NewTask:
-        """A plugin for a task core does not know yet."""
+def test_a_plugin_that_registers_its_task_meets_the_contract(twinkle_plugin) -> None:
+    class NoTask:
+        """A plugin for a task nobody registers: training would refuse it, and so does the contract."""
 
         @hookimpl
         def register_algorithms(self, register):
             """Register."""
             register("tele", GoodAlgorithm, task="telepathy", description="x")
 
+    class NewTask:
+        """A plugin that declares its task."""
+
+        @hookimpl
+        def register_algorithms(self, register):
+            """Register."""
+            register("mind-reader", GoodAlgorithm, task="telepathy", description="x")
+
+        @hookimpl
+        def register_tasks(self, register):
+            """Register the task."""
+            register("telepathy", kind="classification", description="read minds")
+
+    twinkle_plugin(NoTask(), name="notask")
+    assert "declares unknown task 'telepathy'" in str(check_plugin_contract("notask"))
     twinkle_plugin(NewTask(), name="newtask")
-    assert not check_plugin_contract("newtask").ok
-    assert check_plugin_contract("newtask", extra_tasks=["telepathy"]).ok
+    report = check_plugin_contract("newtask")
+    assert report.ok, str(report)
+    assert "task 'telepathy' imports, is the right kind, is documented" in report.checked
 
 
 def test_unknown_plugin() -> None:

@@ -52,7 +52,10 @@ def test_each_hook_registers_its_kind(twinkle_plugin, kind) -> None:
 
     def impl(self, register):
         """Register one component of this kind."""
-        register(f"meta-{kind.name}", "meta_mod:Thing", task="tabular_classification", format="onnx")
+        if kind.name == "task":  # a task is its metadata, no target
+            register(f"meta-{kind.name}", kind="classification", description="a task")
+        else:
+            register(f"meta-{kind.name}", "meta_mod:Thing", task="tabular_classification", format="onnx")
 
     setattr(plugin, kind.hook, hookimpl(impl))
     info = twinkle_plugin(plugin(), name=f"meta-{kind.name}")
@@ -61,3 +64,19 @@ def test_each_hook_registers_its_kind(twinkle_plugin, kind) -> None:
     assert [c.name for c in registry.list(kind.name, plugin=info.name)] == [f"meta-{kind.name}"]
     others = [k for k in KINDS if k != kind.name]
     assert all(not registry.list(k, plugin=info.name) for k in others)
+
+
+def test_a_misspelt_hook_is_that_plugins_error(twinkle_plugin) -> None:
+    from twinkle_core.errors import PluginError
+
+    class Typo:
+        """A plugin whose hook name lacks its final s."""
+
+        @hookimpl
+        def register_algorithm(self, register):
+            """Never called."""
+
+    with pytest.raises(PluginError, match="'register_algorithm' \\(did you mean 'register_algorithms'\\?\\)"):
+        twinkle_plugin(Typo(), name="typo")
+    assert "typo" not in {i.name for i in get_plugin_set().infos()}
+    get_plugin_set().pm.check_pending()  # nothing of it is left behind

@@ -35,7 +35,7 @@ _LAZY: dict[str, str] = {
     "DataProcessor": "twinkle_core.data.processor:DataProcessor",
     "DataSpec": "twinkle_core.data.spec:DataSpec",
     "ExportResult": "twinkle_core.exporting.base:ExportResult",
-    "FitResult": "twinkle_core.trainer:FitResult",
+    "FitResult": "twinkle_core.engine.result:FitResult",
     "Plan": "twinkle_core.planning.plan:Plan",
     "RunStore": "twinkle_core.store.runs:RunStore",
     "Trainer": "twinkle_core.trainer:Trainer",
@@ -48,7 +48,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from twinkle_core.exporting.base import ExportResult
     from twinkle_core.planning.plan import Plan
     from twinkle_core.store.runs import RunStore
-    from twinkle_core.trainer import FitResult, Trainer
+    from twinkle_core.engine.result import FitResult
+    from twinkle_core.trainer import Trainer
 
 
 def __getattr__(name: str) -> Any:

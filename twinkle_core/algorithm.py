@@ -30,10 +30,7 @@ from torch.nn import functional as F
 from twinkle_core.data.spec import DataSpec
 from twinkle_core.errors import TwinkleError
 from twinkle_core.hyperparams import Hyperparameter, declared, validate
-from twinkle_core.tasks import check_task
-
-CLASSIFICATION_TASKS = frozenset({"tabular_classification", "image_classification"})
-REGRESSION_TASKS = frozenset({"tabular_regression"})
+from twinkle_core.tasks import Task, get_task
 
 
 def batch_size_of(batch: Any) -> int:
@@ -88,7 +85,8 @@ class Algorithm(L.LightningModule):
                 f"{type(self).__name__} declares no task; call super().__init__(task='...') "
                 "or set the class attribute task"
             )
-        self.task = check_task(resolved)
+        self._task_info = get_task(resolved)
+        self.task = self._task_info.name
         self.optim = OptimizerSettings(**type(self).optimizer_defaults)
         self.data_spec: DataSpec | None = None
         self.model: nn.Module | None = None
@@ -191,25 +189,53 @@ class Algorithm(L.LightningModule):
         return None
 
     @property
+    def task_info(self) -> Task:
+        """The registered :class:`~twinkle_core.tasks.Task` of :attr:`task` (its kind and monitored metric)."""
+        if self._task_info.name != self.task:  # a subclass changed its task after __init__
+            self._task_info = get_task(self.task)
+        return self._task_info
+
+    @property
     def monitor(self) -> tuple[str, Literal["min", "max"]]:
-        """The validation metric that picks the best checkpoint, and whether higher is better."""
-        return ("val_accuracy", "max") if self.task in CLASSIFICATION_TASKS else ("val_loss", "min")
+        """The validation metric that picks the best checkpoint, and whether higher is better (the task's)."""
+        info = self.task_info
+        return info.monitor, "max" if info.mode == "max" else "min"
 
     def compute_loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Cross-entropy for classification, mean squared error for regression."""
-        if self.task in CLASSIFICATION_TASKS:
+        """Cross-entropy for classification tasks, mean squared error for regression tasks."""
+        kind = self.task_info.kind
+        if kind == "classification":
             return F.cross_entropy(outputs, targets)
-        if self.task in REGRESSION_TASKS:
+        if kind == "regression":
             return F.mse_loss(outputs.reshape(targets.shape), targets)
-        raise TwinkleError(f"{type(self).__name__} must implement compute_loss for task {self.task}")
+        raise TwinkleError(f"{type(self).__name__} must implement compute_loss for {kind} task {self.task}")
 
     def compute_metrics(self, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Accuracy for classification; MAE for regression (logged with a ``val_`` prefix)."""
-        if self.task in CLASSIFICATION_TASKS:
+        """Accuracy for classification tasks; MAE for regression (logged with a ``val_`` prefix)."""
+        kind = self.task_info.kind
+        if kind == "classification":
             return {"accuracy": (outputs.argmax(dim=-1) == targets).float().mean()}
-        if self.task in REGRESSION_TASKS:
+        if kind == "regression":
             return {"mae": (outputs.reshape(targets.shape) - targets).abs().mean()}
         return {}
+
+    # ---------------------------------------------------------------- logging
+    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        """Lightning's ``log``, reduced across ranks by default (``sync_dist=True``; pass ``False`` to keep
+        a rank's own value): one run's metrics are the job's, not rank 0's."""
+        kwargs.setdefault("sync_dist", True)
+        if kwargs["sync_dist"] and isinstance(kwargs.get("batch_size"), int):
+            # Lightning averages the summed batch sizes over ranks in the integer's dtype, truncating
+            # (57 + 56) / 2 to 56 when the last validation rows are uneven; a float count stays exact
+            kwargs["batch_size"] = float(kwargs["batch_size"])
+        super().log(name, value, *args, **kwargs)
+
+    def log_dict(self, dictionary: Any, *args: Any, **kwargs: Any) -> None:
+        """Lightning's ``log_dict``, reduced across ranks by default (see :meth:`log`)."""
+        kwargs.setdefault("sync_dist", True)
+        if kwargs["sync_dist"] and isinstance(kwargs.get("batch_size"), int):
+            kwargs["batch_size"] = float(kwargs["batch_size"])
+        super().log_dict(dictionary, *args, **kwargs)
 
     # ---------------------------------------------------------------- the steps
     def eval_batch_size(self, micro_batch_size: int) -> int:

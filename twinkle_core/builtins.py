@@ -12,6 +12,24 @@ TABULAR_TASKS = ["tabular_classification", "tabular_regression"]
 
 
 @hookimpl
+def register_tasks(register: Register) -> None:
+    """The tasks every Twinkle installation knows (plugins add more the same way)."""
+    register("tabular_classification", kind="classification", description="predict a class from a row of numeric features",
+             batch="(features float32 [B, F], class int64 [B])")
+    register("tabular_regression", kind="regression", description="predict a number from a row of numeric features",
+             batch="(features float32 [B, F], target float32 [B])")
+    register("image_classification", kind="classification", description="predict a class from an image",
+             batch="(images float32 [B, C, H, W], class int64 [B])")
+    register("object_detection", kind="detection", description="find boxes and classes of objects in an image",
+             batch="dict: img float32 [B, 3, H, W], bboxes, cls, batch_idx")
+    register("time_series_forecasting", kind="forecasting",
+             description="predict the next values of a time series (e.g. OHLCV bars)",
+             batch="(look-back window float32 [B, T, F], horizon float32 [B, H, F])")
+    register("text_to_speech", kind="generation", description="synthesise speech audio from text",
+             batch="dict: phone ids int64 [B, L], audio features float32 [B, T, M]")
+
+
+@hookimpl
 def register_algorithms(register: Register) -> None:
     """The tabular MLP (classification and regression)."""
     register(

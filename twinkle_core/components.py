@@ -37,6 +37,7 @@ class Kind:
 KINDS: dict[str, Kind] = {
     kind.name: kind
     for kind in (
+        Kind("task", "register_tasks", (), "twinkle_core.tasks:Task", "tasks"),
         Kind("algorithm", "register_algorithms", ("task",), "twinkle_core.algorithm:Algorithm", "algorithms"),
         Kind(
             "data_processor",
@@ -55,7 +56,7 @@ KINDS: dict[str, Kind] = {
         Kind("exporter", "register_exporters", ("format",), "twinkle_core.exporting.base:Exporter", "exporters"),
     )
 }
-"""The four component kinds, by name."""
+"""The component kinds, by name: tasks, algorithms, data processors, resource strategies, exporters."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*(/\*)?$")
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -82,7 +83,7 @@ class Component:
     """One registered component.
 
     Attributes:
-        kind: ``"algorithm"``, ``"data_processor"``, ``"resource_strategy"`` or ``"exporter"``.
+        kind: ``"task"``, ``"algorithm"``, ``"data_processor"``, ``"resource_strategy"`` or ``"exporter"``.
         name: the registered name (``"resnet50"``).
         plugin: the name of the plugin that registered it.
         target: a ``"module:attr"`` string or the object itself.
@@ -178,7 +179,8 @@ class Component:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description of the component (never imports the target)."""
-        extra = {k: v for k, v in self.meta.items() if k not in {"task", "format", "description", "aliases", "tasks"}}
+        extra = {k: v for k, v in self.meta.items()
+                 if k not in {"task", "format", "description", "aliases", "tasks", "kind", "name", "plugin", "target"}}
         return {
             "name": self.name,
             "kind": self.kind,
@@ -207,6 +209,14 @@ def make_component(kind: str, plugin: str, name: Any, target: Any, meta: dict[st
             f"{where}: a name must be a non-empty string of letters, digits, '-', '_', '.' or '/' "
             "(':' is reserved for 'plugin:name')"
         )
+    if kind == "task":  # a task is its metadata: register(name, kind=..., description=...)
+        from twinkle_core.tasks import Task
+
+        if target is None:
+            target = Task.from_registration(plugin, name, meta)
+        elif not isinstance(target, Task) or target.name != name:
+            raise RegistrationError(f"{where} with target {target!r}: pass kind=... (or a Task named {name!r})")
+        meta = {"description": target.description, **meta}
     if isinstance(target, str):
         if not _TARGET_RE.match(target):
             raise RegistrationError(f"{where} with target {target!r}: write the target as 'package.module:attr'")

@@ -1,4 +1,4 @@
-"""The four extension points of Twinkle, as pluggy hook specifications.
+"""The extension points of Twinkle, as pluggy hook specifications.
 
 A plugin is a module (found through the ``twinkle`` entry-point group) or any object with functions
 decorated by :data:`hookimpl`. Each hook receives one ``register`` callback and calls it once per
@@ -45,6 +45,24 @@ class Register(Protocol):
 
     def __call__(self, name: str, target: Any, **meta: Any) -> None:
         """Register one component."""
+
+
+@hookspec
+def register_tasks(register: Register) -> None:
+    """Register tasks: what a model learns to do, and how a run of it is judged.
+
+    A task has no target: ``register(name, kind=..., description=..., monitor=..., mode=..., batch=...)``.
+    ``kind`` is one of ``classification``, ``regression``, ``detection``, ``forecasting``, ``generation``,
+    ``other``; it gives algorithms of the task their default loss and metrics and the monitored metric
+    (``monitor``/``mode`` override it). ``batch`` says in words what a batch looks like.
+
+    Example::
+
+        @hookimpl
+        def register_tasks(register):
+            register("text_classification", kind="classification", description="predict a class from a text",
+                     batch="(token ids int64 [B, L], class int64 [B])")
+    """
 
 
 @hookspec
@@ -109,10 +127,7 @@ def register_exporters(register: Register) -> None:
     """
 
 
-HOOK_NAMES: tuple[str, ...] = (
-    "register_algorithms",
-    "register_data_processors",
-    "register_resource_strategies",
-    "register_exporters",
+HOOK_NAMES: tuple[str, ...] = tuple(
+    name for name, value in dict(globals()).items() if name.startswith("register_") and callable(value)
 )
-"""Every hook Twinkle calls, in a fixed order."""
+"""Every hook Twinkle calls, in the order they are specified here."""

@@ -107,6 +107,7 @@ class PluginSet:
         self._load_entry_points = load_entry_points
         self._load_builtins = load_builtins
         self._loaded = False
+        self._registry: Registry | None = None
         self._lock = threading.RLock()
 
     # ----------------------------------------------------------------- loading
@@ -139,7 +140,7 @@ class PluginSet:
         try:
             plugin = get_plugin()
             info.module = getattr(plugin, "__name__", type(plugin).__name__)
-            self.pm.register(plugin, name=info.name)
+            self._register_checked(plugin, info.name)
         except Exception as err:  # a third party's import-time failure must not be fatal
             self._fail(info, err)
             return
@@ -148,6 +149,31 @@ class PluginSet:
         except Exception as err:
             self.pm.unregister(plugin)
             self._fail(info, err)
+
+    def _register_checked(self, plugin: Any, name: str) -> None:
+        """Register ``plugin`` with pluggy, refusing hook implementations no Twinkle hook specifies.
+
+        Raises:
+            PluginError: a misspelt hook (``register_algorithm``), naming the plugin and the closest hook.
+        """
+        self.pm.register(plugin, name=name)
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as err:
+            self.pm.unregister(plugin)
+            unknown = sorted(
+                attr for attr in dir(plugin)
+                if attr.startswith("register") and attr not in hookspecs.HOOK_NAMES
+                and self.pm.parse_hookimpl_opts(plugin, attr) is not None
+            )
+            import difflib
+
+            hints = [f"'{u}' (did you mean '{(difflib.get_close_matches(u, hookspecs.HOOK_NAMES, n=1) or ['?'])[0]}'?)"
+                     for u in unknown]
+            raise PluginError(
+                f"plugin '{name}' implements {', '.join(hints) or str(err)}, which is not a Twinkle hook; "
+                f"the hooks are {', '.join(hookspecs.HOOK_NAMES)}"
+            ) from None
 
     def _collect(self, info: PluginInfo, plugin: Any) -> None:
         """Call each hook the plugin implements with a ``register`` bound to it; all or nothing."""
@@ -159,7 +185,7 @@ class PluginSet:
                     continue
                 info.hooks.append(kind.hook)
 
-                def register(name: str, target: Any, _kind: str = kind.name, **meta: Any) -> None:
+                def register(name: str, target: Any = None, _kind: str = kind.name, **meta: Any) -> None:
                     comp = make_component(_kind, info.name, name, target, meta)
                     for key in (comp.name, *comp.aliases):
                         if (_kind, key) in seen:
@@ -176,11 +202,13 @@ class PluginSet:
             info.components.setdefault(comp.kind, []).append(comp.name)
         self._components[info.name] = staged
         self._infos[info.name] = info
+        self._registry = None
 
     def _fail(self, info: PluginInfo, err: BaseException) -> None:
         info.error = f"{type(err).__name__}: {err}" if not isinstance(err, PluginError) else str(err)
         info.hooks, info.components = [], {}
         self._infos.setdefault(info.name, info)
+        self._registry = None
         label = f"{info.name} ({info.distribution} {info.version})" if info.distribution else info.name
         if strict_plugins():
             raise PluginLoadError(f"plugin {label} failed to load: {info.error}") from err
@@ -202,7 +230,7 @@ class PluginSet:
             if name in self._infos:
                 raise PluginError(f"a plugin named '{name}' is already registered; pick another name")
             info = PluginInfo(name, module=getattr(plugin, "__name__", type(plugin).__name__))
-            self.pm.register(plugin, name=name)
+            self._register_checked(plugin, name)
             try:
                 self._collect(info, plugin)
             except Exception:
@@ -218,6 +246,7 @@ class PluginSet:
                 self.pm.unregister(plugin)
             self._infos.pop(name, None)
             self._components.pop(name, None)
+            self._registry = None
 
     # --------------------------------------------------------------- queries
     def infos(self, include_builtin: bool = False) -> list[PluginInfo]:
@@ -229,11 +258,14 @@ class PluginSet:
 
     @property
     def registry(self) -> Registry:
-        """A registry of every loaded plugin's components."""
+        """A registry of every loaded plugin's components (built once, rebuilt after a plugin is added or removed)."""
         self.load()
-        registry = Registry(c for comps in self._components.values() for c in comps)
-        registry.broken_plugins = {i.name: i.error for i in self._infos.values() if i.error}
-        return registry
+        with self._lock:
+            if self._registry is None:
+                registry = Registry(c for comps in self._components.values() for c in comps)
+                registry.broken_plugins = {i.name: i.error for i in self._infos.values() if i.error}
+                self._registry = registry
+            return self._registry
 
 
 def entry_points() -> list[metadata.EntryPoint]:

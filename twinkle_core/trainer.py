@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
@@ -20,6 +19,8 @@ from twinkle_core.data.spec import DataSpec
 from twinkle_core.engine import continuation as cont
 from twinkle_core.engine.checkpoints import CheckpointError, load_checkpoint, twinkle_record
 from twinkle_core.engine.operations import Operations
+from twinkle_core.engine.ranks import is_global_zero
+from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.run import RunSetup, run_lightning
 from twinkle_core.engine.selection import choose_processor, choose_strategy, resolve_algorithm, resolve_task
 from twinkle_core.engine.settings import TrainerSettings, route
@@ -29,41 +30,6 @@ from twinkle_core.planning import Hardware, Plan, PlanContext, measure
 from twinkle_core.ops.memory import scale_batch
 from twinkle_core.ops.verify import save_data_manifest
 from twinkle_core.store.runs import RunStore
-
-
-@dataclass
-class FitResult:
-    """What :meth:`Trainer.fit` returns.
-
-    Attributes:
-        run_uri: ``twinkle://user/project/runN``.
-        status: ``finished`` (or ``stopped`` when a rule stopped it).
-        metrics: the final logged metrics (``val_loss``, ``val_accuracy``, ...).
-        best_metric: the monitored metric's best value, and its name in ``monitor``.
-        monitor: the metric that picked the best checkpoint.
-        best_checkpoint: the best checkpoint's URI.
-        last_checkpoint: the last checkpoint's URI.
-        plan: the resource plan used.
-        data_fingerprint: the data's content fingerprint.
-        run_dir: the run's folder (metrics.csv, curves.png, plan.json, checkpoints/).
-        parent: the run this one continued from, if any.
-        alerts: alerts that fired (rules, budget, out-of-memory retries).
-        stop_reason: why training stopped early (an alert rule or the budget), if it did.
-    """
-
-    run_uri: str
-    status: str
-    metrics: dict[str, float]
-    best_metric: float | None
-    monitor: str
-    best_checkpoint: str | None
-    last_checkpoint: str | None
-    plan: Plan
-    data_fingerprint: str
-    run_dir: str
-    parent: str | None = None
-    alerts: list[dict[str, Any]] = field(default_factory=list)
-    stop_reason: str | None = None
 
 
 class Trainer(Operations):
@@ -209,8 +175,37 @@ class Trainer(Operations):
         plan = self._plan(prepared, algorithm)
         if self.settings.auto_batch_scaling:
             scale_batch(plan, algorithm, prepared.train, self.settings.memory_limit_bytes, prepared.collate_fn)
-        if self.verbose:
+        lead = is_global_zero()  # one run per job: rank 0 creates it and writes everything
+        if self.verbose and lead:
             print(plan.explain(), flush=True)
+        record = self._record_run(uri, prepared, plan, routed) if lead else None
+        checkpoint_record = {
+            "version": 1,
+            "algorithm": self.choice.name,
+            "target": f"{self.choice.cls.__module__}:{self.choice.cls.__qualname__}",
+            "task": self.task,
+            "hyperparams": dict(routed.algorithm),
+            "data_processor": component.qualified_name if component is not None else None,
+            "data_processor_class": None if component is not None
+            else f"{type(self.data_processor).__module__}:{type(self.data_processor).__qualname__}",
+            "data_params": dict(routed.data),
+            "trainer": self.settings.to_dict(),
+            "data_spec": prepared.spec.to_dict(),
+            "data_uri": uri,
+            "data_fingerprint": prepared.fingerprint,
+            "run": record.uri if record is not None else None,
+        }
+        setup = RunSetup(
+            store=self.store, record=record, algorithm=algorithm, prepared=prepared, plan=plan,
+            settings=self.settings, checkpoint_record=checkpoint_record, continuation=self.continuation,
+            verbose=self.verbose, callbacks=self.callbacks, monitor=self.monitor_config, budget=self.budget_config,
+        )
+        self.result = run_lightning(setup)
+        self.algorithm, self._prepared = algorithm, prepared
+        return self.result
+
+    def _record_run(self, uri: str, prepared: PreparedData, plan: Plan, routed: Any) -> Any:
+        """Create the run's catalogue row and write its plan, data record and data manifest (rank 0)."""
         parent = self.continuation.parent_run if self.continuation else None
         record = self.store.create_run(
             self.user,
@@ -229,30 +224,7 @@ class Trainer(Operations):
         save_data_manifest(self.store.home, uri, prepared)
         self.store.write_json(record.id, "data.json", {"uri": uri, "fingerprint": prepared.fingerprint,
                                                         "spec": prepared.spec.to_dict(), **prepared.details})
-        checkpoint_record = {
-            "version": 1,
-            "algorithm": self.choice.name,
-            "target": f"{self.choice.cls.__module__}:{self.choice.cls.__qualname__}",
-            "task": self.task,
-            "hyperparams": dict(routed.algorithm),
-            "data_processor": component.qualified_name if component is not None else None,
-            "data_processor_class": None if component is not None
-            else f"{type(self.data_processor).__module__}:{type(self.data_processor).__qualname__}",
-            "data_params": dict(routed.data),
-            "trainer": self.settings.to_dict(),
-            "data_spec": prepared.spec.to_dict(),
-            "data_uri": uri,
-            "data_fingerprint": prepared.fingerprint,
-            "run": record.uri,
-        }
-        setup = RunSetup(
-            store=self.store, record=record, algorithm=algorithm, prepared=prepared, plan=plan,
-            settings=self.settings, checkpoint_record=checkpoint_record, continuation=self.continuation,
-            verbose=self.verbose, callbacks=self.callbacks, monitor=self.monitor_config, budget=self.budget_config,
-        )
-        self.result = run_lightning(setup)
-        self.algorithm, self._prepared = algorithm, prepared
-        return self.result
+        return record
 
     def export(
         self,

@@ -70,13 +70,19 @@ def _component_group(kind: str) -> click.Group:
     @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
     def list_cmd(pattern: str | None, task: str | None, as_json: bool) -> None:
         comps = get_plugin_set().registry.list(kind, pattern, task=task)
-        rows = [c.to_dict() for c in comps]
+        if kind == "task":  # a task is its metadata (nothing to import)
+            rows = [{**c.load().to_dict(), "plugin": c.plugin} for c in comps]
+            columns = ["name", "kind", "monitor", "mode", "plugin", "description"]
+        else:
+            rows = [c.to_dict() for c in comps]
+            columns = ["name", "format" if kind == "exporter" else "task", "plugin", "description", "target"]
         if as_json:
             echo_json(rows)
             return
         for row in rows:
-            row["task"] = row["tasks"]
-        columns = ["name", "format" if kind == "exporter" else "task", "plugin", "description", "target"]
+            row.setdefault("task", row.get("tasks"))
+            if "tasks" in row:
+                row["task"] = row["tasks"]
         filtered = pattern is not None or task is not None
         echo_table(rows, columns, f"No {label} match." if filtered else f"No {label} are registered.")
 

@@ -3,6 +3,11 @@
 The training order is a function of ``(seed, epoch)`` alone, and so are the worker processes' base seeds:
 neither draws from the global random state nor depends on how many epochs this process has run. That is
 what makes a resumed run (which starts mid-way) shuffle exactly like an uninterrupted one.
+
+Under several processes each rank takes every ``world``-th index of that one order (the order padded by
+wrapping around so every rank takes the same number of steps, as :class:`torch.utils.data.DistributedSampler`
+does); validation splits the samples without padding, so reduced metrics cover the validation set exactly
+once. The rank is read when an epoch starts (the process group exists by then, whatever launched it).
 """
 
 from __future__ import annotations
@@ -14,9 +19,15 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from twinkle_core.engine.ranks import process_group
+
 
 def _mix(seed: int, epoch: int, salt: int = 0) -> int:
     return (seed * 1_000_003 + epoch * 7_919 + salt) % (2**63)
+
+
+def _rank_and_world() -> tuple[int, int]:
+    return process_group() or (0, 1)
 
 
 class EpochShuffle(Sampler[int]):
@@ -37,16 +48,41 @@ class EpochShuffle(Sampler[int]):
         self.generator.manual_seed(_mix(self.seed, epoch, 0x9E3779B1))
 
     def permutation(self, epoch: int) -> list[int]:
-        """The order of ``epoch``."""
-        return torch.randperm(self.n, generator=torch.Generator().manual_seed(_mix(self.seed, epoch))).tolist()
+        """This rank's share of the order of ``epoch`` (all of it in a single process)."""
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(_mix(self.seed, epoch))).tolist()
+        rank, world = _rank_and_world()
+        if world == 1:
+            return order
+        per_rank = -(-self.n // world)
+        padded = (order * (-(-per_rank * world // max(self.n, 1))))[: per_rank * world]
+        return padded[rank::world]
 
     def __iter__(self) -> Iterator[int]:
         """This epoch's permutation, as an iterator whose position checkpoints save."""
         return _ShuffleIterator(self)
 
     def __len__(self) -> int:
-        """The number of indices."""
-        return self.n
+        """The number of indices this rank yields per epoch."""
+        world = _rank_and_world()[1]
+        return self.n if world == 1 else -(-self.n // world)
+
+
+class RankSlice(Sampler[int]):
+    """Indices ``rank, rank + world, ...`` of ``range(n)`` in order, without padding (validation)."""
+
+    def __init__(self, n: int) -> None:
+        """Split ``range(n)`` between the ranks."""
+        self.n = n
+
+    def __iter__(self) -> Iterator[int]:
+        """This rank's indices."""
+        rank, world = _rank_and_world()
+        return iter(range(rank, self.n, world))
+
+    def __len__(self) -> int:
+        """How many indices this rank yields."""
+        rank, world = _rank_and_world()
+        return len(range(rank, self.n, world))
 
 
 class _ShuffleIterator(Iterator[int]):
@@ -90,5 +126,5 @@ def train_loader(dataset: Dataset, batch_size: int, seed: int, num_workers: int,
 
 def eval_loader(dataset: Dataset, batch_size: int, num_workers: int, collate_fn: Any = None) -> DataLoader:
     """A loader over ``dataset`` in order, for validation and prediction."""
-    return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                      persistent_workers=num_workers > 0, collate_fn=collate_fn)
+    return DataLoader(dataset, batch_size=batch_size, sampler=RankSlice(len(dataset)),  # type: ignore[arg-type]
+                      num_workers=num_workers, persistent_workers=num_workers > 0, collate_fn=collate_fn)

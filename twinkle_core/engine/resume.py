@@ -4,6 +4,10 @@ Lightning restores the loops and — with torchdata's ``StatefulDataLoader`` —
 not Python's, NumPy's or torch's random states. This callback saves them as plain lists (so checkpoints
 still load with ``weights_only=True``) and puts them back at the first training batch after a restore, so
 a run killed mid-epoch and resumed ends with the same weights as one never interrupted (on CPU).
+
+Under several processes every rank's states are gathered into the checkpoint (rank 0 writes it) and each
+rank restores its own; the loader position is the same on every rank (each yields the same number of
+batches), so Lightning's saved position serves them all.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+
+from twinkle_core.engine.ranks import all_gather, global_rank
 
 _KEY = "twinkle_rng"
 
@@ -49,12 +55,19 @@ class ExactResume(L.Callback):
         self._pending: dict[str, Any] | None = None
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
-        """Store the current random states."""
-        checkpoint[_KEY] = capture_rng()
+        """Store every rank's current random states (a list in rank order; every rank calls this)."""
+        checkpoint[_KEY] = {"ranks": all_gather(capture_rng())}
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
-        """Remember the saved states until training restarts."""
-        self._pending = checkpoint.get(_KEY)
+        """Remember this rank's saved states until training restarts."""
+        saved = checkpoint.get(_KEY)
+        if isinstance(saved, dict) and "ranks" in saved:
+            ranks = saved["ranks"]
+            rank = global_rank()
+            # a job resumed on more processes than saved it: the new ranks keep their seeded states
+            self._pending = ranks[rank] if rank < len(ranks) else None
+        else:  # a checkpoint written before states were kept per rank
+            self._pending = saved
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
         """Restore the saved states right before the first batch after a restore."""

@@ -1,8 +1,18 @@
-"""One training run on Lightning: callbacks, checkpoints, logging, and the run's record kept current."""
+"""One training run on Lightning: callbacks, checkpoints, logging, and the run's record kept current.
+
+Every process of a job runs this; only global rank 0 has the run's record (``RunSetup.record``) and writes
+to the store. The other ranks train into a scratch folder that nothing writes to (Lightning's checkpoint
+callbacks take rank 0's folder, and only rank 0 saves), and receive rank 0's :class:`FitResult` at the end.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import shutil
+import sys
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -10,7 +20,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
 
 from twinkle_core.algorithm import Algorithm, batch_size_of
@@ -19,8 +29,11 @@ from twinkle_core.engine.checkpoints import TWINKLE_KEY, AtomicCheckpointIO
 from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
 from twinkle_core.engine.curves import plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
+from twinkle_core.engine.ranks import broadcast
+from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.resume import ExactResume
 from twinkle_core.engine.settings import TrainerSettings
+from twinkle_core.errors import TwinkleError
 from twinkle_core.ops.budget import BudgetConfig, BudgetGuard, forecast
 from twinkle_core.ops.memory import MemoryGuard, apply_gpu_limit, facts_of
 from twinkle_core.ops.monitor import Monitor, MonitorConfig
@@ -33,10 +46,10 @@ from twinkle_core.uris import filesystem, join
 
 @dataclass
 class RunSetup:
-    """Everything :func:`run_lightning` needs for one run."""
+    """Everything :func:`run_lightning` needs for one run (``record`` is ``None`` on ranks other than 0)."""
 
     store: RunStore
-    record: RunRecord
+    record: RunRecord | None
     algorithm: Algorithm
     prepared: PreparedData
     plan: Plan
@@ -119,6 +132,10 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Any) -> dict[str, Any]:
         extra.append(roles["budget"])
     if settings.memory_limit_bytes and setup.plan.accelerator == "cpu":
         extra.append(MemoryGuard(facts_of(setup.plan), settings.memory_limit_bytes))
+    if settings.progress_bar and setup.verbose and not sys.stderr.isatty():
+        # a log file, not a terminal: one progress line per epoch instead of one per step
+        extra.append(TQDMProgressBar(refresh_rate=max(1, int(setup.plan.estimates.get("optimizer_steps_per_epoch", 1))
+                                                      * setup.plan.accumulate_grad_batches)))
     roles["all"] = [roles["best"], roles["last"], roles["resume"], roles["record"], roles["timer"], *extra,
                     *setup.callbacks]
     return roles
@@ -140,25 +157,77 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
         val_check_interval=settings.val_check_interval,
         log_every_n_steps=max(1, min(50, plan.estimates.get("optimizer_steps_per_epoch", 50))),
         default_root_dir=run_dir,
+        use_distributed_sampler=False,  # the engine's samplers split the data between ranks themselves
     )
 
 
-def run_lightning(setup: RunSetup) -> Any:
+_LIGHTNING_INFO = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero",
+                   "lightning.pytorch.accelerators.cuda", "lightning.fabric.utilities.distributed")
+
+
+@contextlib.contextmanager
+def _quiet(verbose: bool) -> Any:
+    """Without ``verbose``, Lightning's information lines ("GPU available: ...") are hidden; warnings pass."""
+    if verbose:
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in _LIGHTNING_INFO]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _no_notify(alert: dict[str, Any]) -> None:
+    """Ranks other than 0 notify nobody (rank 0 does, once per job)."""
+
+
+def run_lightning(setup: RunSetup) -> FitResult:
     """Train as planned, keep the catalogue current, write curves; return a :class:`FitResult`.
 
     With ``auto_batch_scaling``, an out-of-memory error halves the micro-batch, doubles the gradient
     accumulation (the effective batch stays) and continues from the last checkpoint — or from the start
-    when there is none yet.
+    when there is none yet. Every rank returns the same result (rank 0's, broadcast).
     """
-    from twinkle_core.trainer import FitResult
+    if setup.record is None:  # a rank other than 0
+        scratch = tempfile.mkdtemp(prefix="twinkle-rank-")
+        try:
+            with _quiet(False):
+                _train(setup, scratch, os.path.join(scratch, "checkpoints"), _no_notify)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        shared = broadcast(None)  # rank 0's result, or its error after training
+        if isinstance(shared, dict):
+            return FitResult.from_dict(shared)
+        raise TwinkleError(f"the job's rank 0 failed after training: {shared}")
+    store, record = setup.store, setup.record
+    notify = run_notifier(store, record.id, record.uri, setup.monitor.webhook if setup.monitor else None)
+    try:
+        with _quiet(setup.verbose):
+            trainer, roles = _train(setup, store.run_dir(record.id), store.path(record.id, "checkpoints"), notify)
+    except BaseException as err:
+        store.update(record.id, status="failed", error=f"{type(err).__name__}: {err}", finished=time.time())
+        raise
+    try:
+        result = _finish(setup, trainer, roles)
+    except BaseException as err:  # every other rank waits for the result: tell them
+        store.update(record.id, status="failed", error=f"{type(err).__name__}: {err}", finished=time.time())
+        broadcast(f"{type(err).__name__}: {err}")
+        raise
+    broadcast(result.to_dict())
+    return result
 
+
+def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Any) -> tuple[L.Trainer, dict[str, Any]]:
+    """Run Lightning's fit (with out-of-memory retries); the store is written only where ``setup.record`` is."""
     store, record, plan, settings = setup.store, setup.record, setup.plan, setup.settings
     algorithm, prepared, continuation = setup.algorithm, setup.prepared, setup.continuation
-    run_dir = store.run_dir(record.id)
-    ckpt_dir = store.path(record.id, "checkpoints")
-    notify = run_notifier(store, record.id, record.uri, setup.monitor.webhook if setup.monitor else None)
     roles = _callbacks(setup, ckpt_dir, notify)
-    if setup.budget is not None:
+    if setup.budget is not None and record is not None:
         expected = forecast(setup.budget, plan)
         if expected["fraction"] > 1:
             notify({"kind": "budget", "rule": "forecast", "action": "log", **expected,
@@ -167,7 +236,7 @@ def run_lightning(setup: RunSetup) -> Any:
     apply_gpu_limit(settings.memory_limit_bytes)
     torch.set_num_threads(plan.torch_threads)
     ckpt_path = continuation.checkpoint_uri if continuation and continuation.mode == "resume" else None
-    if continuation is not None and continuation.mode == "resume" and continuation.parent_run:
+    if record is not None and continuation is not None and continuation.mode == "resume" and continuation.parent_run:
         parent = store.catalogue.get(continuation.parent_run.removeprefix("twinkle://"))
         if parent is not None and parent.status == "running":
             store.update(parent.id, status="interrupted")
@@ -186,13 +255,9 @@ def run_lightning(setup: RunSetup) -> Any:
             break
         except torch.OutOfMemoryError as err:
             if not settings.auto_batch_scaling or plan.micro_batch_size <= 1:
-                store.update(record.id, status="failed", error=f"OutOfMemoryError: {err}", finished=time.time())
                 raise
             ckpt_path = _retry_smaller(setup, roles, notify, trainer, err)
-        except BaseException as err:
-            store.update(record.id, status="failed", error=f"{type(err).__name__}: {err}", finished=time.time())
-            raise
-    return _finish(setup, trainer, roles, FitResult)
+    return trainer, roles
 
 
 def _retry_smaller(setup: RunSetup, roles: dict[str, Any], notify: Any, trainer: L.Trainer, err: BaseException) -> str | None:
@@ -205,7 +270,8 @@ def _retry_smaller(setup: RunSetup, roles: dict[str, Any], notify: Any, trainer:
         "oom_retry", f"{plan.micro_batch_size} × {plan.accumulate_grad_batches}",
         f"out of memory at step {trainer.global_step} with micro-batch {old[0]}: halved it, doubled accumulation",
     ))
-    setup.store.update(setup.record.id, plan=plan.to_dict())
+    if setup.record is not None:
+        setup.store.update(setup.record.id, plan=plan.to_dict())
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     fs, path = filesystem(roles["last_path"])
@@ -222,8 +288,9 @@ def _retry_smaller(setup: RunSetup, roles: dict[str, Any], notify: Any, trainer:
     return resume_from
 
 
-def _finish(setup: RunSetup, trainer: L.Trainer, roles: dict[str, Any], result_cls: Any) -> Any:
+def _finish(setup: RunSetup, trainer: L.Trainer, roles: dict[str, Any]) -> FitResult:
     store, record, plan, prepared = setup.store, setup.record, setup.plan, setup.prepared
+    assert record is not None  # rank 0 only
     ckpt_dir = store.path(record.id, "checkpoints")
     metric = setup.algorithm.monitor[0]
     stopped = next((r.stopped_by for r in (roles.get("monitor"), roles.get("budget")) if r and r.stopped_by), None)
@@ -249,7 +316,7 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: dict[str, Any], result_c
         best_checkpoint=best_path or last_path, finished=time.time(), plan=plan.to_dict(),
         error=stopped["message"] if stopped else None,
     )
-    return result_cls(
+    return FitResult(
         run_uri=record.uri, status=final.status, metrics=metrics, best_metric=best_score, monitor=metric,
         best_checkpoint=best_path, last_checkpoint=last_path, plan=plan, data_fingerprint=prepared.fingerprint,
         run_dir=store.run_dir(record.id), parent=f"twinkle://{record.parent}" if record.parent else None,

@@ -119,7 +119,10 @@ def forecast(config: BudgetConfig, plan: Any) -> dict[str, Any]:
 
 
 class BudgetGuard(L.Callback):
-    """Tracks usage while training; alerts at 80 %; at 100 % saves a checkpoint and stops."""
+    """Tracks usage while training; alerts at 80 %; at 100 % saves a checkpoint and stops.
+
+    Rank 0's clock decides and its decision is broadcast, so every rank stops at the same step.
+    """
 
     def __init__(self, config: BudgetConfig, plan: Any, notify: Callable[[dict[str, Any]], None],
                  checkpoint_path: str, clock: Callable[[], float] = time.monotonic) -> None:
@@ -140,6 +143,17 @@ class BudgetGuard(L.Callback):
         """Update usage; alert or stop when a limit is reached."""
         if self.start is None or self.stopped_by is not None:
             return
+        warn, stop = trainer.strategy.broadcast(self._measure(trainer) if trainer.is_global_zero else None, src=0)
+        if warn is not None:
+            self.notify(warn)
+        if stop is not None:
+            stop_with_checkpoint(trainer, self.checkpoint_path)
+            self.stopped_by = {**stop, "checkpoint": self.checkpoint_path}
+            self.notify(self.stopped_by)
+
+    def _measure(self, trainer: L.Trainer) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """Rank 0's usage so far: the 80 % alert and the stop to act on, if due (broadcast to every rank)."""
+        assert self.start is not None
         plan = self.plan
         self.usage = Usage.of(self.clock() - self.start, plan.accelerator, plan.devices * plan.num_nodes,
                               plan.torch_threads, self.price)
@@ -147,13 +161,13 @@ class BudgetGuard(L.Callback):
         base = {"kind": "budget", "limit": limit, "fraction": round(fraction, 4), "gpu_hours": self.usage.gpu_hours,
                 "cpu_hours": self.usage.cpu_hours, "cost": round(self.usage.cost, 6),
                 "epoch": trainer.current_epoch, "step": trainer.global_step}
+        warn = stop = None
         if fraction >= ALERT_FRACTION and not self.warned:  # also when one slow step crossed both thresholds
             self.warned = True
-            self.notify({**base, "rule": f"{limit} at {ALERT_FRACTION:.0%}", "action": "log",
-                         "message": f"budget {limit} {fraction:.0%} used"})
+            warn = {**base, "rule": f"{limit} at {ALERT_FRACTION:.0%}", "action": "log",
+                    "message": f"budget {limit} {fraction:.0%} used"}
         if fraction >= 1.0:
-            stop_with_checkpoint(trainer, self.checkpoint_path)
-            self.stopped_by = {**base, "rule": f"{limit} reached", "action": "stop", "checkpoint": self.checkpoint_path,
-                               "message": f"budget {limit} reached ({fraction:.0%}); checkpoint saved, training "
-                                          "stopped — resume with Trainer.from_checkpoint(run, mode='resume')"}
-            self.notify(self.stopped_by)
+            stop = {**base, "rule": f"{limit} reached", "action": "stop",
+                    "message": f"budget {limit} reached ({fraction:.0%}); checkpoint saved, training "
+                               "stopped — resume with Trainer.from_checkpoint(run, mode='resume')"}
+        return warn, stop

@@ -59,7 +59,11 @@ def resolve_metric(metrics: Mapping[str, Any], name: str, unit: str) -> tuple[st
 
 
 class Monitor(L.Callback):
-    """Logs the computed metrics and evaluates alert rules at each step or epoch end."""
+    """Logs the computed metrics and evaluates alert rules at each step or epoch end.
+
+    Under several processes rank 0 decides (on the reduced epoch metrics, or its own step metrics) and
+    broadcasts its alerts, so a ``stop`` rule stops every rank at the same step.
+    """
 
     def __init__(self, config: MonitorConfig, notify: Callable[[dict[str, Any]], None],
                  checkpoint_path: str) -> None:
@@ -90,7 +94,20 @@ class Monitor(L.Callback):
         self._evaluate(trainer, "epoch")
 
     def _evaluate(self, trainer: L.Trainer, unit: str) -> None:
+        """Rank 0 evaluates the rules; every rank receives its alerts, so all stop together."""
+        if not any(rule.unit == unit for rule in self.rules):
+            return
+        alerts = self._alerts(trainer, unit) if trainer.is_global_zero else []
+        for alert in trainer.strategy.broadcast(alerts, src=0):
+            if alert["action"] == "stop" and alert["kind"] != "missing_metric" and self.stopped_by is None:
+                stop_with_checkpoint(trainer, self.checkpoint_path)
+                self.stopped_by = alert
+                alert["checkpoint"] = self.checkpoint_path
+            self.notify(alert)
+
+    def _alerts(self, trainer: L.Trainer, unit: str) -> list[dict[str, Any]]:
         metrics = trainer.callback_metrics
+        alerts: list[dict[str, Any]] = []
         for rule in self.rules:
             if rule.unit != unit:
                 continue
@@ -98,20 +115,16 @@ class Monitor(L.Callback):
             if found is None:
                 if unit == "epoch" and rule.metric not in self._missing_reported:
                     self._missing_reported.add(rule.metric)
-                    self.notify({"rule": rule.text, "metric": rule.metric, "kind": "missing_metric",
-                                 "message": f"metric '{rule.metric}' is not logged; logged: "
-                                            f"{', '.join(sorted(metrics)) or 'none'}", "action": "log",
-                                 "epoch": trainer.current_epoch, "step": trainer.global_step})
+                    alerts.append({"rule": rule.text, "metric": rule.metric, "kind": "missing_metric",
+                                   "message": f"metric '{rule.metric}' is not logged; logged: "
+                                              f"{', '.join(sorted(metrics)) or 'none'}", "action": "log",
+                                   "epoch": trainer.current_epoch, "step": trainer.global_step})
                 continue
             name, value = found
             message = rule.observe(value, name)
             if message is None:
                 continue
-            alert = {"rule": rule.text, "metric": name, "value": value if math.isfinite(value) else str(value),
-                     "kind": rule.kind, "action": rule.action, "message": message,
-                     "epoch": trainer.current_epoch, "step": trainer.global_step}
-            if rule.action == "stop" and self.stopped_by is None:
-                stop_with_checkpoint(trainer, self.checkpoint_path)
-                self.stopped_by = alert
-                alert["checkpoint"] = self.checkpoint_path
-            self.notify(alert)
+            alerts.append({"rule": rule.text, "metric": name, "value": value if math.isfinite(value) else str(value),
+                           "kind": rule.kind, "action": rule.action, "message": message,
+                           "epoch": trainer.current_epoch, "step": trainer.global_step})
+        return alerts

@@ -7,7 +7,8 @@ A plugin meets the contract when:
 2. every component's target imports and is the right kind (a subclass of ``Algorithm``,
    ``DataProcessor``, ``ResourceStrategy`` or ``Exporter``);
 3. its names are unique: no name or alias is registered by another installed plugin;
-4. every task it declares is known to Twinkle (or listed in ``extra_tasks``);
+4. every task it declares is registered (by itself, core or another installed plugin) — exactly the check
+   training makes, so a plugin that passes is one ``Trainer`` accepts;
 5. docstrings are present: on the plugin module, each hook implementation and each target, and each
    component has a ``description``.
 """
@@ -19,12 +20,11 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from twinkle_core.components import KINDS, Component, import_target
 from twinkle_core.errors import PluginLoadError
 from twinkle_core.plugins import PluginSet, get_plugin_set
-from twinkle_core.tasks import TASKS
+from twinkle_core.tasks import Task
 
 HEAVY_MODULES: tuple[str, ...] = (
     "torch",
@@ -81,7 +81,6 @@ class ContractReport:
 def check_plugin_contract(
     name: str,
     *,
-    extra_tasks: Iterable[str] = (),
     plugin_set: PluginSet | None = None,
     check_lightness: bool = True,
 ) -> ContractReport:
@@ -89,7 +88,6 @@ def check_plugin_contract(
 
     Args:
         name: the plugin's name as listed by ``twinkle plugins list``.
-        extra_tasks: task names the plugin may declare beyond Twinkle's known ones.
         plugin_set: the set to look in (default: the process-wide one).
         check_lightness: run the fresh-interpreter import check (only for installed entry points).
     """
@@ -108,7 +106,7 @@ def check_plugin_contract(
     plugin = plugin_set.pm.get_plugin(name)
     _check_docstrings(plugin, report)
     registry = plugin_set.registry
-    tasks = {*TASKS, *extra_tasks}
+    tasks = {c.name for c in registry.all("task")}
     for kind in KINDS:
         for comp in registry.list(kind, plugin=name):
             _check_component(comp, report, tasks)
@@ -165,6 +163,10 @@ def _check_component(comp: Component, report: ContractReport, tasks: set[str]) -
         target = comp.load()
     except PluginLoadError as err:
         report.problems.append(str(err))
+        return
+    if comp.kind == "task":
+        if not isinstance(target, Task):
+            report.problems.append(f"{where} is not a Task ({target!r})")
         return
     base = import_target(KINDS[comp.kind].base)
     if not (inspect.isclass(target) and issubclass(target, base)):

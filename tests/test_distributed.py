@@ -1,0 +1,108 @@
+"""One fit on two CPU processes (DDP over gloo) is one run: one catalogue row, one set of checkpoints, metrics
+over the whole validation set, the same result on every rank, and exact resume after a SIGKILL of the job.
+
+Lightning launches the second process by running the script again, so each case runs a small script.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import torch
+
+from twinkle_core import RunStore
+
+SCRIPT = textwrap.dedent(
+    '''
+    import json, os, signal, sys
+    import lightning as L
+    import torch
+    from twinkle_core import Trainer
+
+    class KillJobAt(L.Callback):
+        """SIGKILL every process of the job when the given optimizer step is about to start."""
+        def __init__(self, step):
+            self.step = step
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            if trainer.global_step == self.step:
+                trainer.strategy.barrier()
+                if trainer.is_global_zero:
+                    os.killpg(os.getpgid(0), signal.SIGKILL)
+                else:
+                    signal.pause()
+
+    mode, data = sys.argv[1], sys.argv[2]
+    hp = {"devices": 2, "accelerator": "cpu", "batch_size": 16, "max_epochs": 2, "checkpoint_every_n_steps": 4,
+          "dropout": 0.3, "progress_bar": False}
+    if mode == "resume":
+        trainer = Trainer.from_checkpoint(sys.argv[3], mode="resume", verbose=False)
+        result = trainer.fit()
+    else:
+        callbacks = [KillJobAt(int(sys.argv[3]))] if mode == "kill" else []
+        trainer = Trainer("tabular-mlp", hyperparams=hp, project=mode, verbose=False, callbacks=callbacks)
+        result = trainer.fit(data)
+    rank = int(os.environ.get("LOCAL_RANK", 0))
+    out = {"rank": rank, "result": {k: v for k, v in result.to_dict().items() if k != "plan"},
+           "strategy": result.plan.strategy, "devices": result.plan.devices}
+    if rank == 0 and mode == "full":  # the best checkpoint scored by one process on every validation row
+        model, prepared, _, _ = trainer.model_for_export()
+        model.eval()
+        x = torch.stack([prepared.val[i][0] for i in range(len(prepared.val))])
+        y = torch.stack([prepared.val[i][1] for i in range(len(prepared.val))])
+        with torch.no_grad():
+            out["val_rows"] = len(y)
+            out["accuracy"] = float((model(x).argmax(-1) == y).float().mean())
+    print("RESULT " + json.dumps(out), flush=True)
+    '''
+)
+
+
+def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"}, start_new_session=True)
+
+
+def _results(proc: subprocess.CompletedProcess[str]) -> dict[int, dict]:
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    found = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    return {r["rank"]: r for r in found}
+
+
+def test_two_processes_make_one_run_and_resume_exactly(twinkle_home, cancer_csv, tmp_path) -> None:
+    script = tmp_path / "train_ddp.py"
+    script.write_text(SCRIPT)
+    full = _results(_run(script, "full", str(cancer_csv)))
+    assert sorted(full) == [0, 1]  # both ranks finished ...
+    assert full[0]["result"] == full[1]["result"]  # ... with the same result
+    assert full[0]["strategy"] == "ddp" and full[0]["devices"] == 2
+    store = RunStore()
+    (run,) = store.list(project="full")  # one run for the job
+    assert run.status == "finished" and run.uri == full[0]["result"]["run_uri"]
+    assert sorted(os.listdir(store.path(run.id, "checkpoints"))) == ["best.ckpt", "last.ckpt"]
+    # the monitored metric is over every validation row (113: odd, so an unpadded split is needed)
+    assert full[0]["val_rows"] == 113
+    assert abs(full[0]["result"]["best_metric"] - full[0]["accuracy"]) < 1e-6
+    assert full[0]["result"]["best_metric"] > 0.9
+
+    # 455 rows over 2 ranks × 16 = 15 steps per epoch; last.ckpt every 4 steps; the job dies before step 22
+    killed = _run(script, "kill", str(cancer_csv), "22")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    (victim,) = store.list(project="kill")
+    assert victim.status == "running"
+    partial = torch.load(store.path(victim.id, "checkpoints", "last.ckpt"), weights_only=True)
+    assert partial["global_step"] == 20 and len(partial["twinkle_rng"]["ranks"]) == 2
+    resumed = _results(_run(script, "resume", str(cancer_csv), victim.uri))
+    assert resumed[0]["result"] == resumed[1]["result"]
+    a = torch.load(full[0]["result"]["last_checkpoint"], weights_only=True)
+    b = torch.load(resumed[0]["result"]["last_checkpoint"], weights_only=True)
+    assert a["global_step"] == b["global_step"] == 30
+    for key, value in a["state_dict"].items():
+        assert torch.equal(value, b["state_dict"][key]), key
+    assert len(store.list(project="kill")) == 2  # the victim and its one resumed run
+    assert store.get(victim.uri).status == "interrupted"

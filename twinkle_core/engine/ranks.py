@@ -1,0 +1,82 @@
+"""Which process this is: every process of a job is a rank, and only global rank 0 writes or decides.
+
+Twinkle does not launch processes itself; Lightning's launcher, torchrun, SLURM or Ray does. Before the
+process group exists (when a run is created) the rank is read from the environment those launchers set;
+once training runs, :mod:`torch.distributed` answers. Both agree: global rank 0 is node 0, local rank 0.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+_RANK_VARS = ("RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value.lstrip("-").isdigit() else None
+
+
+def process_group() -> tuple[int, int] | None:
+    """``(rank, world_size)`` of an initialised :mod:`torch.distributed` group, else ``None``."""
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - torch always has it
+        return None
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+def global_rank() -> int:
+    """This process's global rank: the process group's, else the launcher's environment, else 0."""
+    group = process_group()
+    if group is not None:
+        return group[0]
+    for name in _RANK_VARS:
+        rank = _env_int(name)
+        if rank is not None:
+            return rank
+    node, local = _env_int("NODE_RANK") or _env_int("GROUP_RANK") or 0, _env_int("LOCAL_RANK") or 0
+    if node == 0:
+        return local
+    per_node = _env_int("LOCAL_WORLD_SIZE")
+    return node * per_node + local if per_node else node * 1_000_000 + local  # any non-zero value is enough
+
+
+def is_global_zero() -> bool:
+    """Whether this process owns every write to the store, every print and every notification."""
+    return global_rank() == 0
+
+
+def world_size() -> int:
+    """The number of processes in the job (1 before the process group exists and without a launcher)."""
+    group = process_group()
+    if group is not None:
+        return group[1]
+    return _env_int("WORLD_SIZE") or 1
+
+
+def broadcast(value: Any, src: int = 0) -> Any:
+    """``value`` of rank ``src`` on every rank (any picklable object); itself without a process group."""
+    group = process_group()
+    if group is None or group[1] == 1:
+        return value
+    import torch.distributed as dist
+
+    box = [value]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def all_gather(value: Any) -> list[Any]:
+    """Every rank's ``value``, in rank order (``[value]`` without a process group)."""
+    group = process_group()
+    if group is None or group[1] == 1:
+        return [value]
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * group[1]
+    dist.all_gather_object(gathered, value)
+    return gathered
