@@ -37,6 +37,7 @@ demo: $(STAMP)
 	TWINKLE_HOME=$${TWINKLE_HOME:-$(CACHE)/twinkle-home} OMP_NUM_THREADS=1 $(BIN)/python examples/demo.py
 
 test: $(STAMP)
+	$(BIN)/lint-imports
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests plugins
 
 bench: $(STAMP)

@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.hookspecs import hookimpl
+from twinkle_core.hookspecs import Register, hookimpl
 from twinkle_core.lookup import (
     get_component,
     list_algorithms,
@@ -21,6 +21,7 @@ from twinkle_core.lookup import (
     list_resource_strategies,
     load_component,
 )
+from twinkle_core.tasks import Task, get_task, list_tasks
 
 try:
     from importlib.metadata import version as _version
@@ -34,6 +35,7 @@ _LAZY: dict[str, str] = {
     "Algorithm": "twinkle_core.algorithm:Algorithm",
     "DataProcessor": "twinkle_core.data.processor:DataProcessor",
     "DataSpec": "twinkle_core.data.spec:DataSpec",
+    "PreparedData": "twinkle_core.data.processor:PreparedData",
     "ExportResult": "twinkle_core.exporting.base:ExportResult",
     "FitResult": "twinkle_core.engine.result:FitResult",
     "Plan": "twinkle_core.planning.plan:Plan",
@@ -43,7 +45,7 @@ _LAZY: dict[str, str] = {
 
 if TYPE_CHECKING:  # pragma: no cover
     from twinkle_core.algorithm import Algorithm
-    from twinkle_core.data.processor import DataProcessor
+    from twinkle_core.data.processor import DataProcessor, PreparedData
     from twinkle_core.data.spec import DataSpec
     from twinkle_core.exporting.base import ExportResult
     from twinkle_core.planning.plan import Plan
@@ -67,7 +69,11 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Register",
+    "Task",
     "TwinkleError",
+    "get_task",
+    "list_tasks",
     "__version__",
     "get_component",
     "hookimpl",

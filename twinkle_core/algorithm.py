@@ -177,10 +177,19 @@ class Algorithm(L.LightningModule):
         return self
 
     def example_input(self, batch_size: int = 1) -> torch.Tensor:
-        """A random input batch shaped like the data, for FLOPs estimation and export."""
-        if self.data_spec is None:
+        """A random input batch shaped and typed like the data (``DataSpec.input_shape`` and ``input_dtype``),
+        for the planner's test forward and FLOP counting: normal floats, or integer ids in
+        ``[0, vocab_size)``. Override it when the model takes something else (a dict, several tensors)."""
+        spec = self.data_spec
+        if spec is None:
             raise TwinkleError(f"{type(self).__name__} has seen no data yet; call configure_data(spec) first")
-        return torch.randn(batch_size, *self.data_spec.input_shape)
+        dtype = getattr(torch, spec.input_dtype, None)
+        if not isinstance(dtype, torch.dtype):
+            raise TwinkleError(f"DataSpec.input_dtype {spec.input_dtype!r} is not a torch dtype; use e.g. 'float32' or 'int64'")
+        if dtype.is_floating_point or dtype.is_complex:
+            return torch.randn(batch_size, *spec.input_shape, dtype=dtype)
+        high = spec.vocab_size or 2
+        return torch.randint(0, high, (batch_size, *spec.input_shape), dtype=dtype)
 
     # -------------------------------------------------------- loss and metrics
     @property

@@ -41,15 +41,58 @@ class AmbiguousComponentError(TwinkleError, LookupError):
 
 
 class UnknownTaskError(TwinkleError, ValueError):
-    """A task name that no installed algorithm or the core knows."""
+    """A task name that no registered task matches."""
+
+
+class HyperparameterError(TwinkleError, ValueError):
+    """An unknown hyperparameter, or a value of the wrong type or outside its choices."""
+
+
+# Errors defined beside the code that raises them, importable from here too (imported on first access, so
+# ``import twinkle_core.errors`` stays light): name -> "module:attr".
+_ELSEWHERE: dict[str, str] = {
+    "DataError": "twinkle_core.data.errors:DataError",
+    "EmptyDataError": "twinkle_core.data.errors:EmptyDataError",
+    "MissingColumnError": "twinkle_core.data.errors:MissingColumnError",
+    "MissingValueError": "twinkle_core.data.errors:MissingValueError",
+    "NonNumericError": "twinkle_core.data.errors:NonNumericError",
+    "UnsupportedFormatError": "twinkle_core.data.errors:UnsupportedFormatError",
+    "DataNotFoundError": "twinkle_core.uris:DataNotFoundError",
+    "StorePathError": "twinkle_core.uris:StorePathError",
+    "DataVerificationError": "twinkle_core.ops.verify:DataVerificationError",
+    "DataChangedError": "twinkle_core.engine.continuation:DataChangedError",
+    "AlertRuleError": "twinkle_core.ops.rules:AlertRuleError",
+    "BudgetError": "twinkle_core.ops.budget:BudgetError",
+    "SearchSpaceError": "twinkle_core.ops.tuning:SearchSpaceError",
+    "PlanningError": "twinkle_core.planning.estimate:PlanningError",
+    "CheckpointError": "twinkle_core.engine.checkpoints:CheckpointError",
+    "UnsafeCheckpointError": "twinkle_core.engine.checkpoints:UnsafeCheckpointError",
+    "ExportError": "twinkle_core.exporting.base:ExportError",
+    "ExportVerificationError": "twinkle_core.exporting.base:ExportVerificationError",
+    "RunNotFoundError": "twinkle_core.store.runs:RunNotFoundError",
+}
+
+
+def __getattr__(name: str) -> type[TwinkleError]:
+    """Import an error defined elsewhere on first access (see ``__all__`` for every error)."""
+    if name in _ELSEWHERE:
+        import importlib
+
+        module, _, attr = _ELSEWHERE[name].partition(":")
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value  # type: ignore[no-any-return]
+    raise AttributeError(f"module 'twinkle_core.errors' has no attribute '{name}'")
 
 
 __all__ = [
     "AmbiguousComponentError",
+    "HyperparameterError",
     "PluginError",
     "PluginLoadError",
     "RegistrationError",
     "TwinkleError",
     "UnknownComponentError",
     "UnknownTaskError",
+    *_ELSEWHERE,
 ]

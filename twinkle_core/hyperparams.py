@@ -18,13 +18,9 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
-from twinkle_core.errors import TwinkleError
+from twinkle_core.errors import HyperparameterError
 
 _MISSING = inspect.Parameter.empty
-
-
-class HyperparameterError(TwinkleError, ValueError):
-    """An unknown hyperparameter, or a value of the wrong type or outside its choices."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from twinkle_core.data.processor import DataProcessor, PreparedData
 from twinkle_core.data.spec import DataSpec
 from twinkle_core.engine import continuation as cont
 from twinkle_core.engine.checkpoints import CheckpointError, load_checkpoint, twinkle_record
-from twinkle_core.engine.operations import Operations
+from twinkle_core.operations import Operations
 from twinkle_core.engine.ranks import is_global_zero
 from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.run import RunSetup, run_lightning
@@ -26,7 +26,7 @@ from twinkle_core.engine.selection import choose_processor, choose_strategy, res
 from twinkle_core.engine.settings import TrainerSettings, route
 from twinkle_core.errors import TwinkleError
 from twinkle_core.exporting.base import ExportResult
-from twinkle_core.planning import Hardware, Plan, PlanContext, measure
+from twinkle_core.planning import Hardware, Plan, PlanContext, measure_example
 from twinkle_core.ops.memory import scale_batch
 from twinkle_core.ops.verify import save_data_manifest
 from twinkle_core.store.runs import RunStore
@@ -83,6 +83,7 @@ class Trainer(Operations):
         self.algorithm: Algorithm | None = None
         self.result: FitResult | None = None
         self._prepared: PreparedData | None = None
+        self._shared_data: dict[tuple[Any, ...], PreparedData] | None = None  # tune: prepared once for all trials
         self._route(None)
 
     def variant(self, hyperparams: dict[str, Any], **kwargs: Any) -> Trainer:
@@ -92,6 +93,7 @@ class Trainer(Operations):
                    "callbacks": self.callbacks, **kwargs}
         other = Trainer(self.algorithm_ref, self.task, {**self.hyperparams, **hyperparams}, **options)
         other.monitor_config, other.budget_config = self.monitor_config, self.budget_config
+        other._shared_data = self._shared_data
         return other
 
     def valid_hyperparameters(self) -> set[str]:
@@ -125,7 +127,14 @@ class Trainer(Operations):
             routed.data = {name: getattr(processor, name) for name in processor.parameters() if hasattr(processor, name)}  # type: ignore[union-attr]
         else:
             processor = component.load().from_params(routed.data, task=self.task)
-        prepared = processor.prepare(uri, seed=self.settings.seed)
+        processor.home = self.store.home  # derived data is cached in the store this trainer uses
+        key = (uri, component.qualified_name if component else id(processor), repr(sorted(routed.data.items())),
+               self.settings.seed)
+        prepared = self._shared_data.get(key) if self._shared_data is not None else None
+        if prepared is None:
+            prepared = processor.prepare(uri, seed=self.settings.seed)
+            if self._shared_data is not None:
+                self._shared_data[key] = prepared
         if self.continuation is not None:
             self.continuation.check_data(prepared.fingerprint, uri)
         algorithm = self.choice.cls.from_hyperparams(routed.algorithm, task=self.task)
@@ -143,7 +152,7 @@ class Trainer(Operations):
 
     def _plan(self, prepared: PreparedData, algorithm: Algorithm) -> Plan:
         hardware = Hardware.detect()
-        facts = measure(algorithm, algorithm.example_input(2))
+        facts = measure_example(algorithm)
         history = self.store.history(self.choice.name, prepared.fingerprint, hardware.key)
         context = PlanContext(
             algorithm_name=self.choice.name,
@@ -241,9 +250,10 @@ class Trainer(Operations):
             quantize: INT8 (static, calibrated on the run's training data) where the format supports it.
             **options: exporter options, e.g. ``opset_version=15`` for ONNX.
         """
-        from twinkle_core.engine.exports import export_run
+        from twinkle_core.engine.exports import export_run, exporter_for
 
-        return export_run(self, format, output, quantize, options)
+        exporter_for(format)  # an unknown format is an error before the model is rebuilt
+        return export_run(self.store, *self.model_for_export(), format, output, quantize, options)
 
     # ---------------------------------------------------------- continuation
     @classmethod

@@ -1,1 +1,83 @@
-"""Data for Twinkle: the :class:`~twinkle_core.data.spec.DataSpec` an algorithm builds itself from."""
+"""The public data API: what a data processor (core's or a plugin's) is written with.
+
+Everything a processor needs is importable from here, and a plugin should import nothing else of the data
+layer (CI holds first-party plugins to that with import-linter)::
+
+    from twinkle_core.data import DataProcessor, DataSpec, PreparedData, data_fingerprint, require_exists
+
+* the contract: :class:`DataProcessor`, :class:`PreparedData`, :class:`DataSpec`;
+* paths (fsspec, with Twinkle's ``nas://`` and ``twinkle://`` schemes): :func:`filesystem`,
+  :func:`require_exists`, :func:`join`, :func:`is_local`, :func:`suffix`;
+* fingerprints: :func:`data_fingerprint`, :func:`scan`, :class:`Manifest`;
+* splitting: :func:`split_indices`; index files: :func:`write_index`, :func:`read_index`, :func:`is_index`;
+* writing: :func:`atomic_write_bytes`, :func:`atomic_write_text` (never a half-written file);
+* caches: :meth:`DataProcessor.cache_dir` (inside the store the run uses), :func:`local_cache_dir`;
+* errors: :class:`DataError` and its subclasses, :class:`DataNotFoundError`.
+
+Names are imported on first access, so importing one submodule stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_PUBLIC: dict[str, str] = {
+    "DataProcessor": "twinkle_core.data.processor",
+    "PreparedData": "twinkle_core.data.processor",
+    "split_indices": "twinkle_core.data.processor",
+    "DataSpec": "twinkle_core.data.spec",
+    "Manifest": "twinkle_core.data.fingerprint",
+    "data_fingerprint": "twinkle_core.data.fingerprint",
+    "scan": "twinkle_core.data.fingerprint",
+    "is_index": "twinkle_core.data.index",
+    "read_index": "twinkle_core.data.index",
+    "write_index": "twinkle_core.data.index",
+    "DataError": "twinkle_core.data.errors",
+    "EmptyDataError": "twinkle_core.data.errors",
+    "MissingColumnError": "twinkle_core.data.errors",
+    "MissingValueError": "twinkle_core.data.errors",
+    "NonNumericError": "twinkle_core.data.errors",
+    "UnsupportedFormatError": "twinkle_core.data.errors",
+    "DataNotFoundError": "twinkle_core.uris",
+    "filesystem": "twinkle_core.uris",
+    "require_exists": "twinkle_core.uris",
+    "join": "twinkle_core.uris",
+    "is_local": "twinkle_core.uris",
+    "suffix": "twinkle_core.uris",
+    "local_cache_dir": "twinkle_core.uris",
+    "atomic_write_bytes": "twinkle_core.store.atomic",
+    "atomic_write_text": "twinkle_core.store.atomic",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from twinkle_core.data.errors import (
+        DataError,
+        EmptyDataError,
+        MissingColumnError,
+        MissingValueError,
+        NonNumericError,
+        UnsupportedFormatError,
+    )
+    from twinkle_core.data.fingerprint import Manifest, data_fingerprint, scan
+    from twinkle_core.data.index import is_index, read_index, write_index
+    from twinkle_core.data.processor import DataProcessor, PreparedData, split_indices
+    from twinkle_core.data.spec import DataSpec
+    from twinkle_core.store.atomic import atomic_write_bytes, atomic_write_text
+    from twinkle_core.uris import DataNotFoundError, filesystem, is_local, join, local_cache_dir, require_exists, suffix
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first access."""
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'twinkle_core.data' has no attribute '{name}'")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))
+
+
+__all__ = sorted(_PUBLIC)

@@ -18,7 +18,7 @@ from twinkle_core.data.spec import DataSpec
 from twinkle_core.errors import TwinkleError
 from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, declared, validate
 from twinkle_core.tasks import check_task
-from twinkle_core.uris import suffix
+from twinkle_core.uris import join, suffix, twinkle_home
 
 
 @dataclass
@@ -56,6 +56,8 @@ class DataProcessor(ABC):
 
     task: str | None = None
     formats: ClassVar[tuple[str, ...]] = ()
+    home: str | None = None
+    """The root of the run store the run uses (``Trainer(home=...)``), set by the engine before :meth:`prepare`."""
 
     def __init__(self, task: str | None = None) -> None:
         """Set the task (checked against the known tasks)."""
@@ -88,6 +90,13 @@ class DataProcessor(ABC):
         Raises:
             twinkle_core.data.errors.DataError: (and its subclasses) naming the file, row or column.
         """
+
+    def cache_dir(self, *parts: str) -> str:
+        """A folder for data derived from the source, inside the store in use: ``<home>/cache/<parts...>``.
+
+        ``home`` is the run's store (``Trainer(home=...)``); outside a run, ``$TWINKLE_HOME``.
+        """
+        return join(self.home or twinkle_home(), "cache", *parts)
 
     def write_index(self, src: str, dst: str) -> str:
         """Decode ``src`` into the index file ``dst`` (see :mod:`twinkle_core.data.index`)."""

@@ -22,6 +22,9 @@ class DataSpec:
         class_names: the class names in label order.
         target_shape: one sample's target shape for regression (``()`` for a scalar).
         extra: anything else a processor wants an algorithm to know (JSON-ready values).
+        input_dtype: the torch dtype name of the model's input (``"float32"``; ``"int64"`` for token ids).
+            It is kept through planning, FLOP counting, export and verification.
+        vocab_size: for integer inputs, the number of distinct ids (inputs lie in ``[0, vocab_size)``).
     """
 
     task: str
@@ -30,6 +33,8 @@ class DataSpec:
     class_names: tuple[str, ...] = ()
     target_shape: tuple[int, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    input_dtype: str = "float32"
+    vocab_size: int | None = None
 
     @property
     def num_features(self) -> int:
@@ -60,4 +65,6 @@ class DataSpec:
             class_names=tuple(str(v) for v in data.get("class_names", ())),
             target_shape=tuple(int(v) for v in data.get("target_shape", ())),
             extra=dict(data.get("extra", {})),
+            input_dtype=str(data.get("input_dtype", "float32")),
+            vocab_size=None if data.get("vocab_size") is None else int(data["vocab_size"]),
         )

@@ -2,28 +2,43 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from twinkle_core.algorithm import Algorithm
+from twinkle_core.data.processor import PreparedData
+from twinkle_core.errors import TwinkleError
 from twinkle_core.exporting.base import Exporter, ExportResult
 from twinkle_core.exporting.verify import export_and_verify
 from twinkle_core.lookup import get_component
-from twinkle_core.errors import TwinkleError
-
-if TYPE_CHECKING:
-    from twinkle_core.trainer import Trainer
+from twinkle_core.store.runs import RunStore
 
 
-def export_run(
-    trainer: Trainer, format: str, output: str | None, quantize: bool, options: dict[str, Any]
-) -> ExportResult:
-    """Export the trainer's best model with the exporter registered for ``format``."""
+def exporter_for(format: str) -> Exporter:
+    """A new instance of the exporter registered for ``format``.
+
+    Raises:
+        UnknownComponentError: no exporter has that name; TwinkleError: the target is not an Exporter.
+    """
     component = get_component("exporter", format)
     exporter_cls = component.load()
     if not (isinstance(exporter_cls, type) and issubclass(exporter_cls, Exporter)):
         raise TwinkleError(f"exporter '{component.qualified_name}' is not an Exporter subclass")
-    exporter = exporter_cls()
-    model, prepared, run_uri, checkpoint = trainer.model_for_export()
-    store = trainer.store
+    return exporter_cls()
+
+
+def export_run(
+    store: RunStore,
+    model: Algorithm,
+    prepared: PreparedData,
+    run_uri: str | None,
+    checkpoint: str | None,
+    format: str,
+    output: str | None,
+    quantize: bool,
+    options: dict[str, Any],
+) -> ExportResult:
+    """Export ``model`` (with its data, run and checkpoint) with the exporter for ``format``; record it with the run."""
+    exporter = exporter_for(format)
     record = store.get(run_uri) if run_uri else None
     if output is None:
         if record is None:

@@ -88,7 +88,7 @@ def resolve_task(choice: AlgorithmChoice, task: str | None) -> str:
     if task is None:
         if not choice.tasks:
             raise TwinkleError(f"algorithm '{choice.name}' declares no task; pass task=...")
-        return choice.tasks[0]
+        return check_task(choice.tasks[0])
     check_task(task)
     if choice.tasks and task not in choice.tasks:
         raise TwinkleError(

@@ -17,11 +17,22 @@ LEGACY_OPSETS = range(9, 21)
 """Opsets the TorchScript-based exporter writes exactly as asked (the dynamo exporter rewrites 11–17 to 18)."""
 
 
+_ORT_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+              "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_, "tensor(uint8)": np.uint8}
+
+
+def _as_input(batch: np.ndarray, dtype: Any = None) -> np.ndarray:
+    """A contiguous input array of the graph's type (integer ids stay integers; float64 becomes float32)."""
+    if dtype is None:
+        dtype = np.float32 if np.issubdtype(np.asarray(batch).dtype, np.floating) else None
+    return np.ascontiguousarray(batch, dtype=dtype)
+
+
 class _Calibration:
     """An onnxruntime ``CalibrationDataReader`` over input batches."""
 
     def __init__(self, batches: Iterable[np.ndarray], input_name: str) -> None:
-        self._iter = iter([{input_name: np.ascontiguousarray(b, dtype=np.float32)} for b in batches])
+        self._iter = iter([{input_name: _as_input(b)} for b in batches])
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         return next(self._iter, None)
@@ -132,9 +143,10 @@ class ONNXExporter(Exporter):
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
         session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        name = session.get_inputs()[0].name
+        graph_input = session.get_inputs()[0]
+        name, dtype = graph_input.name, _ORT_TYPES.get(graph_input.type)
 
         def run(batch: np.ndarray) -> np.ndarray:
-            return session.run(None, {name: np.ascontiguousarray(batch, dtype=np.float32)})[0]
+            return session.run(None, {name: _as_input(batch, dtype)})[0]
 
         return run

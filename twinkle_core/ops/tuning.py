@@ -21,18 +21,42 @@ import os
 import socket
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Callable, Mapping
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.store.atomic import atomic_write_bytes
 from twinkle_core.uris import filesystem, is_local, join, local_cache_dir
 
-if TYPE_CHECKING:
-    from twinkle_core.trainer import Trainer
-
 
 class SearchSpaceError(TwinkleError, ValueError):
     """A search space entry that is not a ``(low, high)`` range or a list of choices."""
+
+
+@dataclass
+class TuneSubject:
+    """What a study tunes, as plain values and two callables (``Trainer.tune`` builds it).
+
+    Attributes:
+        algorithm: the algorithm's name (studies are named by it).
+        fingerprint: the data's fingerprint (prepared once, before the study).
+        metric: the monitored metric trials report.
+        mode: ``"max"`` or ``"min"``.
+        home: the run store's root (the study's SQLite lives there).
+        project: the project trials' runs go to.
+        valid: every hyperparameter name that may be tuned.
+        run_trial: ``(params, extra_callbacks, project) -> FitResult``: one trial's fit.
+        configure: ``params -> Trainer``: a trainer with the best parameters.
+    """
+
+    algorithm: str
+    fingerprint: str
+    metric: str
+    mode: str
+    home: str
+    project: str
+    valid: set[str]
+    run_trial: Callable[[dict[str, Any], list[Any], str], Any]
+    configure: Callable[[dict[str, Any]], Any]
 
 
 @dataclass
@@ -44,7 +68,7 @@ class TuneResult:
         best_value: its metric value.
         metric: the metric optimised (the algorithm's monitor, e.g. ``val_accuracy``).
         direction: ``maximize`` or ``minimize``.
-        trainer: a new trainer configured with ``best_params``.
+        trainer: a new :class:`~twinkle_core.Trainer` configured with ``best_params``.
         study_name: the Optuna study's name in ``storage``.
         storage: the study's storage URL.
         completed: finished trials in the study (this call's and earlier ones').
@@ -57,7 +81,7 @@ class TuneResult:
     best_value: float
     metric: str
     direction: str
-    trainer: Trainer
+    trainer: Any
     study_name: str
     storage: str
     completed: int
@@ -164,10 +188,9 @@ def _warm_start(study: Any, storage: Any, prefix: str, dists: dict[str, Any]) ->
 
 
 def tune(
-    trainer: Trainer,
+    subject: TuneSubject,
     params_space: Mapping[str, Any],
     max_trials: int = 20,
-    data: str | None = None,
     *,
     seed: int = 0,
     pruning: bool = True,
@@ -179,10 +202,9 @@ def tune(
     """Search ``params_space`` for the trainer's algorithm on ``data`` (see the module docstring).
 
     Args:
-        trainer: the trainer whose algorithm, task and fixed hyperparameters are tuned.
+        subject: the algorithm, data and fit to tune (see :class:`TuneSubject`).
         params_space: name → ``(low, high)`` range or list of choices.
         max_trials: finished (or pruned) trials the study should hold when this call returns.
-        data: the data URI (default: the trainer's ``new_data``).
         seed: the sampler's seed.
         pruning: stop unpromising trials early (median pruner on the per-epoch metric).
         timeout: stop starting new trials after this many seconds.
@@ -193,24 +215,22 @@ def tune(
     import optuna
     from optuna_integration import PyTorchLightningPruningCallback
 
-    uri = trainer._data(data)
     dists = distributions(params_space)
-    unknown = [k for k in dists if k not in trainer.valid_hyperparameters()]
+    unknown = [k for k in dists if k not in subject.valid]
     if unknown:
         raise SearchSpaceError(
-            f"cannot tune {', '.join(unknown)}: not hyperparameters of '{trainer.choice.name}'; valid: "
-            f"{', '.join(sorted(trainer.valid_hyperparameters()))}"
+            f"cannot tune {', '.join(unknown)}: not hyperparameters of '{subject.algorithm}'; valid: "
+            f"{', '.join(sorted(subject.valid))}"
         )
-    prepared, algorithm, _ = trainer._prepare(uri)
-    metric, mode = algorithm.monitor
+    metric, mode = subject.metric, subject.mode
     direction = "maximize" if mode == "max" else "minimize"
     space_key = hashlib.md5(json.dumps({k: repr(v) for k, v in sorted(dists.items())}).encode()).hexdigest()[:10]
-    prefix = f"{trainer.choice.name}|{prepared.fingerprint}|"
+    prefix = f"{subject.algorithm}|{subject.fingerprint}|"
     name = study_name or prefix + space_key
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats are "experimental"
-        storage = optuna.storages.RDBStorage(_storage_url(trainer.store.home), heartbeat_interval=30, grace_period=90)
+        storage = optuna.storages.RDBStorage(_storage_url(subject.home), heartbeat_interval=30, grace_period=90)
     existing = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
     startup = startup_trials(max_trials)
     if sampler not in ("tpe", "random"):
@@ -227,18 +247,14 @@ def tune(
     _fail_dead_trials(study, storage)
     done = {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED}
     own = [t for t in study.get_trials(deepcopy=False, states=tuple(done)) if "warm_start_from" not in t.user_attrs]
-    project = f"{trainer.project or 'default'}-tune"
+    project = f"{subject.project}-tune"
 
     def objective(trial: optuna.Trial) -> float:
         trial.set_user_attr("pid", os.getpid())
         trial.set_user_attr("host", socket.gethostname())
         params = {key: _suggest(trial, key, dist) for key, dist in dists.items()}
-        callbacks = [*trainer.callbacks]
         pruner = PyTorchLightningPruningCallback(trial, monitor=metric) if pruning else None
-        if pruner is not None:
-            callbacks.append(pruner)
-        child = trainer.variant({**params, "progress_bar": False}, project=project, verbose=False, callbacks=callbacks)
-        result = child.fit(uri)
+        result = subject.run_trial(params, [pruner] if pruner is not None else [], project)
         trial.set_user_attr("run", result.run_uri)
         if pruner is not None:
             pruner.check_pruned()
@@ -253,8 +269,8 @@ def tune(
     if not completed:
         raise TwinkleError("no trial finished; widen the search space or raise max_trials")
     best = study.best_trial
-    png = _plot(study, join(trainer.store.home, "studies", f"{space_key}-{hashlib.md5(name.encode()).hexdigest()[:8]}.png"))
-    tuned = trainer.variant(dict(best.params))
+    png = _plot(study, join(subject.home, "studies", f"{space_key}-{hashlib.md5(name.encode()).hexdigest()[:8]}.png"))
+    tuned = subject.configure(dict(best.params))
     return TuneResult(
         best_params=dict(best.params), best_value=float(best.value), metric=metric, direction=direction,
         trainer=tuned, study_name=name, storage=storage.url if hasattr(storage, "url") else str(storage),

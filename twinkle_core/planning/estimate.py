@@ -9,6 +9,12 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from twinkle_core.errors import TwinkleError
+
+
+class PlanningError(TwinkleError):
+    """The planner could not measure the model: its test forward on ``example_input`` failed."""
+
 
 @dataclass(frozen=True)
 class ModelFacts:
@@ -71,6 +77,36 @@ def measure(model: nn.Module, example: Any) -> ModelFacts:
         activation_bytes_per_sample=int(activations // max(batch, 1)),
         state_bytes=16 * trainable + 4 * (parameters - trainable),
     )
+
+
+def measure_example(model: nn.Module) -> ModelFacts:
+    """Measure ``model`` (an :class:`~twinkle_core.Algorithm`) on its own ``example_input(2)``.
+
+    Raises:
+        PlanningError: building the example or the test forward failed; the message names the example's
+            type and shape and says how to fix ``example_input``.
+    """
+    name = type(model).__name__
+    try:
+        example = model.example_input(2)  # type: ignore[operator]
+    except TwinkleError:
+        raise
+    except Exception as err:
+        raise PlanningError(f"{name}.example_input(2) failed ({type(err).__name__}: {err}); "
+                            "override example_input(batch_size) to return a batch the model accepts") from err
+    try:
+        return measure(model, example)
+    except Exception as err:
+        raise PlanningError(
+            f"the planner's test forward of {name} failed on example_input(2) — {_describe(example)}: "
+            f"{type(err).__name__}: {err}. Override {name}.example_input(batch_size) to return what the model "
+            "takes (for token ids give the DataSpec input_dtype='int64' and vocab_size=N)"
+        ) from err
+
+
+def _describe(example: Any) -> str:
+    tensors = _tensors(example)
+    return ", ".join(f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)}" for t in tensors) or repr(example)[:80]
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from twinkle_core import Algorithm, RunStore, Trainer
-from twinkle_core.data.errors import DataError, MissingColumnError
+from twinkle_core.data import DataError, MissingColumnError
 from twinkle_timeseries import FinancialDataProcessor
 from twinkle_timeseries.data import OHLCVError
 

@@ -12,7 +12,7 @@ import torch
 
 from twinkle_core import Trainer
 from twinkle_core.errors import TwinkleError
-from twinkle_core.hyperparams import HyperparameterError
+from twinkle_core.errors import HyperparameterError
 from twinkle_timeseries import FinancialDataProcessor, KronosModel, plot_forecast
 
 WINDOWS = {"lookback_window": 30, "pred_len": 10, "val_start": "2009-01-01", "test_start": "2011-01-01", "stride": 3}

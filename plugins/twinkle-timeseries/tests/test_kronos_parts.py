@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from twinkle_core.data.spec import DataSpec
-from twinkle_core.hyperparams import HyperparameterError
+from twinkle_core.data import DataSpec
+from twinkle_core.errors import HyperparameterError
 from twinkle_timeseries.kronos import (
     BinarySphericalQuantizer,
     KronosBase,

@@ -26,11 +26,17 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
-from twinkle_core.data.errors import DataError, EmptyDataError, MissingColumnError, MissingValueError
-from twinkle_core.data.fingerprint import data_fingerprint
-from twinkle_core.data.processor import DataProcessor, PreparedData
-from twinkle_core.data.spec import DataSpec
-from twinkle_core.uris import require_exists
+from twinkle_core.data import (
+    DataError,
+    DataProcessor,
+    DataSpec,
+    EmptyDataError,
+    MissingColumnError,
+    MissingValueError,
+    PreparedData,
+    data_fingerprint,
+    require_exists,
+)
 
 TIMEFRAMES = {"1m": "1min", "5m": "5min", "15m": "15min", "30m": "30min", "1h": "1h", "4h": "4h", "1d": "1D",
               "1w": "W-FRI"}

@@ -8,8 +8,7 @@ its top level.
 
 from __future__ import annotations
 
-from twinkle_core import hookimpl
-from twinkle_core.hookspecs import Register
+from twinkle_core import Register, hookimpl
 
 
 KRONOS = {

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from twinkle_core import RunStore, Trainer
-from twinkle_core.data.errors import DataError, EmptyDataError, UnsupportedFormatError
+from twinkle_core.data import DataError, EmptyDataError, UnsupportedFormatError
 from twinkle_core.errors import TwinkleError
 from twinkle_vision.images import CorruptImageError, ImageFolderProcessor
 

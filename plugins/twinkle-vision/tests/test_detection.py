@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from twinkle_core import DataSpec, Trainer, list_algorithms
-from twinkle_core.data.errors import DataError, MissingColumnError
+from twinkle_core.data import DataError, MissingColumnError
 from twinkle_core.planning import Hardware, ModelFacts, PlanContext
 from twinkle_vision.samples import write_shapes
 from twinkle_vision.yolo.data import LabelError, YoloDataProcessor

@@ -17,10 +17,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from twinkle_core.algorithm import Algorithm
-from twinkle_core.data.spec import DataSpec
+from twinkle_core import Algorithm
+from twinkle_core.data import DataSpec, require_exists
 from twinkle_core.errors import TwinkleError
-from twinkle_core.uris import require_exists
 
 
 class Normalized(nn.Module):

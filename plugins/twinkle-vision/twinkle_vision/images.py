@@ -16,12 +16,22 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from twinkle_core.data.errors import DataError, EmptyDataError, UnsupportedFormatError
-from twinkle_core.data.fingerprint import data_fingerprint
-from twinkle_core.data.index import is_index, read_index, write_index
-from twinkle_core.data.processor import DataProcessor, PreparedData, split_indices
-from twinkle_core.data.spec import DataSpec
-from twinkle_core.uris import filesystem, join, require_exists, twinkle_home
+from twinkle_core.data import (
+    DataError,
+    DataProcessor,
+    DataSpec,
+    EmptyDataError,
+    PreparedData,
+    UnsupportedFormatError,
+    data_fingerprint,
+    filesystem,
+    is_index,
+    join,
+    read_index,
+    require_exists,
+    split_indices,
+    write_index,
+)
 
 IMAGE_SUFFIXES = ("png", "jpg", "jpeg", "bmp", "gif", "webp", "tif", "tiff")
 
@@ -179,7 +189,7 @@ class ImageFolderProcessor(DataProcessor):
         return write_index(dst, {"images": images, "labels": labels, "split": split}, meta)
 
     def _cached_index(self, uri: str, fingerprint: str) -> str:
-        url = join(twinkle_home(), "cache", "images", f"{fingerprint.removeprefix('md5:')}-{self.image_size}-"
+        url = self.cache_dir("images", f"{fingerprint.removeprefix('md5:')}-{self.image_size}-"
                                                       f"{self.channels}.idx")
         fs, path = filesystem(url)
         if not fs.exists(path):

@@ -8,8 +8,7 @@ imports neither torch nor timm nor ultralytics.
 
 from __future__ import annotations
 
-from twinkle_core import hookimpl
-from twinkle_core.hookspecs import Register
+from twinkle_core import Register, hookimpl
 
 RESNETS = (18, 34, 50, 101, 152)
 YOLO_SIZES = ("n", "s", "m", "l", "x")

@@ -7,7 +7,7 @@ import io
 import numpy as np
 import pandas as pd
 
-from twinkle_core.store.atomic import atomic_write_bytes
+from twinkle_core.data import atomic_write_bytes
 from twinkle_timeseries.data import TIMEFRAMES
 
 

@@ -28,9 +28,9 @@ import torch
 from torch import nn
 
 from twinkle_core import Algorithm
-from twinkle_core.data.spec import DataSpec
+from twinkle_core.data import DataSpec
 from twinkle_core.errors import TwinkleError
-from twinkle_core.hyperparams import HyperparameterError
+from twinkle_core.errors import HyperparameterError
 from twinkle_timeseries.kronos.network import KronosNetwork
 from twinkle_timeseries.kronos.predictor import KronosPredictor
 from twinkle_timeseries.kronos.tokenizer import KronosTokenizer

@@ -14,11 +14,19 @@ from typing import Any
 
 import yaml
 
-from twinkle_core.data.errors import DataError, EmptyDataError, MissingColumnError
-from twinkle_core.data.fingerprint import data_fingerprint
-from twinkle_core.data.processor import DataProcessor, PreparedData
-from twinkle_core.data.spec import DataSpec
-from twinkle_core.uris import filesystem, is_local, join, require_exists, twinkle_home
+from twinkle_core.data import (
+    DataError,
+    DataProcessor,
+    DataSpec,
+    EmptyDataError,
+    MissingColumnError,
+    PreparedData,
+    data_fingerprint,
+    filesystem,
+    is_local,
+    join,
+    require_exists,
+)
 
 IMAGE_SUFFIXES = (".bmp", ".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp")
 FINGERPRINT_EXCLUDE = ("*.cache",)
@@ -126,7 +134,7 @@ class YoloDataProcessor(DataProcessor):
         fingerprint = data_fingerprint(folder_uri, FINGERPRINT_EXCLUDE)
         if is_local(fs):
             return os.path.join(folder, yaml_name), fingerprint
-        staged = join(twinkle_home(), "cache", "datasets", fingerprint.removeprefix("md5:"))
+        staged = self.cache_dir("datasets", fingerprint.removeprefix("md5:"))
         local_fs, local = filesystem(staged)
         if not local_fs.exists(join(local, yaml_name)):
             files = [p for p in fs.find(folder) if not p.endswith(".cache")]

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from twinkle_core.algorithm import Algorithm
-from twinkle_core.data.spec import DataSpec
+from twinkle_core import Algorithm
+from twinkle_core.data import DataSpec
 from twinkle_core.errors import TwinkleError
 from twinkle_vision.classification import load_weights
 from twinkle_vision.yolo import offline

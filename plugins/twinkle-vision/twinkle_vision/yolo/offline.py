@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-from twinkle_core.uris import local_cache_dir
+from twinkle_core.data import local_cache_dir
 
 _DONE = False
 

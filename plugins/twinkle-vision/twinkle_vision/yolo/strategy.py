@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from twinkle_core.planning.plan import Decision, Plan
-from twinkle_core.planning.strategy import DefaultStrategy, PlanContext
+from twinkle_core.planning import Decision, Plan
+from twinkle_core.planning import DefaultStrategy, PlanContext
 
 NOMINAL_BATCH = 64
 

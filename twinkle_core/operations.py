@@ -1,4 +1,5 @@
-"""The run-operation methods of :class:`twinkle_core.Trainer`: monitor, budget, tune, verify_data."""
+"""The run-operation methods of :class:`twinkle_core.Trainer` (part of the facade): monitor, budget, tune,
+verify_data. Each hands plain values to :mod:`twinkle_core.ops`, which never sees the ``Trainer``."""
 
 from __future__ import annotations
 
@@ -93,12 +94,42 @@ class Operations:
                                 max_trials=20, data="cancer.csv")
             best.trainer.fit("cancer.csv")
         """
-        from twinkle_core.ops.tuning import tune
+        trainer: Trainer = self  # type: ignore[assignment]
+        uri = trainer._data(data)
+        trainer._shared_data = {}  # prepared here once; every trial (a variant of this trainer) reuses it
+        try:
+            return self._tune(trainer, uri, params_space, max_trials, options)
+        finally:
+            trainer._shared_data = None
 
-        return tune(self, params_space, max_trials, data, **options)  # type: ignore[arg-type]
+    @staticmethod
+    def _tune(trainer: Trainer, uri: str, params_space: Mapping[str, Any], max_trials: int,
+              options: dict[str, Any]) -> TuneResult:
+        from twinkle_core.ops.tuning import TuneSubject, tune
+
+        prepared, algorithm, _ = trainer._prepare(uri)
+        metric, mode = algorithm.monitor
+
+        def run_trial(params: dict[str, Any], callbacks: list[Any], project: str) -> Any:
+            child = trainer.variant({**params, "progress_bar": False}, project=project, verbose=False,
+                                    callbacks=[*trainer.callbacks, *callbacks])
+            return child.fit(uri)
+
+        subject = TuneSubject(
+            algorithm=trainer.choice.name, fingerprint=prepared.fingerprint, metric=metric, mode=mode,
+            home=trainer.store.home, project=trainer.project or "default", valid=trainer.valid_hyperparameters(),
+            run_trial=run_trial, configure=lambda params: _detached(trainer.variant(params)),
+        )
+        return tune(subject, params_space, max_trials, **options)
 
     def verify_data(self, uri: str, expected_md5: str | None = None) -> VerifyResult:
         """Fingerprint ``uri``; with ``expected_md5``, raise a named error listing changed, added, removed files."""
         from twinkle_core.ops.verify import verify_data
 
         return verify_data(uri, expected_md5, home=self.store.home)  # type: ignore[attr-defined]
+
+
+def _detached(trainer: Trainer) -> Trainer:
+    """``trainer`` without the study's shared prepared data (its later fits read the data afresh)."""
+    trainer._shared_data = None
+    return trainer
