@@ -190,3 +190,44 @@ def test_failure_during_training_marks_run_failed(twinkle_home, cancer_csv) -> N
         Trainer("tabular-mlp", hyperparams=FAST, verbose=False, callbacks=[Boom()]).fit(str(cancer_csv))
     (record,) = RunStore().list()
     assert record.status == "failed" and "device lost" in record.error
+
+
+@pytest.mark.parametrize("field,path", [("algorithm", "os:system"), ("algorithm", "xmlrpc.server:SimpleXMLRPCServer"),
+                                        ("data_processor_class", "os:system"),
+                                        ("data_processor_class", "xmlrpc.server:SimpleXMLRPCServer")])
+def test_a_checkpoint_naming_an_unregistered_module_is_refused_before_any_import(run_checkpoint, tmp_path, field,
+                                                                                  path) -> None:
+    import sys
+
+    _, checkpoint = run_checkpoint
+    checkpoint["twinkle"] = {**checkpoint["twinkle"], field: path}
+    crafted = tmp_path / "crafted.ckpt"
+    torch.save(checkpoint, crafted)
+    before = set(sys.modules)
+    with pytest.raises(CheckpointError, match=f"names the module path '{path}'.*does not import modules"):
+        Trainer.from_checkpoint(str(crafted))
+    assert set(sys.modules) - before == set()
+
+
+def test_a_newer_record_version_is_named(run_checkpoint, tmp_path) -> None:
+    _, checkpoint = run_checkpoint
+    checkpoint["twinkle"] = {**checkpoint["twinkle"], "version": 99}
+    path = tmp_path / "future.ckpt"
+    torch.save(checkpoint, path)
+    with pytest.raises(CheckpointError, match="record version 99"):
+        Trainer.from_checkpoint(str(path))
+
+
+def test_a_checkpoint_of_an_unregistered_class_continues_when_the_class_is_passed(twinkle_home, cancer_csv) -> None:
+    from twinkle_core.algorithms.tabular_mlp import TabularMLP
+
+    class MyMLP(TabularMLP):
+        """A user's subclass, registered nowhere."""
+
+    result = Trainer(MyMLP, hyperparams=FAST, verbose=False).fit(str(cancer_csv))
+    with pytest.raises(CheckpointError, match="is not a registered algorithm.*algorithm=YourAlgorithm"):
+        Trainer.from_checkpoint(result.run_uri)
+    child = Trainer.from_checkpoint(result.run_uri, algorithm=MyMLP, hyperparams={"max_epochs": 1}, verbose=False).fit()
+    assert child.parent == result.run_uri
+    with pytest.raises(CheckpointError, match="is of algorithm class"):
+        Trainer.from_checkpoint(result.run_uri, algorithm=TabularMLP)

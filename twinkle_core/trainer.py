@@ -17,9 +17,10 @@ from twinkle_core.algorithm import Algorithm
 from twinkle_core.data.processor import DataProcessor, PreparedData
 from twinkle_core.data.spec import DataSpec
 from twinkle_core.engine import continuation as cont
-from twinkle_core.engine.checkpoints import CheckpointError, load_checkpoint, twinkle_record
+from twinkle_core.engine.checkpoints import TWINKLE_KEY, load_checkpoint
 from twinkle_core.operations import Operations
 from twinkle_core.engine.ranks import is_global_zero
+from twinkle_core.engine.record import CheckpointRecord, class_path, restore_algorithm, restore_processor
 from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.run import RunSetup, run_lightning
 from twinkle_core.engine.selection import choose_processor, choose_strategy, resolve_algorithm, resolve_task
@@ -143,7 +144,7 @@ class Trainer(Operations):
         if self.settings.gradient_checkpointing:
             algorithm.enable_gradient_checkpointing()
         if self.continuation is not None and self.continuation.mode != "resume":
-            spec = self.continuation.record.get("data_spec")
+            spec = self.continuation.record.data_spec
             state = algorithm.adapt_checkpoint(self.continuation.state_dict,
                                                DataSpec.from_dict(spec) if spec else None, prepared.spec)
             cont.check_compatible(state, algorithm.state_dict(), self.continuation.checkpoint_uri)
@@ -188,22 +189,20 @@ class Trainer(Operations):
         if self.verbose and lead:
             print(plan.explain(), flush=True)
         record = self._record_run(uri, prepared, plan, routed) if lead else None
-        checkpoint_record = {
-            "version": 1,
-            "algorithm": self.choice.name,
-            "target": f"{self.choice.cls.__module__}:{self.choice.cls.__qualname__}",
-            "task": self.task,
-            "hyperparams": dict(routed.algorithm),
-            "data_processor": component.qualified_name if component is not None else None,
-            "data_processor_class": None if component is not None
-            else f"{type(self.data_processor).__module__}:{type(self.data_processor).__qualname__}",
-            "data_params": dict(routed.data),
-            "trainer": self.settings.to_dict(),
-            "data_spec": prepared.spec.to_dict(),
-            "data_uri": uri,
-            "data_fingerprint": prepared.fingerprint,
-            "run": record.uri if record is not None else None,
-        }
+        checkpoint_record = CheckpointRecord(
+            algorithm=self.choice.name,
+            target=class_path(self.choice.cls),
+            task=self.task,
+            hyperparams=dict(routed.algorithm),
+            data_processor=component.qualified_name if component is not None else None,
+            data_processor_class=None if component is not None else class_path(type(self.data_processor)),
+            data_params=dict(routed.data),
+            trainer=self.settings.to_dict(),
+            data_spec=prepared.spec.to_dict(),
+            data_uri=uri,
+            data_fingerprint=prepared.fingerprint,
+            run=record.uri if record is not None else None,
+        )
         setup = RunSetup(
             store=self.store, record=record, algorithm=algorithm, prepared=prepared, plan=plan,
             settings=self.settings, checkpoint_record=checkpoint_record, continuation=self.continuation,
@@ -264,7 +263,7 @@ class Trainer(Operations):
         mode: str = "continue",
         hyperparams: dict[str, Any] | None = None,
         *,
-        algorithm: str | None = None,
+        algorithm: str | type[Algorithm] | None = None,
         **options: Any,
     ) -> Trainer:
         """A trainer that continues from a run or checkpoint (see :mod:`twinkle_core.engine.continuation`).
@@ -275,7 +274,9 @@ class Trainer(Operations):
             new_data: the data to train on next (default: the checkpoint's data).
             mode: ``resume``, ``continue`` or ``finetune``.
             hyperparams: overrides of the checkpoint's hyperparameters (``max_epochs``, ``lr``, ...).
-            algorithm: if given, the algorithm the checkpoint must be of.
+            algorithm: the checkpoint's algorithm: a registered name it must match, or — for a checkpoint of
+                an ``Algorithm`` subclass that is not registered — that class. A checkpoint naming a module
+                path that is neither registered nor passed here is refused before anything is imported.
             **options: ``Trainer`` keywords (``user``, ``project``, ``home``, ``verbose``) and more overrides.
         """
         if mode not in cont.MODES:
@@ -285,25 +286,21 @@ class Trainer(Operations):
         store = RunStore(kwargs.get("home"))
         uri = _checkpoint_uri(store, checkpoint, mode)
         ckpt = load_checkpoint(uri)
-        record = twinkle_record(ckpt, uri)
-        if algorithm is not None and resolve_algorithm(algorithm).name != record["algorithm"]:
-            raise CheckpointError(
-                f"checkpoint '{uri}' is of algorithm '{record['algorithm']}', not '{algorithm}'; "
-                f"use a checkpoint of '{algorithm}' or drop algorithm="
-            )
-        parent_user, parent_project, _ = store.run_id(record["run"]).split("/")
-        kwargs.setdefault("user", parent_user)
-        kwargs.setdefault("project", parent_project)
-        if record.get("data_processor_class"):  # a processor the user configured: rebuild it with its values
-            from twinkle_core.components import import_target
-
-            processor = import_target(record["data_processor_class"]).from_params(record["data_params"])
-            kwargs.setdefault("data_processor", processor)
-            record = {**record, "data_params": {}}
-        values = {**record["hyperparams"], **record["data_params"], **record["trainer"]}
+        record = CheckpointRecord.from_dict(ckpt.get(TWINKLE_KEY), uri)
+        target = restore_algorithm(record, uri, algorithm)  # nothing named in the checkpoint is imported
+        processor = restore_processor(record, uri, kwargs.get("data_processor"))
+        if record.run:
+            parent_user, parent_project, _ = store.run_id(record.run).split("/")
+            kwargs.setdefault("user", parent_user)
+            kwargs.setdefault("project", parent_project)
+        data_params = dict(record.data_params)
+        if isinstance(processor, DataProcessor):  # a processor the user configured: rebuilt with its values
+            kwargs["data_processor"] = processor
+            data_params = {}
+        values = {**record.hyperparams, **data_params, **record.trainer}
         if mode != "resume":
             values = {k: v for k, v in values.items() if v is not None}
-        trainer = cls(record["algorithm"], record["task"], {**values, **(hyperparams or {}), **options}, **kwargs)
+        trainer = cls(target, record.task, {**values, **(hyperparams or {}), **options}, **kwargs)
         trainer.continuation = cont.Continuation(
             mode=mode,
             checkpoint_uri=uri,
@@ -311,7 +308,7 @@ class Trainer(Operations):
             state_dict=ckpt["state_dict"],
             optimizer_states=ckpt.get("optimizer_states", []) if mode == "continue" else [],
         )
-        trainer.new_data = new_data or record["data_uri"]
+        trainer.new_data = new_data or record.data_uri
         return trainer
 
     def _data(self, data: str | None) -> str:
@@ -329,7 +326,7 @@ class Trainer(Operations):
                 model.load_state_dict(load_checkpoint(best)["state_dict"])
             return model, self._prepared, self.result.run_uri, best
         if self.continuation is not None:
-            prepared, model, _ = self._prepare(self.continuation.record["data_uri"])
+            prepared, model, _ = self._prepare(str(self.continuation.record.data_uri))
             model.load_state_dict(self.continuation.state_dict)
             return model, prepared, self.continuation.parent_run, self.continuation.checkpoint_uri
         raise TwinkleError("nothing to export yet: call fit() first, or use Trainer.from_checkpoint(...)")

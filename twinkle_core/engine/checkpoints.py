@@ -66,14 +66,3 @@ def load_checkpoint(uri: str) -> dict[str, Any]:
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise CheckpointError(f"'{uri}' is not a Lightning checkpoint (no state_dict); pass a Twinkle run's checkpoint")
     return checkpoint
-
-
-def twinkle_record(checkpoint: dict[str, Any], uri: str) -> dict[str, Any]:
-    """Twinkle's record inside ``checkpoint``, or a :class:`CheckpointError` if it has none."""
-    record = checkpoint.get(TWINKLE_KEY)
-    if not isinstance(record, dict) or "algorithm" not in record:
-        raise CheckpointError(
-            f"checkpoint '{uri}' was not written by Twinkle (no '{TWINKLE_KEY}' record); "
-            "load its weights into an Algorithm yourself, or train with Twinkle"
-        )
-    return record

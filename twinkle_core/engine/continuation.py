@@ -18,6 +18,7 @@ import torch
 
 from twinkle_core.data.errors import DataError
 from twinkle_core.engine.checkpoints import CheckpointError
+from twinkle_core.engine.record import CheckpointRecord
 
 MODES = ("resume", "continue", "finetune")
 
@@ -40,21 +41,21 @@ class Continuation:
 
     mode: str
     checkpoint_uri: str
-    record: dict[str, Any]
+    record: CheckpointRecord
     state_dict: dict[str, Any] = field(repr=False, default_factory=dict)
     optimizer_states: list[dict[str, Any]] = field(repr=False, default_factory=list)
 
     @property
     def parent_run(self) -> str | None:
         """The ``twinkle://`` URI of the run that wrote the checkpoint."""
-        return self.record.get("run")
+        return self.record.run
 
     def check_data(self, fingerprint: str, uri: str) -> None:
         """For ``resume``: refuse data whose fingerprint differs from the checkpoint's."""
-        if self.mode == "resume" and fingerprint != self.record.get("data_fingerprint"):
+        if self.mode == "resume" and fingerprint != self.record.data_fingerprint:
             raise DataChangedError(
-                f"resume needs the data the checkpoint trained on ({self.record.get('data_uri')}, "
-                f"{self.record.get('data_fingerprint')}), but '{uri}' is {fingerprint}; "
+                f"resume needs the data the checkpoint trained on ({self.record.data_uri}, "
+                f"{self.record.data_fingerprint}), but '{uri}' is {fingerprint}; "
                 "use mode='continue' to train on new data"
             )
 

@@ -30,6 +30,7 @@ from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
 from twinkle_core.engine.curves import plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
 from twinkle_core.engine.ranks import broadcast
+from twinkle_core.engine.record import CheckpointRecord
 from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.resume import ExactResume
 from twinkle_core.engine.settings import TrainerSettings
@@ -54,7 +55,7 @@ class RunSetup:
     prepared: PreparedData
     plan: Plan
     settings: TrainerSettings
-    checkpoint_record: dict[str, Any]
+    checkpoint_record: CheckpointRecord
     continuation: Continuation | None = None
     verbose: bool = True
     callbacks: list[L.Callback] = field(default_factory=list)
@@ -65,9 +66,9 @@ class RunSetup:
 class TwinkleRecord(L.Callback):
     """Write Twinkle's record (algorithm, hyperparameters, data spec, run) into every checkpoint."""
 
-    def __init__(self, record: dict[str, Any]) -> None:
+    def __init__(self, record: CheckpointRecord) -> None:
         """Keep the record to write."""
-        self.record = record
+        self.record = record.to_dict()
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         """Add the record under the ``twinkle`` key."""

@@ -76,7 +76,8 @@ def test_article_flow_on_a_nas_csv(twinkle_home, sp500_csv, monkeypatch) -> None
     assert record.task == "time_series_forecasting" and record.hyperparams["lookback_window"] == 90
     spec = trainer.algorithm.data_spec
     assert spec.input_shape == (90, 5) and spec.target_shape == (10, 5)
-    child = Trainer.from_checkpoint(result.run_uri, hyperparams={"max_epochs": 1}, verbose=False).fit()
+    child = Trainer.from_checkpoint(result.run_uri, hyperparams={"max_epochs": 1}, algorithm=KronosModel,
+                                    verbose=False).fit()
     assert child.parent == result.run_uri
     assert "lookback_window" not in trainer.valid_hyperparameters() and "d_model" in trainer.valid_hyperparameters()
 

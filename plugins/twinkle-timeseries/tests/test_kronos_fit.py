@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from twinkle_core import Trainer
-from twinkle_core.errors import TwinkleError
-from twinkle_core.errors import HyperparameterError
+from twinkle_core.errors import HyperparameterError, TwinkleError
 from twinkle_timeseries import FinancialDataProcessor, KronosModel, plot_forecast
 
 WINDOWS = {"lookback_window": 30, "pred_len": 10, "val_start": "2009-01-01", "test_start": "2011-01-01", "stride": 3}
@@ -114,10 +113,11 @@ def test_a_subclass_as_in_the_article_trains_and_continues(stocks, twinkle_home,
     result = trainer.fit(data=f"nas://{stocks.name}")
     assert result.status == "finished" and trainer.algorithm.network.predictor.stack.blocks[0].attn.n_heads == 4
     assert "d_model" in trainer.valid_hyperparameters() and "tokenizer_layers" not in trainer.valid_hyperparameters()
-    child = Trainer.from_checkpoint(result.run_uri, hyperparams={"max_epochs": 2}, verbose=False).fit()
+    # a class that is not registered continues only when the caller passes it (the checkpoint's path is not imported)
+    child = Trainer.from_checkpoint(result.run_uri, hyperparams={"max_epochs": 2}, algorithm=MyKronos, verbose=False).fit()
     assert child.parent == result.run_uri and child.status == "finished"
     with pytest.raises(HyperparameterError, match="max_epochs \\(1\\) must be larger"):
-        Trainer.from_checkpoint(result.run_uri, hyperparams={"max_epochs": 1}, verbose=False).fit()
+        Trainer.from_checkpoint(result.run_uri, hyperparams={"max_epochs": 1}, algorithm=MyKronos, verbose=False).fit()
 
 
 def test_export_is_refused_with_a_named_error(trained) -> None:
