@@ -45,6 +45,7 @@ bench: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python bench/overhead.py
 	OMP_NUM_THREADS=1 $(BIN)/python bench/tune_vs_random.py
 	OMP_NUM_THREADS=1 $(BIN)/python bench/data_throughput.py
+	OMP_NUM_THREADS=1 $(BIN)/python bench/resnet_digits.py
 
 # Re-pin every third-party version after changing a dependency (then commit the constraints file).
 lock: $(STAMP)

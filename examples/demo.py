@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -17,7 +18,6 @@ from pathlib import Path
 def main() -> int:
     """Run the demo; returns the process exit code."""
     from twinkle_core import Trainer, list_algorithms
-    from twinkle_core.uris import twinkle_home
     from twinkle_vision.samples import write_digits
 
     print(f"Algorithms installed: {', '.join(list_algorithms())}\n")
@@ -39,9 +39,11 @@ def main() -> int:
     print(f"INT8 ONNX: {export.path} ({export.size_bytes / 1e6:.1f} MB, {export.details['quantization']})")
     print(f"  accuracy PyTorch {export.metric_torch:.4f} vs ONNX INT8 {export.metric_export:.4f} "
           f"on {export.samples} validation images; max |logit difference| {export.max_abs_diff:.3g}")
-    print(f"Run: {result.run_uri}  (store: {twinkle_home()})")
+    home = os.path.abspath(trainer.store.home)
+    twinkle = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "twinkle")
+    print(f"Run: {result.run_uri}  (store: {home})")
     print(f"Run folder: {result.run_dir}  (plan.json, logs/metrics.csv, curves.png, checkpoints/, exports/)")
-    print(f"See it again with: twinkle runs show {result.run_uri}")
+    print(f"See it again (from any shell): TWINKLE_HOME={shlex.quote(home)} {shlex.quote(twinkle)} runs show {result.run_uri}")
     return 0 if result.best_metric >= 0.95 else 1
 
 

@@ -106,3 +106,52 @@ def test_two_processes_make_one_run_and_resume_exactly(twinkle_home, cancer_csv,
         assert torch.equal(value, b["state_dict"][key]), key
     assert len(store.list(project="kill")) == 2  # the victim and its one resumed run
     assert store.get(victim.uri).status == "interrupted"
+
+
+FSDP_SCRIPT = textwrap.dedent(
+    '''
+    import json, os, sys
+    import lightning as L
+    from twinkle_core import Trainer
+
+    class Shards(L.Callback):
+        """Record how each rank holds the first layer's weight while training."""
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            weight = module.model[1].weight
+            self.seen = (type(weight).__name__, list(weight.to_local().shape) if hasattr(weight, "to_local") else None,
+                         list(weight.shape))
+
+    mode, data = sys.argv[1], sys.argv[2]
+    if mode == "fsdp2":
+        shards = Shards()
+        hp = {"devices": 2, "accelerator": "cpu", "strategy": "fsdp2", "batch_size": 32, "max_epochs": 3,
+              "progress_bar": False}
+        result = Trainer("tabular-mlp", hyperparams=hp, project="fsdp", verbose=False, callbacks=[shards]).fit(data)
+        seen = shards.seen
+    else:
+        result = Trainer.from_checkpoint(sys.argv[3], mode="continue", verbose=False,
+                                         hyperparams={"devices": 1, "strategy": "auto", "max_epochs": 2}).fit()
+        seen = None
+    out = {"rank": int(os.environ.get("LOCAL_RANK", 0)), "result": {k: v for k, v in result.to_dict().items() if k != "plan"},
+           "strategy": result.plan.strategy, "seen": seen}
+    print("RESULT " + json.dumps(out), flush=True)
+    '''
+)
+
+
+def test_fsdp2_shards_on_two_cpu_processes_and_continues_in_one(twinkle_home, cancer_csv, tmp_path) -> None:
+    script = tmp_path / "train_fsdp.py"
+    script.write_text(FSDP_SCRIPT)
+    sharded = _results(_run(script, "fsdp2", str(cancer_csv)))
+    assert sorted(sharded) == [0, 1] and sharded[0]["result"] == sharded[1]["result"]
+    assert sharded[0]["strategy"] == "fsdp2"
+    for rank in (0, 1):  # each rank holds half of the 64 × 30 weight
+        assert sharded[rank]["seen"] == ["DTensor", [32, 30], [64, 30]]
+    assert sharded[0]["result"]["best_metric"] > 0.85
+    (run,) = RunStore().list(project="fsdp")
+    full = torch.load(sharded[0]["result"]["last_checkpoint"], weights_only=True)
+    assert full["state_dict"]["model.1.weight"].shape == (64, 30)  # one full checkpoint file
+    one = _results(_run(script, "continue", str(cancer_csv), run.uri))
+    assert sorted(one) == [0] and one[0]["strategy"] == "auto"
+    assert one[0]["result"]["parent"] == run.uri and one[0]["result"]["status"] == "finished"
+    assert one[0]["result"]["best_metric"] > 0.85

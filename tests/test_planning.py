@@ -12,6 +12,7 @@ from twinkle_core.planning import DefaultStrategy, Hardware, ModelFacts, PlanCon
 GB = 10**9
 CPU = Hardware("cpu", 1, "cpu", 24 * GB, False, False, 2, 24 * GB)
 H200 = Hardware("cuda", 8, "NVIDIA H200", 141 * GB, True, True, 64, 2000 * GB)
+H200_DS = Hardware("cuda", 8, "NVIDIA H200", 141 * GB, True, True, 64, 2000 * GB, deepspeed=True)
 V100 = Hardware("cuda", 4, "Tesla V100", 32 * GB, False, True, 32, 500 * GB)
 
 
@@ -53,13 +54,28 @@ def test_single_device_below_100m_parameters() -> None:
 
 
 @pytest.mark.parametrize(
-    ("params", "strategy"),
-    [(1e9, "ddp"), (7e9, "fsdp"), (70e9, "deepspeed_stage_3_offload")],
+    ("hardware", "params", "strategy"),
+    [(H200, 1e9, "ddp"), (H200, 7e9, "fsdp2"), (H200_DS, 70e9, "deepspeed_stage_3_offload"), (H200, 70e9, "fsdp2")],
 )
-def test_distribution_by_model_size(params, strategy) -> None:
-    p = plan(H200, facts(params))
+def test_distribution_by_model_size(hardware, params, strategy) -> None:
+    p = plan(hardware, facts(params))
     assert p.devices == 8 and p.strategy == strategy
     assert "training state" in reasons(p)["strategy"]
+    if strategy == "fsdp2" and params > 10e9:  # DeepSpeed would be the choice, but it is not installed
+        assert "twinkle-core[deepspeed]" in reasons(p)["strategy"]
+
+
+def test_deepspeed_is_never_planned_on_cpu() -> None:
+    cpu_ds = Hardware("cpu", 1, "cpu", 24 * GB, False, False, 2, 24 * GB, deepspeed=True)
+    p = plan(cpu_ds, facts(2e9), overrides={"devices": 2})
+    assert p.strategy == "fsdp2" and "DeepSpeed needs CUDA" in reasons(p)["strategy"]
+
+
+def test_a_memory_limit_makes_a_state_that_fits_only_sharded_use_fsdp2() -> None:
+    model = facts(1e6)
+    p = plan(model=model, overrides={"devices": 2}, memory_limit_bytes=2 * model.state_bytes)
+    assert p.strategy == "fsdp2" and "fits only sharded over 2 devices" in reasons(p)["strategy"]
+    assert p.lightning_kwargs()["strategy"].__class__.__name__ == "ModelParallelStrategy"
 
 
 def test_accumulation_keeps_the_effective_batch() -> None:
@@ -71,10 +87,37 @@ def test_accumulation_keeps_the_effective_batch() -> None:
     assert "would need" in reasons(big)["micro_batch_size"]
 
 
-def test_streaming_for_data_larger_than_memory() -> None:
+def test_sharded_loading_for_data_larger_than_memory() -> None:
     p = plan(data_bytes=2 * 10**12)  # the article's "> 1 TB"
-    assert p.data_loading == "streaming" and p.num_workers == 1
-    assert "2.0 TB" in reasons(p)["data_loading"]
+    assert p.data_loading == "sharded" and p.num_workers == 1
+    assert "2.0 TB" in reasons(p)["data_loading"] and "shards" in reasons(p)["data_loading"]
+    capped = plan(data_bytes=10**6, memory_limit_bytes=10**6)
+    assert capped.data_loading == "sharded" and "the memory limit" in reasons(capped)["data_loading"]
+
+
+def test_a_strategy_replaces_one_decider_and_keeps_the_rest() -> None:
+    from twinkle_core.planning import PlanContext, PrecisionDecider
+
+    class AlwaysBf16(PrecisionDecider):
+        def decide(self, draft):
+            draft.decide("precision", "bf16-mixed", "this plugin's models are trained in bf16")
+
+    class Bf16Strategy(DefaultStrategy):
+        name = "bf16"
+        deciders = DefaultStrategy.replacing(precision=AlwaysBf16())
+
+    context = PlanContext("algo", "image_classification", facts(1e6), 10**6, 10_000, 32, None, 10, CPU)
+    p = Bf16Strategy().plan(context)
+    assert p.precision == "bf16-mixed" and reasons(p)["precision"].startswith("this plugin")
+    assert [d.name for d in p.decisions] == [d.name for d in DefaultStrategy().plan(context).decisions]
+    with pytest.raises(KeyError, match="the concerns are"):
+        DefaultStrategy.replacing(colour=AlwaysBf16())
+
+
+def test_the_explanation_shows_the_estimates() -> None:
+    text = plan(model=facts(2e6)).explain()
+    assert "estimates: 2.0M parameters, 12.0M FLOPs/sample, training state 32.0 MB, ~" in text
+    assert "(from FLOPs)" in text
 
 
 def test_history_supplies_measurements() -> None:

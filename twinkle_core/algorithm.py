@@ -71,10 +71,13 @@ class Algorithm(L.LightningModule):
     Class attributes a subclass may set:
         task: the task when ``__init__`` does not pass one.
         optimizer_defaults: overrides of :class:`OptimizerSettings` defaults (``{"lr": 3e-4}``).
+        supports_mixed_precision: ``False`` keeps the planner from choosing 16-bit precision.
     """
 
     task: str | None = None
     optimizer_defaults: ClassVar[dict[str, Any]] = {}
+    supports_mixed_precision: ClassVar[bool] = True
+    """Whether the algorithm trains safely in 16-bit (the planner keeps fp32 when not)."""
 
     def __init__(self, task: str | None = None) -> None:
         """Set the task (checked against the known tasks) and default optimizer settings."""
@@ -155,6 +158,31 @@ class Algorithm(L.LightningModule):
         when classes were added. Whatever still does not fit is a named error.
         """
         return state_dict
+
+    def configure_model(self) -> None:
+        """Shard the network with FSDP2 when the plan says ``fsdp2`` (Lightning's ``ModelParallelStrategy``).
+
+        Each child module of :attr:`model` that holds parameters is one shard unit (its parameters are
+        gathered for its forward and freed after), then the whole network; override :meth:`shard_units` to
+        choose the units. Under any other strategy nothing happens.
+        """
+        from lightning.pytorch.strategies import ModelParallelStrategy
+
+        trainer = self._trainer
+        if self.model is None or trainer is None or not isinstance(trainer.strategy, ModelParallelStrategy):
+            return
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = self.device_mesh["data_parallel"]
+        for unit in self.shard_units():
+            fully_shard(unit, mesh=mesh)
+        fully_shard(self.model, mesh=mesh)
+
+    def shard_units(self) -> list[nn.Module]:
+        """The modules FSDP2 shards one by one (default: the network's children that hold parameters)."""
+        if self.model is None:
+            return []
+        return [m for m in self.model.children() if any(True for _ in m.parameters())]
 
     def enable_gradient_checkpointing(self) -> None:
         """Recompute activations during backward to save memory (networks with ``set_grad_checkpointing``).

@@ -167,7 +167,8 @@ class Trainer(Operations):
             hardware=hardware,
             history=[r.to_dict() for r in history],
             overrides=self.settings.overrides(),
-            supports_mixed_precision=getattr(algorithm, "supports_mixed_precision", True),
+            supports_mixed_precision=algorithm.supports_mixed_precision,
+            memory_limit_bytes=self.settings.memory_limit_bytes,
         )
         strategy = choose_strategy(self.task, self.resource_strategy).load()()
         return strategy.plan(context)

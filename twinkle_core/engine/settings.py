@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, coerce, declared
 
@@ -21,6 +21,7 @@ class TrainerSettings:
         precision: force a Lightning precision (default: the plan's).
         accelerator: force ``"cpu"`` or ``"cuda"`` (default: the plan's).
         devices: force the number of devices (default: the plan's).
+        strategy: force the distribution: ``ddp``, ``fsdp2`` or a DeepSpeed ZeRO stage (default: the plan's).
         num_workers: force data-loader workers (default: the plan's).
         gradient_clip_val: clip gradients to this norm.
         checkpoint_every_n_steps: also checkpoint ``last.ckpt`` every N optimizer steps (mid-epoch).
@@ -43,6 +44,7 @@ class TrainerSettings:
     precision: str | None = None
     accelerator: str | None = None
     devices: int | None = None
+    strategy: Literal["auto", "ddp", "fsdp2", "deepspeed_stage_2", "deepspeed_stage_3", "deepspeed_stage_3_offload"] | None = None
     num_workers: int | None = None
     gradient_clip_val: float | None = None
     checkpoint_every_n_steps: int | None = None
@@ -68,6 +70,7 @@ class TrainerSettings:
             "precision": self.precision,
             "accelerator": self.accelerator,
             "devices": self.devices,
+            "strategy": self.strategy,
             "num_workers": self.num_workers,
         }
 

@@ -1,8 +1,39 @@
-"""Resource planning: measure the model and data, look at the hardware and history, choose how to train."""
+"""Resource planning (public API): measure the model and data, look at the hardware and history, choose how
+to train. A strategy is a sequence of deciders, one per concern; a plugin replaces or adjusts one of them."""
 
+from twinkle_core.planning.deciders import (
+    BatchingDecider,
+    DataLoadingDecider,
+    Decider,
+    DevicesDecider,
+    DistributionDecider,
+    PlanContext,
+    PlanDraft,
+    PrecisionDecider,
+    WorkersDecider,
+)
 from twinkle_core.planning.estimate import ModelFacts, PlanningError, measure, measure_example
 from twinkle_core.planning.hardware import Hardware
 from twinkle_core.planning.plan import Decision, Plan
-from twinkle_core.planning.strategy import DefaultStrategy, PlanContext, ResourceStrategy
+from twinkle_core.planning.strategy import DefaultStrategy, ResourceStrategy
 
-__all__ = ["Decision", "DefaultStrategy", "Hardware", "ModelFacts", "Plan", "PlanningError", "PlanContext", "ResourceStrategy", "measure", "measure_example"]
+__all__ = [
+    "BatchingDecider",
+    "DataLoadingDecider",
+    "Decider",
+    "Decision",
+    "DefaultStrategy",
+    "DevicesDecider",
+    "DistributionDecider",
+    "Hardware",
+    "ModelFacts",
+    "Plan",
+    "PlanContext",
+    "PlanDraft",
+    "PlanningError",
+    "PrecisionDecider",
+    "ResourceStrategy",
+    "WorkersDecider",
+    "measure",
+    "measure_example",
+]

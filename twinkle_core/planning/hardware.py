@@ -21,6 +21,7 @@ class Hardware:
         cpu_count: usable CPU cores.
         memory_bytes: host memory.
         nodes: machines taking part (``TWINKLE_NUM_NODES``, default 1).
+        deepspeed: whether DeepSpeed is installed (the ``twinkle-core[deepspeed]`` extra).
     """
 
     accelerator: str
@@ -32,6 +33,7 @@ class Hardware:
     cpu_count: int
     memory_bytes: int
     nodes: int = 1
+    deepspeed: bool = False
 
     @property
     def key(self) -> str:
@@ -47,8 +49,11 @@ class Hardware:
     @classmethod
     def detect(cls) -> Hardware:
         """Inspect this process: CUDA devices through torch, cores from the scheduler affinity."""
+        import importlib.util
+
         import torch
 
+        deepspeed = importlib.util.find_spec("deepspeed") is not None
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
         nodes = int(os.environ.get("TWINKLE_NUM_NODES", "1"))
@@ -64,5 +69,6 @@ class Hardware:
                 cpu_count=cpus,
                 memory_bytes=memory,
                 nodes=nodes,
+                deepspeed=deepspeed,
             )
-        return cls("cpu", 1, "cpu", memory, False, False, cpus, memory, nodes)
+        return cls("cpu", 1, "cpu", memory, False, False, cpus, memory, nodes, deepspeed)

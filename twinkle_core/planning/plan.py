@@ -24,11 +24,12 @@ class Plan:
         devices: accelerators per node.
         num_nodes: machines.
         precision: a Lightning precision (``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``).
-        strategy: a Lightning strategy (``"auto"``, ``"ddp"``, ``"fsdp"``, ``"deepspeed_stage_3_offload"``).
+        strategy: ``"auto"``, ``"ddp"``, ``"fsdp2"`` (Lightning's ``ModelParallelStrategy``: FSDP2, on CPU or
+            GPU) or a DeepSpeed ZeRO stage (``"deepspeed_stage_3_offload"``; CUDA with the ``deepspeed`` extra).
         micro_batch_size: samples per device per step.
         accumulate_grad_batches: micro-batches per optimizer step.
         effective_batch_size: samples per optimizer step (micro × accumulation × devices × nodes).
-        data_loading: ``"in-memory"`` or ``"streaming"`` (sharded reads; data larger than memory).
+        data_loading: ``"in-memory"`` or ``"sharded"`` (streamed from shards: data larger than memory).
         num_workers: data-loader worker processes.
         torch_threads: intra-op threads per process.
         strategy_name: the resource strategy that made the plan.
@@ -71,14 +72,61 @@ class Plan:
             "devices": self.devices,
             "num_nodes": self.num_nodes,
             "precision": self.precision,
-            "strategy": self.strategy,
+            "strategy": self.lightning_strategy(),
             "accumulate_grad_batches": self.accumulate_grad_batches,
         }
 
+    def lightning_strategy(self) -> Any:
+        """The Lightning strategy (a name, or a configured strategy object for ``fsdp2``)."""
+        if self.strategy == "fsdp2":
+            from lightning.pytorch.strategies import ModelParallelStrategy
+
+            # one full checkpoint file written by rank 0: it loads into any number of processes, even one
+            return ModelParallelStrategy(data_parallel_size=self.devices * self.num_nodes, tensor_parallel_size=1,
+                                         save_distributed_checkpoint=False)
+        return self.strategy
+
     def explain(self) -> str:
-        """A readable table of the decisions: ``name  value  reason``."""
+        """A readable table of the decisions (``name  value  reason``) and the estimates behind them."""
         width = max((len(d.name) for d in self.decisions), default=4)
         vwidth = max((len(str(d.value)) for d in self.decisions), default=5)
         lines = [f"Resource plan ({self.strategy_name})"]
         lines += [f"  {d.name:<{width}}  {str(d.value):<{vwidth}}  {d.reason}" for d in self.decisions]
+        e = self.estimates
+        if e:
+            figures = []
+            if "parameters" in e:
+                figures.append(f"{_count(e['parameters'])} parameters")
+            if "flops_per_sample" in e:
+                figures.append(f"{_count(e['flops_per_sample'])} FLOPs/sample")
+            if "state_bytes" in e:
+                figures.append(f"training state {_size(e['state_bytes'])}")
+            if e.get("estimated_seconds") is not None:
+                source = e.get("estimate_source")
+                figures.append(f"~{_duration(float(e['estimated_seconds']))} to train"
+                               + (f" (measured in {source})" if source and source != "FLOPs" else " (from FLOPs)"))
+            if figures:
+                lines.append("  estimates: " + ", ".join(figures))
         return "\n".join(lines)
+
+
+def _count(n: float) -> str:
+    for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{int(n)}"
+
+
+def _size(n: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.1f} s"

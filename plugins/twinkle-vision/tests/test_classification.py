@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -23,16 +22,14 @@ def trained(tmp_path_factory, digits_folder):
     mp.setenv("TWINKLE_USER", "tester")
     trainer = Trainer("resnet18", task="image_classification",
                       hyperparams={"max_epochs": 10, "image_size": 32, "use_mmap": True}, progress_bar=False)
-    start = time.perf_counter()
     result = trainer.fit(data=str(digits_folder))
-    yield trainer, result, time.perf_counter() - start
+    yield trainer, result, None
     mp.undo()
 
 
-def test_resnet18_learns_digits_within_two_minutes(trained) -> None:
-    trainer, result, seconds = trained
+def test_resnet18_learns_digits(trained) -> None:  # its time budget is measured in bench/resnet_digits.py
+    trainer, result, _ = trained
     assert result.best_metric >= 0.97
-    assert seconds < 120
     spec = trainer.algorithm.data_spec
     assert spec.input_shape == (1, 32, 32) and spec.num_classes == 10 and spec.class_names[:3] == ("0", "1", "2")
     assert trainer.algorithm.model_name == "resnet18"

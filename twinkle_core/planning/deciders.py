@@ -1,0 +1,298 @@
+"""The deciders of a resource plan: one small class per concern, composed by a strategy.
+
+Each :class:`Decider` looks at the :class:`PlanContext` and the decisions made before it (in a
+:class:`PlanDraft`) and makes its own, each with a one-line reason. A choice the user fixed
+(``precision=...``, ``devices=...``, ``strategy=...``) wins and is reported as such. The concerns, in order:
+
+==============  ==========================================================
+``devices``     accelerator, devices per node, nodes
+``precision``   the Lightning precision
+``strategy``    the distribution: ``auto``, ``ddp``, ``fsdp2``, DeepSpeed ZeRO
+``batching``    micro-batch and gradient accumulation
+``data``        ``in-memory`` or ``sharded`` loading
+``workers``     loader worker processes and torch threads
+==============  ==========================================================
+
+A plugin strategy replaces or adjusts one of them (see :meth:`DefaultStrategy.replacing`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from twinkle_core.planning.estimate import ModelFacts
+from twinkle_core.planning.hardware import Hardware
+from twinkle_core.planning.plan import Decision
+
+SINGLE_DEVICE_PARAMS = 100_000_000
+"""Below this many parameters a model trains on one device: communication would cost more than it saves."""
+
+SHARDED_FRACTION = 0.5
+"""Data larger than this share of the memory a run may use is read in shards instead of loaded whole."""
+
+
+@dataclass
+class PlanContext:
+    """Everything a strategy may look at.
+
+    Attributes:
+        algorithm_name: the algorithm's registered name (or class name).
+        task: the task.
+        facts: model measurements (:func:`twinkle_core.planning.measure`).
+        data_bytes: the data's size on storage.
+        train_samples: samples in the training split.
+        batch_size: the requested micro-batch (the ``batch_size`` hyperparameter).
+        effective_batch_size: the requested samples per optimizer step (default: ``batch_size`` × devices).
+        max_epochs: epochs requested.
+        hardware: the machine.
+        history: earlier finished runs of the same algorithm, data fingerprint and hardware (newest first),
+            each a catalogue record with its ``plan`` and ``measured`` figures.
+        overrides: choices the user fixed (``precision``, ``devices``, ``accelerator``, ``strategy``,
+            ``num_workers``, ``accumulate_grad_batches``); a decider keeps them and says so.
+        supports_mixed_precision: whether the algorithm trains safely in 16-bit.
+        memory_limit_bytes: the memory the run may use per device (``memory_limit_bytes``), if capped.
+    """
+
+    algorithm_name: str
+    task: str
+    facts: ModelFacts
+    data_bytes: int
+    train_samples: int
+    batch_size: int
+    effective_batch_size: int | None
+    max_epochs: int
+    hardware: Hardware
+    history: list[dict[str, Any]] = field(default_factory=list)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    supports_mixed_precision: bool = True
+    memory_limit_bytes: int | None = None
+
+    @property
+    def device_memory(self) -> int:
+        """Memory of one device, or the run's cap when lower."""
+        memory = self.hardware.device_memory_bytes
+        return min(memory, self.memory_limit_bytes) if self.memory_limit_bytes else memory
+
+    @property
+    def host_memory(self) -> int:
+        """Host memory, or the run's cap when lower."""
+        memory = self.hardware.memory_bytes
+        return min(memory, self.memory_limit_bytes) if self.memory_limit_bytes else memory
+
+
+@dataclass
+class PlanDraft:
+    """A plan being decided: each value with its reason, in the order decided.
+
+    Attributes:
+        context: what the plan is for.
+        values: decided values by name.
+        decisions: every decision with its reason (a later decision of the same name replaces the earlier).
+    """
+
+    context: PlanContext
+    values: dict[str, Any] = field(default_factory=dict)
+    decisions: list[Decision] = field(default_factory=list)
+
+    def decide(self, name: str, value: Any, reason: str) -> Any:
+        """Record ``name = value`` for ``reason`` — unless the user fixed ``name``; returns the value kept."""
+        fixed = self.context.overrides.get(name)
+        if fixed is not None:
+            value, reason = fixed, "set by the user"
+        self.values[name] = value
+        decision = Decision(name, value, reason)
+        self.decisions = [d for d in self.decisions if d.name != name] + [decision]
+        return value
+
+    def __getitem__(self, name: str) -> Any:
+        """A decided value."""
+        return self.values[name]
+
+    @property
+    def workers(self) -> int:
+        """Processes taking part: devices × nodes."""
+        return int(self.values.get("devices", 1)) * int(self.values.get("num_nodes", 1))
+
+
+class Decider(ABC):
+    """Decides one concern of a plan (see the module docstring for the concerns)."""
+
+    concern: ClassVar[str] = ""
+
+    @abstractmethod
+    def decide(self, draft: PlanDraft) -> None:
+        """Make this concern's decisions in ``draft`` with :meth:`PlanDraft.decide`."""
+
+
+class DevicesDecider(Decider):
+    """CUDA when present, else CPU; one device below 100M parameters, every device above."""
+
+    concern = "devices"
+
+    def decide(self, draft: PlanDraft) -> None:
+        """Decide ``accelerator``, ``devices`` and ``num_nodes``."""
+        c, hw = draft.context, draft.context.hardware
+        draft.decide("accelerator", hw.accelerator,
+                     f"{hw.devices}× {hw.device_name} available" if hw.accelerator != "cpu" else "no GPU found")
+        if hw.accelerator == "cpu":
+            draft.decide("devices", 1, "CPU training runs as one process")
+        elif c.facts.parameters < SINGLE_DEVICE_PARAMS:
+            draft.decide("devices", 1, f"{human(c.facts.parameters)} parameters < {human(SINGLE_DEVICE_PARAMS)}: "
+                                       "one device avoids communication")
+        else:
+            draft.decide("devices", hw.devices, f"{human(c.facts.parameters)} parameters: use every device")
+        draft.decide("num_nodes", hw.nodes, "TWINKLE_NUM_NODES" if hw.nodes > 1 else "one machine")
+
+
+class PrecisionDecider(Decider):
+    """bf16-mixed on GPUs with bf16, 16-mixed on older GPUs, 32-true on CPU."""
+
+    concern = "precision"
+
+    def decide(self, draft: PlanDraft) -> None:
+        """Decide ``precision``."""
+        draft.decide("precision", *self.choose(draft.context))
+
+    @staticmethod
+    def choose(c: PlanContext) -> tuple[str, str]:
+        """The precision and its reason."""
+        hw = c.hardware
+        if hw.accelerator == "cpu":
+            return "32-true", "CPU: 16-bit autocast is slower than fp32 on most CPUs"
+        if not c.supports_mixed_precision:
+            return "32-true", f"{c.algorithm_name} does not support mixed precision"
+        if hw.bf16:
+            return "bf16-mixed", f"{hw.device_name} computes bf16 natively (no loss scaling needed)"
+        if hw.fp16:
+            return "16-mixed", f"{hw.device_name} has fp16 tensor cores but no bf16"
+        return "32-true", f"{hw.device_name} has no fast 16-bit arithmetic"
+
+
+class DistributionDecider(Decider):
+    """None on one device; DDP when the training state fits one device; FSDP2 when it fits sharded; beyond
+    that DeepSpeed ZeRO-3 with CPU offload where DeepSpeed is installed and CUDA present, else FSDP2."""
+
+    concern = "strategy"
+
+    def decide(self, draft: PlanDraft) -> None:
+        """Decide ``strategy``."""
+        draft.decide("strategy", *self.choose(draft.context, draft.workers))
+
+    @staticmethod
+    def choose(c: PlanContext, workers: int) -> tuple[str, str]:
+        """The strategy and its reason."""
+        state = c.facts.state_bytes
+        if workers <= 1:
+            return "auto", "one device: no distributed strategy"
+        budget = 0.8 * c.device_memory
+        if state < 0.5 * budget:
+            return "ddp", f"training state {nbytes(state)} fits one device: replicate (DDP)"
+        if state / workers < 0.5 * budget:
+            return "fsdp2", f"training state {nbytes(state)} fits only sharded over {workers} devices: FSDP2"
+        if c.hardware.deepspeed and c.hardware.accelerator == "cuda":
+            return ("deepspeed_stage_3_offload",
+                    f"training state {nbytes(state)} exceeds {workers} devices' memory: ZeRO-3 with CPU offload")
+        why = "DeepSpeed needs CUDA" if c.hardware.deepspeed else "DeepSpeed is not installed (twinkle-core[deepspeed])"
+        return "fsdp2", (f"training state {nbytes(state)} exceeds {workers} devices' memory even sharded; {why}, "
+                         "so FSDP2 shards as far as it can")
+
+
+class BatchingDecider(Decider):
+    """The requested batch halved until activations and state fit 80 % of device memory, with gradient
+    accumulation keeping the requested effective batch; a finished run's micro-batch is reused.
+
+    Under a ``memory_limit_bytes`` cap the micro-batch is found with real steps instead
+    (``auto_batch_scaling``), so this estimate uses the device's own memory."""
+
+    concern = "batching"
+
+    def decide(self, draft: PlanDraft) -> None:
+        """Decide ``micro_batch_size`` and ``accumulate_grad_batches``."""
+        c, workers = draft.context, draft.workers
+        effective = c.effective_batch_size or c.batch_size * workers
+        sharded = str(draft.values.get("strategy", "")).startswith(("fsdp", "deepspeed"))
+        state = c.facts.state_bytes / (workers if sharded else 1)
+        budget = 0.8 * c.hardware.device_memory_bytes - state
+        per_sample = max(c.facts.activation_bytes_per_sample * 2, 1)  # activations and their gradients
+        micro = c.batch_size
+        reason = f"requested batch_size {c.batch_size} fits device memory"
+        measured = _history_micro_batch(c)
+        if measured is not None and measured < micro:
+            micro, reason = measured, f"largest micro-batch that fitted in run {c.history[0]['id']}"
+        while micro > 1 and micro * per_sample > budget:
+            micro //= 2
+            reason = f"batch_size {c.batch_size} would need {nbytes(c.batch_size * per_sample)} of activations"
+        micro = int(draft.decide("micro_batch_size", micro, reason))
+        accumulate = max(1, math.ceil(effective / (micro * workers)))
+        draft.decide("accumulate_grad_batches", accumulate,
+                     f"{micro} × {workers} device(s) × {accumulate} = effective batch {micro * workers * accumulate}"
+                     + (f" (requested {effective})" if micro * workers * accumulate != effective else ""))
+
+
+class DataLoadingDecider(Decider):
+    """In memory, or read in shards when the data is larger than half the memory the run may use."""
+
+    concern = "data"
+
+    def decide(self, draft: PlanDraft) -> None:
+        """Decide ``data_loading``."""
+        c = draft.context
+        sharded = c.data_bytes > SHARDED_FRACTION * max(c.host_memory, 1)
+        memory = "the memory limit" if c.memory_limit_bytes and c.memory_limit_bytes < c.hardware.memory_bytes \
+            else "host memory"
+        draft.decide("data_loading", "sharded" if sharded else "in-memory",
+                     f"data {nbytes(c.data_bytes)} vs {memory} {nbytes(c.host_memory)}"
+                     + (": stream it in shards" if sharded else ""))
+
+
+class WorkersDecider(Decider):
+    """Loader workers and torch threads from the cores (and ``OMP_NUM_THREADS``)."""
+
+    concern = "workers"
+
+    def decide(self, draft: PlanDraft) -> None:
+        """Decide ``num_workers`` and ``torch_threads``."""
+        c = draft.context
+        cores, devices = c.hardware.cpu_count, max(int(draft.values.get("devices", 1)), 1)
+        env_threads = os.environ.get("OMP_NUM_THREADS")
+        in_memory = draft.values.get("data_loading") == "in-memory"
+        if draft.values.get("accelerator", c.hardware.accelerator) == "cpu":
+            threads = int(env_threads) if env_threads else max(1, cores // devices)
+            draft.decide("num_workers", 0 if in_memory else min(2, max(cores - 1, 0)),
+                         "data is in memory: worker processes would only add overhead" if in_memory
+                         else "sharded reads overlap compute")
+            reason = "OMP_NUM_THREADS" if env_threads else "the cores shared between the processes"
+        else:
+            draft.decide("num_workers", min(8, max(cores // devices - 1, 0)),
+                         "cores per device minus one for the main process")
+            threads = int(env_threads) if env_threads else max(1, cores // devices)
+            reason = "OMP_NUM_THREADS" if env_threads else "cores shared between device processes"
+        draft.decide("torch_threads", threads, reason)
+
+
+def _history_micro_batch(c: PlanContext) -> int | None:
+    for run in c.history:
+        micro = run.get("measured", {}).get("micro_batch_size")
+        if micro:
+            return int(micro)
+    return None
+
+
+def human(n: float) -> str:
+    """A count in k/M/B."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(int(n))
+
+
+def nbytes(n: float) -> str:
+    """A size in kB/MB/GB/TB."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
