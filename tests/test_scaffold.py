@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ def test_names() -> None:
         "dist": "twinkle-acme-tab",
         "package": "twinkle_acme_tab",
         "cls": "AcmeTabLinear",
+        "task": "acme_tab_classification",
         "core_version": plugin_names("x")["core_version"],
     }
     with pytest.raises(TwinkleError, match="not valid"):
@@ -41,6 +43,7 @@ def test_generated_plugin_installs_lists_and_passes_its_tests(tmp_path: Path, ru
         "twinkle_acme_tab/__init__.py",
         "twinkle_acme_tab/plugin.py",
         "twinkle_acme_tab/algorithms.py",
+        "twinkle_acme_tab/processors.py",
         "tests/test_plugin.py",
     }
     subprocess.run(
@@ -54,4 +57,6 @@ def test_generated_plugin_installs_lists_and_passes_its_tests(tmp_path: Path, ru
     assert "twinkle_acme_tab.algorithms:AcmeTabLinear" in algorithms.stdout
     tests = run_twinkle("-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests"), python=True)
     assert tests.returncode == 0, tests.stdout + tests.stderr
-    assert "2 passed" in tests.stdout
+    assert "3 passed" in tests.stdout
+    tasks = run_twinkle("tasks", "list", "--json")
+    assert any(t["name"] == "acme_tab_classification" and t["plugin"] == "acme-tab" for t in json.loads(tasks.stdout))

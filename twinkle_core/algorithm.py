@@ -107,14 +107,16 @@ class Algorithm(L.LightningModule):
         return {**optim, **own}
 
     @classmethod
-    def from_hyperparams(cls, hyperparams: Mapping[str, Any] | None = None, task: str | None = None) -> Algorithm:
-        """Validate ``hyperparams`` against :meth:`hyperparameters` and build the algorithm.
+    def from_hyperparams(cls, hyperparams: Mapping[str, Any] | None = None, task: str | None = None, *,
+                         typed: bool = False) -> Algorithm:
+        """Validate ``hyperparams`` against :meth:`hyperparameters` and build the algorithm (``typed``: the
+        values were already coerced, as ``Trainer`` routes them once).
 
         Raises:
             HyperparameterError: an unknown key (the message lists the valid ones) or a badly typed value.
         """
         declared_hps = cls.hyperparameters()
-        values = validate(declared_hps, hyperparams, cls.__name__)
+        values = validate(declared_hps, hyperparams, cls.__name__, typed=typed)
         own = {k: v for k, v in values.items() if declared_hps[k].owner == "algorithm"}
         if task is not None and "task" in inspect.signature(cls.__init__).parameters:
             own["task"] = task

@@ -131,3 +131,6 @@ HOOK_NAMES: tuple[str, ...] = tuple(
     name for name, value in dict(globals()).items() if name.startswith("register_") and callable(value)
 )
 """Every hook Twinkle calls, in the order they are specified here."""
+
+
+__all__ = ["HOOK_NAMES", "PROJECT_NAME", "Register", "hookimpl"]

@@ -68,8 +68,9 @@ def declared(func: Any, owner: str, skip: tuple[str, ...] = ("self", "task")) ->
     return params
 
 
-def validate(declared_params: dict[str, Hyperparameter], given: Any, owner: str) -> dict[str, Any]:
-    """Check that every key of ``given`` is declared and coerce each value to its type.
+def validate(declared_params: dict[str, Hyperparameter], given: Any, owner: str, *, typed: bool = False) -> dict[str, Any]:
+    """Check that every key of ``given`` is declared and coerce each value to its type (``typed``: the values
+    were coerced already — only names and required ones are checked).
 
     Raises:
         HyperparameterError: an unknown key (the message lists the valid ones, naming ``owner``), a badly
@@ -85,6 +86,8 @@ def validate(declared_params: dict[str, Hyperparameter], given: Any, owner: str)
     missing = [hp.name for hp in declared_params.values() if hp.required and hp.name not in values]
     if missing:
         raise HyperparameterError(f"{owner} needs hyperparameter(s) {', '.join(missing)}")
+    if typed:
+        return values
     return {name: coerce(declared_params[name], value) for name, value in values.items()}
 
 

@@ -13,7 +13,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
 
 
 def plugin_names(name: str) -> dict[str, str]:
-    """The names a plugin called ``name`` uses: distribution, package, entry point and class.
+    """The names a plugin called ``name`` uses: distribution, package, entry point, class and task.
 
     Raises:
         TwinkleError: ``name`` is not lower-case letters and digits separated by '-' or '_'.
@@ -31,6 +31,7 @@ def plugin_names(name: str) -> dict[str, str]:
         "dist": f"twinkle-{name}",
         "package": "twinkle_" + "_".join(parts),
         "cls": "".join(p.capitalize() for p in parts) + "Linear",
+        "task": "_".join(parts) + "_classification",
         "core_version": __version__.split("+")[0],
     }
 

@@ -12,6 +12,7 @@ import copy
 from typing import Any
 
 import lightning as L
+from torch.utils.data import IterableDataset
 
 from twinkle_core.algorithm import Algorithm
 from twinkle_core.data.processor import DataProcessor, PreparedData
@@ -24,13 +25,15 @@ from twinkle_core.engine.record import CheckpointRecord, class_path, restore_alg
 from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.run import RunSetup, run_lightning
 from twinkle_core.engine.selection import choose_processor, choose_strategy, resolve_algorithm, resolve_task
-from twinkle_core.engine.settings import TrainerSettings, route
+from twinkle_core.lookup import list_components
+from twinkle_core.engine.settings import TrainerSettings, check_names, route, trainer_settings
 from twinkle_core.errors import TwinkleError
 from twinkle_core.exporting.base import ExportResult
-from twinkle_core.planning import Hardware, Plan, PlanContext, measure_example
+from twinkle_core.planning import DataLoadingDecider, Hardware, Plan, PlanContext, measure_example
 from twinkle_core.ops.memory import scale_batch
 from twinkle_core.ops.verify import save_data_manifest
 from twinkle_core.store.runs import RunStore
+from twinkle_core.uris import size_of
 
 
 class Trainer(Operations):
@@ -85,7 +88,8 @@ class Trainer(Operations):
         self.result: FitResult | None = None
         self._prepared: PreparedData | None = None
         self._shared_data: dict[tuple[Any, ...], PreparedData] | None = None  # tune: prepared once for all trials
-        self._route(None)
+        self._detected: Hardware | None = None
+        self.settings = self._check_hyperparameters()
 
     def variant(self, hyperparams: dict[str, Any], **kwargs: Any) -> Trainer:
         """A new trainer like this one with ``hyperparams`` merged over its own (and monitor/budget kept)."""
@@ -98,26 +102,38 @@ class Trainer(Operations):
         return other
 
     def valid_hyperparameters(self) -> set[str]:
-        """Every name ``hyperparams`` accepts: the algorithm's, the data processor's and the trainer's."""
-        if isinstance(self.data_processor, DataProcessor):
-            data: dict[str, Any] = {}  # a configured processor takes no hyperparameters
-        else:
-            data = choose_processor(self.task, None, self.data_processor).load().parameters()
-        return {*self.choice.cls.hyperparameters(), *data, *TrainerSettings.parameters()}
+        """Every name ``hyperparams`` accepts: the algorithm's, the data processors' and the trainer's."""
+        return {*self.choice.cls.hyperparameters(), *self._data_parameters(), *TrainerSettings.parameters()}
 
     # ------------------------------------------------------------ components
-    def _route(self, uri: str | None) -> tuple[Any, Any]:
+    def _data_parameters(self) -> dict[str, Any]:
+        """The parameters of every processor that may read this trainer's data (before the URI is known)."""
+        if isinstance(self.data_processor, DataProcessor):
+            return {}  # a configured processor takes no hyperparameters
+        if self.data_processor:
+            return dict(choose_processor(self.task, None, self.data_processor).load().parameters())
+        candidates = list_components("data_processor", task=self.task)
+        if not candidates:
+            choose_processor(self.task, None, None)  # the named error: no processor serves the task
+        params: dict[str, Any] = {}
+        for component in candidates:
+            params.update(_processor_class(component).parameters())
+        return params
+
+    def _check_hyperparameters(self) -> TrainerSettings:
+        """Refuse unknown names now; type the trainer's own values (the rest are typed once, in fit)."""
+        algorithm, data = self.choice.cls.hyperparameters(), self._data_parameters()
+        check_names(self.hyperparams, algorithm, data)
+        return trainer_settings(self.hyperparams, algorithm, data)
+
+    def _route(self, uri: str) -> tuple[Any, Any]:
+        """Route the hyperparameters once, to the processor that reads ``uri``."""
         if isinstance(self.data_processor, DataProcessor):  # configured by the user: no data hyperparameters
-            routed = route(self.hyperparams, self.choice.cls.hyperparameters(), {})
-            self.settings = routed.trainer
-            return None, routed
+            return None, route(self.hyperparams, self.choice.cls.hyperparameters(), {}, trainer=self.settings)
         component = choose_processor(self.task, uri, self.data_processor)
-        processor_cls = component.load()
-        if not (isinstance(processor_cls, type) and issubclass(processor_cls, DataProcessor)):
-            raise TwinkleError(f"data processor '{component.qualified_name}' is not a DataProcessor subclass")
-        routed = route(self.hyperparams, self.choice.cls.hyperparameters(), processor_cls.parameters())
-        self.settings = routed.trainer
-        return component, routed
+        processor_cls = _processor_class(component)
+        return component, route(self.hyperparams, self.choice.cls.hyperparameters(), processor_cls.parameters(),
+                                trainer=self.settings)
 
     def _prepare(self, uri: str) -> tuple[PreparedData, Algorithm, Any]:
         component, routed = self._route(uri)
@@ -127,8 +143,11 @@ class Trainer(Operations):
                 raise TwinkleError(f"{type(processor).__name__} serves {processor.task}, not {self.task}")  # type: ignore[union-attr]
             routed.data = {name: getattr(processor, name) for name in processor.parameters() if hasattr(processor, name)}  # type: ignore[union-attr]
         else:
-            processor = component.load().from_params(routed.data, task=self.task)
+            processor = component.load().from_params(routed.data, task=self.task, typed=True)
         processor.home = self.store.home  # derived data is cached in the store this trainer uses
+        source_bytes = size_of(uri)
+        processor.sharded = DataLoadingDecider.needs_shards(  # data larger than memory: stream it in shards
+            source_bytes, self._hardware().memory_bytes, self.settings.memory_limit_bytes)
         key = (uri, component.qualified_name if component else id(processor), repr(sorted(routed.data.items())),
                self.settings.seed)
         prepared = self._shared_data.get(key) if self._shared_data is not None else None
@@ -136,9 +155,10 @@ class Trainer(Operations):
             prepared = processor.prepare(uri, seed=self.settings.seed)
             if self._shared_data is not None:
                 self._shared_data[key] = prepared
+        prepared.size_bytes = max(prepared.size_bytes, source_bytes)  # what the loading decision was made on
         if self.continuation is not None:
             self.continuation.check_data(prepared.fingerprint, uri)
-        algorithm = self.choice.cls.from_hyperparams(routed.algorithm, task=self.task)
+        algorithm = self.choice.cls.from_hyperparams(routed.algorithm, task=self.task, typed=True)
         L.seed_everything(self.settings.seed, workers=True, verbose=False)
         algorithm.configure_data(prepared.spec)
         if self.settings.gradient_checkpointing:
@@ -151,8 +171,13 @@ class Trainer(Operations):
             algorithm.load_state_dict(state)
         return prepared, algorithm, (component, routed)
 
+    def _hardware(self) -> Hardware:
+        if self._detected is None:
+            self._detected = Hardware.detect()
+        return self._detected
+
     def _plan(self, prepared: PreparedData, algorithm: Algorithm) -> Plan:
-        hardware = Hardware.detect()
+        hardware = self._hardware()
         facts = measure_example(algorithm)
         history = self.store.history(self.choice.name, prepared.fingerprint, hardware.key)
         context = PlanContext(
@@ -169,6 +194,7 @@ class Trainer(Operations):
             overrides=self.settings.overrides(),
             supports_mixed_precision=algorithm.supports_mixed_precision,
             memory_limit_bytes=self.settings.memory_limit_bytes,
+            data_sharded=isinstance(prepared.train, IterableDataset),
         )
         strategy = choose_strategy(self.task, self.resource_strategy).load()()
         return strategy.plan(context)
@@ -225,7 +251,7 @@ class Trainer(Operations):
             plan=plan.to_dict(),
             data_uri=uri,
             data_fingerprint=prepared.fingerprint,
-            hardware=plan.estimates.get("hardware") or Hardware.detect().key,
+            hardware=plan.estimates.get("hardware") or self._hardware().key,
             parent=parent.removeprefix("twinkle://") if parent else None,
             mode=self.continuation.mode if self.continuation else None,
         )
@@ -331,6 +357,13 @@ class Trainer(Operations):
             model.load_state_dict(self.continuation.state_dict)
             return model, prepared, self.continuation.parent_run, self.continuation.checkpoint_uri
         raise TwinkleError("nothing to export yet: call fit() first, or use Trainer.from_checkpoint(...)")
+
+
+def _processor_class(component: Any) -> type[DataProcessor]:
+    cls = component.load()
+    if not (isinstance(cls, type) and issubclass(cls, DataProcessor)):
+        raise TwinkleError(f"data processor '{component.qualified_name}' is not a DataProcessor subclass")
+    return cls
 
 
 def _checkpoint_uri(store: RunStore, ref: str, mode: str) -> str:

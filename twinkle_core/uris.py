@@ -124,3 +124,9 @@ def require_exists(uri: str, what: str = "data") -> tuple[Any, str]:
     if not exists:
         raise DataNotFoundError(f"{what} '{uri}' does not exist; check the path (resolved to '{resolve(uri)}')")
     return fs, path
+
+
+def size_of(uri: str) -> int:
+    """Bytes at ``uri``: a file's size, or a folder's total (from listings; nothing is read)."""
+    fs, path = require_exists(uri)
+    return int(fs.du(path, total=True)) if fs.isdir(path) else int(fs.size(path))

@@ -8,8 +8,12 @@ layer (CI holds first-party plugins to that with import-linter)::
 * the contract: :class:`DataProcessor`, :class:`PreparedData`, :class:`DataSpec`;
 * paths (fsspec, with Twinkle's ``nas://`` and ``twinkle://`` schemes): :func:`filesystem`,
   :func:`require_exists`, :func:`join`, :func:`is_local`, :func:`suffix`;
-* fingerprints: :func:`data_fingerprint`, :func:`scan`, :class:`Manifest`;
-* splitting: :func:`split_indices`; index files: :func:`write_index`, :func:`read_index`, :func:`is_index`;
+* fingerprints: :func:`data_fingerprint`, :func:`scan`, :class:`Manifest`, :func:`read_file` (bytes and
+  fingerprint from one read: set ``PreparedData.manifest`` and the data is read once per fit);
+* splitting: :func:`split_indices`; index files: :func:`write_index`, :func:`read_index`, :func:`is_index`,
+  :func:`index_header`, :func:`read_array`;
+* sharded loading (data larger than memory, when the engine sets ``DataProcessor.sharded``):
+  :class:`ShardedRows`, :data:`DEFAULT_SHARD_ROWS`;
 * writing: :func:`atomic_write_bytes`, :func:`atomic_write_text` (never a half-written file);
 * caches: :meth:`DataProcessor.cache_dir` (inside the store the run uses), :func:`local_cache_dir`;
 * errors: :class:`DataError` and its subclasses, :class:`DataNotFoundError`.
@@ -30,6 +34,11 @@ _PUBLIC: dict[str, str] = {
     "Manifest": "twinkle_core.data.fingerprint",
     "data_fingerprint": "twinkle_core.data.fingerprint",
     "scan": "twinkle_core.data.fingerprint",
+    "read_file": "twinkle_core.data.fingerprint",
+    "ShardedRows": "twinkle_core.data.shards",
+    "DEFAULT_SHARD_ROWS": "twinkle_core.data.shards",
+    "index_header": "twinkle_core.data.index",
+    "read_array": "twinkle_core.data.index",
     "is_index": "twinkle_core.data.index",
     "read_index": "twinkle_core.data.index",
     "write_index": "twinkle_core.data.index",
@@ -59,8 +68,9 @@ if TYPE_CHECKING:  # pragma: no cover
         NonNumericError,
         UnsupportedFormatError,
     )
-    from twinkle_core.data.fingerprint import Manifest, data_fingerprint, scan
-    from twinkle_core.data.index import is_index, read_index, write_index
+    from twinkle_core.data.fingerprint import Manifest, data_fingerprint, read_file, scan
+    from twinkle_core.data.index import index_header, is_index, read_array, read_index, write_index
+    from twinkle_core.data.shards import DEFAULT_SHARD_ROWS, ShardedRows
     from twinkle_core.data.processor import DataProcessor, PreparedData, split_indices
     from twinkle_core.data.spec import DataSpec
     from twinkle_core.store.atomic import atomic_write_bytes, atomic_write_text

@@ -48,6 +48,15 @@ class Manifest:
         return hashlib.md5(lines.encode("utf-8")).hexdigest()
 
 
+def read_file(uri: str) -> tuple[bytes, Manifest]:
+    """The bytes of the file ``uri`` and its :class:`Manifest`, from one read (parse the bytes, keep the
+    fingerprint: the data is read once)."""
+    fs, path = require_exists(uri)
+    data = fs.cat_file(path)
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return data, Manifest({name: (len(data), hashlib.md5(data).hexdigest())}, single_file=True)
+
+
 def scan(uri: str, exclude: tuple[str, ...] = ()) -> Manifest:
     """Read every file under ``uri`` (or the file ``uri``) and return its :class:`Manifest`.
 

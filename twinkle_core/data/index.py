@@ -54,11 +54,12 @@ def write_index(uri: str, arrays: Mapping[str, np.ndarray], meta: Mapping[str, A
     return uri
 
 
-def read_index(uri: str, mmap: bool = True) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The arrays and meta of an index file; memory-mapped when ``mmap`` and the file is local.
+def index_header(uri: str) -> tuple[dict[str, Any], int]:
+    """The JSON header of an index file (``{"arrays": ..., "meta": ...}``) and where its array bytes start;
+    reads only the header.
 
     Raises:
-        DataError: the file is not an index or is truncated; the message names it.
+        DataError: the file is not an index; the message names it.
     """
     fs, path = require_exists(uri, "index")
     with fs.open(path, "rb") as handle:
@@ -67,7 +68,17 @@ def read_index(uri: str, mmap: bool = True) -> tuple[dict[str, np.ndarray], dict
             raise DataError(f"'{uri}' is not a Twinkle index file; build one with DataProcessor.build_index")
         (length,) = struct.unpack("<Q", head[len(MAGIC) :])
         header = json.loads(handle.read(length).decode("utf-8"))
-    start = -(-(len(MAGIC) + 8 + length) // _ALIGN) * _ALIGN
+    return header, -(-(len(MAGIC) + 8 + length) // _ALIGN) * _ALIGN
+
+
+def read_index(uri: str, mmap: bool = True) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays and meta of an index file; memory-mapped when ``mmap`` and the file is local.
+
+    Raises:
+        DataError: the file is not an index or is truncated; the message names it.
+    """
+    header, start = index_header(uri)
+    fs, path = require_exists(uri, "index")
     size = fs.size(path)
     raw = None if (mmap and is_local(fs)) else fs.cat_file(path)
     arrays = {}
@@ -81,3 +92,22 @@ def read_index(uri: str, mmap: bool = True) -> tuple[dict[str, np.ndarray], dict
         else:
             arrays[name] = np.frombuffer(raw, dtype=dtype, count=int(np.prod(shape)), offset=begin).reshape(shape)
     return arrays, header["meta"]
+
+
+def read_array(uri: str, name: str) -> np.ndarray:
+    """One array of an index file, read with a single byte-range read (the rest of the file is not read).
+
+    Raises:
+        DataError: the file is not an index, has no such array, or is truncated.
+    """
+    header, start = index_header(uri)
+    entry = header["arrays"].get(name)
+    if entry is None:
+        raise DataError(f"index '{uri}' has no array '{name}'; rebuild it with build_index")
+    dtype, shape = np.dtype(entry["dtype"]), tuple(entry["shape"])
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    fs, path = filesystem(uri)
+    raw = fs.cat_file(path, start=start + entry["offset"], end=start + entry["offset"] + nbytes)
+    if len(raw) < nbytes:
+        raise DataError(f"index '{uri}' is truncated (array '{name}'); rebuild it with build_index")
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)

@@ -34,6 +34,8 @@ class PreparedData:
         size_bytes: the source's size on storage.
         details: JSON-ready facts for the run record (row counts, class balance, ...).
         collate_fn: how samples become a batch (default: torch's ``default_collate``).
+        manifest: the per-file fingerprint of the source when the processor computed it while reading (the
+            engine then stores it without reading the data again).
     """
 
     train: Any
@@ -44,6 +46,7 @@ class PreparedData:
     size_bytes: int = 0
     details: dict[str, Any] = field(default_factory=dict)
     collate_fn: Any = None
+    manifest: Any = None
 
 
 class DataProcessor(ABC):
@@ -58,6 +61,9 @@ class DataProcessor(ABC):
     formats: ClassVar[tuple[str, ...]] = ()
     home: str | None = None
     """The root of the run store the run uses (``Trainer(home=...)``), set by the engine before :meth:`prepare`."""
+    sharded: bool = False
+    """Set by the engine before :meth:`prepare` when the data is too large for memory: a processor that can
+    should then return streamed datasets (:class:`~twinkle_core.data.shards.ShardedRows`) instead of loading."""
 
     def __init__(self, task: str | None = None) -> None:
         """Set the task (checked against the known tasks)."""
@@ -72,13 +78,14 @@ class DataProcessor(ABC):
         return declared(cls.__init__, "data") if cls.__init__ is not DataProcessor.__init__ else {}
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any] | None = None, task: str | None = None) -> DataProcessor:
-        """Validate ``params`` against :meth:`parameters` and build the processor.
+    def from_params(cls, params: Mapping[str, Any] | None = None, task: str | None = None, *,
+                    typed: bool = False) -> DataProcessor:
+        """Validate ``params`` against :meth:`parameters` and build the processor (``typed``: already coerced).
 
         Raises:
             HyperparameterError: an unknown name (listing the valid ones) or a badly typed value.
         """
-        values = validate(cls.parameters(), params, cls.__name__)
+        values = validate(cls.parameters(), params, cls.__name__, typed=typed)
         if task is not None and "task" in inspect.signature(cls.__init__).parameters:
             values["task"] = task
         return cls(**values)
@@ -103,15 +110,23 @@ class DataProcessor(ABC):
         raise TwinkleError(f"{type(self).__name__} cannot build an index")
 
     @classmethod
-    def build_index(cls, src: str, dst: str, **params: Any) -> str:
-        """Decode ``src`` once into the index file ``dst``; later runs read ``dst`` with ``use_mmap=True``.
+    def build_index(cls, src: str, dst: str, *, task: str | None = None, **params: Any) -> str:
+        """Decode ``src`` once into the index file ``dst``; later runs memory-map it (``use_mmap=True``) or
+        stream it in shards (data larger than memory).
 
-        Example::
+        On the base class it picks the registered processor that reads ``src`` (by its suffix, or a folder),
+        as the article writes it::
 
+            DataProcessor.build_index("dataset/", "index.idx")
             TabularProcessor.build_index("s3://bucket/data.csv", "data.idx", label_column="y")
             Trainer("tabular-mlp", hyperparams={"use_mmap": True}).fit(data="data.idx")
+
+        Raises:
+            TwinkleError: no registered processor reads ``src`` (or several do: pass ``task=``).
         """
-        return cls.from_params(params).write_index(src, dst)
+        if inspect.isabstract(cls):
+            return _processor_for(src, task).from_params(params, task=task).write_index(src, dst)
+        return cls.from_params(params, task=task).write_index(src, dst)
 
     def check_format(self, uri: str) -> str:
         """The lower-case suffix of ``uri``, raising :class:`UnsupportedFormatError` if not in :attr:`formats`."""
@@ -122,6 +137,29 @@ class DataProcessor(ABC):
                 f"{', '.join('.' + f for f in self.formats)}"
             )
         return extension
+
+
+def _processor_for(src: str, task: str | None) -> type[DataProcessor]:
+    """The registered processor class that reads ``src`` (by suffix, or a folder) and can build an index."""
+    from twinkle_core.lookup import list_components
+    from twinkle_core.uris import require_exists
+
+    fs, path = require_exists(src)
+    extension = "folder" if fs.isdir(path) else suffix(src)
+    found = []
+    for component in list_components("data_processor", task=task):
+        if extension not in component.formats:
+            continue
+        cls = component.load()
+        if isinstance(cls, type) and issubclass(cls, DataProcessor) and cls.write_index is not DataProcessor.write_index:
+            found.append((component.qualified_name, cls))
+    if len(found) != 1:
+        names = ", ".join(name for name, _ in found) or "none"
+        raise TwinkleError(
+            f"cannot tell which data processor builds an index of '{src}' (format '{extension}'; processors "
+            f"that index it: {names}); pass task=... or call build_index on the processor class"
+        )
+    return found[0][1]
 
 
 def split_indices(

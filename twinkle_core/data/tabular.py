@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import numpy as np
@@ -16,11 +17,12 @@ from twinkle_core.data.errors import (
     MissingValueError,
     NonNumericError,
 )
-from twinkle_core.data.fingerprint import data_fingerprint
-from twinkle_core.data.index import is_index, read_index, write_index
+from twinkle_core.data.fingerprint import read_file
+from twinkle_core.data.index import index_header, is_index, read_array, read_index, write_index
 from twinkle_core.data.processor import DataProcessor, PreparedData, split_indices
+from twinkle_core.data.shards import DEFAULT_SHARD_ROWS, ShardedRows
 from twinkle_core.data.spec import DataSpec
-from twinkle_core.uris import require_exists
+from twinkle_core.uris import filesystem, require_exists, suffix
 
 LABEL_CANDIDATES = ("label", "target", "y", "class")
 _MAX_ROWS_NAMED = 5
@@ -44,6 +46,19 @@ class RowsDataset(Dataset):
         return x, torch.tensor(self.labels[row], dtype=self.label_dtype)
 
 
+class TabularRow:
+    """One ``(features, label)`` sample from a shard's arrays (picklable, for loader workers)."""
+
+    def __init__(self, label_dtype: torch.dtype) -> None:
+        """Labels become ``label_dtype`` tensors."""
+        self.label_dtype = label_dtype
+
+    def __call__(self, arrays: dict[str, np.ndarray], i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row ``i`` of the shard as float features and its label."""
+        x = torch.from_numpy(np.array(arrays["features"][i], dtype=np.float32))
+        return x, torch.tensor(arrays["labels"][i], dtype=self.label_dtype)
+
+
 class TabularProcessor(DataProcessor):
     """Rows of numeric features and one label column, from CSV or Parquet at any URI.
 
@@ -63,6 +78,7 @@ class TabularProcessor(DataProcessor):
         label_column: str | None = None,
         val_fraction: float = 0.2,
         use_mmap: bool = False,
+        shard_rows: int = DEFAULT_SHARD_ROWS,
     ) -> None:
         """Configure the processor.
 
@@ -71,11 +87,13 @@ class TabularProcessor(DataProcessor):
             label_column: the target column; by default the first of ``label``, ``target``, ``y``, ``class``.
             val_fraction: the share of rows held out for validation.
             use_mmap: memory-map an index file built by :meth:`build_index` instead of reading it whole.
+            shard_rows: rows per shard when the plan streams the data in shards (data larger than memory).
         """
         super().__init__(task)
         self.label_column = label_column
         self.val_fraction = val_fraction
         self.use_mmap = use_mmap
+        self.shard_rows = shard_rows
 
     @property
     def classification(self) -> bool:
@@ -83,16 +101,18 @@ class TabularProcessor(DataProcessor):
         return self.task == "tabular_classification"
 
     # ------------------------------------------------------------------ reading
-    def read_table(self, uri: str) -> pd.DataFrame:
-        """Read the CSV or Parquet file at ``uri``.
+    def read_table(self, uri: str, data: bytes | None = None) -> pd.DataFrame:
+        """Read the CSV or Parquet file at ``uri`` (or its bytes ``data``, already read).
 
         Raises:
             DataNotFoundError, EmptyDataError, UnsupportedFormatError: naming the file.
         """
         suffix = self.check_format(uri)
-        fs, path = require_exists(uri)
+        if data is None:
+            fs, path = require_exists(uri)
+            data = fs.cat_file(path)
         try:
-            with fs.open(path, "rb") as handle:
+            with io.BytesIO(data) as handle:
                 frame = pd.read_parquet(handle) if suffix in ("parquet", "pq") else pd.read_csv(handle)
         except pd.errors.EmptyDataError:
             raise EmptyDataError(f"data file '{uri}' is empty; it needs a header row and data rows") from None
@@ -185,29 +205,24 @@ class TabularProcessor(DataProcessor):
 
     # ------------------------------------------------------------ preparation
     def prepare(self, uri: str, seed: int = 0) -> PreparedData:
-        """Read (or memory-map) the table, validate it and split it deterministically."""
+        """Read (or memory-map, or stream in shards) the table, validate it and split it deterministically.
+
+        A CSV or Parquet file is read once: its bytes are parsed and fingerprinted from the same read.
+        """
         fs, path = require_exists(uri)
-        indexed = is_index(uri)
+        indexed = suffix(uri) not in ("csv", "parquet", "pq") and is_index(uri)  # a table is not even peeked at
+        if self.sharded:
+            return self._prepare_sharded(uri, seed, indexed)
+        manifest = None
         if indexed:
             arrays, meta = read_index(uri, mmap=self.use_mmap)
             x, y, facts, fingerprint = arrays["features"], arrays["labels"], meta["facts"], meta["fingerprint"]
-            if meta.get("task") != self.task:
-                raise DataError(f"index '{uri}' was built for {meta.get('task')}, not {self.task}; rebuild it")
+            self._check_index_task(meta, uri)
         else:
-            x, y, facts = self.decode(self.read_table(uri), uri)
-            fingerprint = data_fingerprint(uri)
+            data, manifest = read_file(uri)
+            x, y, facts = self.decode(self.read_table(uri, data), uri)
+            fingerprint = f"md5:{manifest.md5}"
         train_rows, val_rows = split_indices(len(y), self.val_fraction, seed, y if self.classification else None)
-        train_x = np.asarray(x[train_rows], dtype=np.float64)
-        std = train_x.std(axis=0)
-        extra = {
-            "feature_names": facts["feature_names"],
-            "label_column": facts["label_column"],
-            "feature_mean": train_x.mean(axis=0).tolist(),
-            "feature_std": np.where(std > 0, std, 1.0).tolist(),
-        }
-        if not self.classification:
-            train_y = np.asarray(y[train_rows], dtype=np.float64)
-            extra["target_mean"], extra["target_std"] = float(train_y.mean()), float(train_y.std() or 1.0)
         label_dtype = torch.long if self.classification else torch.float32
         if self.use_mmap:
             train: Dataset = RowsDataset(x, y, train_rows, label_dtype)
@@ -216,20 +231,69 @@ class TabularProcessor(DataProcessor):
             xt = torch.tensor(np.asarray(x), dtype=torch.float32)
             yt = torch.tensor(np.asarray(y), dtype=label_dtype)
             train, val = TensorDataset(xt[train_rows], yt[train_rows]), TensorDataset(xt[val_rows], yt[val_rows])
-        class_names = tuple(facts.get("class_names", ()))
-        spec = DataSpec(
-            task=self.task,
-            input_shape=(int(x.shape[1]),),
-            num_classes=len(class_names) if self.classification else None,
-            class_names=class_names,
-            extra=extra,
-        )
+        spec = self._spec(facts, int(x.shape[1]), x[train_rows], y[train_rows])
         details = {"rows": int(len(y)), "train_rows": int(len(train_rows)), "val_rows": int(len(val_rows)),
                    "index": indexed}
-        return PreparedData(train, val, spec, fingerprint, uri, int(fs.size(path)), details)
+        return PreparedData(train, val, spec, fingerprint, uri, int(fs.size(path)), details, manifest=manifest)
+
+    def _prepare_sharded(self, uri: str, seed: int, indexed: bool) -> PreparedData:
+        """Stream the rows from an index file in shards (a CSV/Parquet source is decoded into one, once)."""
+        manifest = None
+        if indexed:
+            index = uri
+        else:
+            data, manifest = read_file(uri)
+            index = self.cache_dir("tables", f"{manifest.md5}-{self.task}-{self.label_column or 'auto'}.idx")
+            fs, path = filesystem(index)
+            if not fs.exists(path):
+                x, y, facts = self.decode(self.read_table(uri, data), uri)
+                write_index(index, {"features": x, "labels": y},
+                            {"task": self.task, "facts": facts, "fingerprint": f"md5:{manifest.md5}", "source": uri})
+            del data
+        header, _ = index_header(index)
+        meta = header["meta"]
+        self._check_index_task(meta, index)
+        y = read_array(index, "labels")
+        train_rows, val_rows = split_indices(len(y), self.val_fraction, seed, y if self.classification else None)
+        decode = TabularRow(torch.long if self.classification else torch.float32)
+        train = ShardedRows(index, train_rows, ("features", "labels"), decode, seed=seed, shuffle=True, pad=True,
+                            shard_rows=self.shard_rows)
+        val = ShardedRows(index, val_rows, ("features", "labels"), decode, seed=seed, shuffle=False, pad=False,
+                          shard_rows=self.shard_rows)
+        sample = train.sample_arrays()  # statistics from evenly spaced training shards, not the whole data
+        spec = self._spec(meta["facts"], int(header["arrays"]["features"]["shape"][1]), sample["features"],
+                          sample["labels"])
+        fs, path = filesystem(index)
+        details = {"rows": int(len(y)), "train_rows": int(len(train_rows)), "val_rows": int(len(val_rows)),
+                   "index": indexed, "sharded": True, "shards": len(train.shards), "shard_rows": self.shard_rows}
+        return PreparedData(train, val, spec, meta["fingerprint"], uri, int(fs.size(path)), details,
+                            manifest=manifest)
+
+    def _check_index_task(self, meta: dict[str, Any], uri: str) -> None:
+        if meta.get("task") != self.task:
+            raise DataError(f"index '{uri}' was built for {meta.get('task')}, not {self.task}; rebuild it")
+
+    def _spec(self, facts: dict[str, Any], features: int, train_x: Any, train_y: Any) -> DataSpec:
+        """The data spec, with the training split's feature (and target) statistics."""
+        train_x = np.asarray(train_x, dtype=np.float64)
+        std = train_x.std(axis=0)
+        extra = {
+            "feature_names": facts["feature_names"],
+            "label_column": facts["label_column"],
+            "feature_mean": train_x.mean(axis=0).tolist(),
+            "feature_std": np.where(std > 0, std, 1.0).tolist(),
+        }
+        if not self.classification:
+            train_y = np.asarray(train_y, dtype=np.float64)
+            extra["target_mean"], extra["target_std"] = float(train_y.mean()), float(train_y.std() or 1.0)
+        class_names = tuple(facts.get("class_names", ()))
+        return DataSpec(task=self.task, input_shape=(features,),
+                        num_classes=len(class_names) if self.classification else None, class_names=class_names,
+                        extra=extra)
 
     def write_index(self, src: str, dst: str) -> str:
         """Decode the table at ``src`` once into the index file ``dst``."""
-        x, y, facts = self.decode(self.read_table(src), src)
-        meta = {"task": self.task, "facts": facts, "fingerprint": data_fingerprint(src), "source": src}
+        data, manifest = read_file(src)
+        x, y, facts = self.decode(self.read_table(src, data), src)
+        meta = {"task": self.task, "facts": facts, "fingerprint": f"md5:{manifest.md5}", "source": src}
         return write_index(dst, {"features": x, "labels": y}, meta)

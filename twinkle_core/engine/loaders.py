@@ -16,7 +16,7 @@ import warnings
 from typing import Any, Iterator
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from twinkle_core.engine.ranks import process_group
@@ -109,7 +109,18 @@ class _ShuffleIterator(Iterator[int]):
 
 def train_loader(dataset: Dataset, batch_size: int, seed: int, num_workers: int,
                  collate_fn: Any = None) -> StatefulDataLoader:
-    """A shuffling loader whose position is saved in checkpoints (see the module docstring)."""
+    """A shuffling loader whose position is saved in checkpoints (see the module docstring).
+
+    A streamed dataset (:class:`~twinkle_core.data.shards.ShardedRows`) shuffles and splits itself; its own
+    state (epoch, samples yielded) is what checkpoints save.
+    """
+    if isinstance(dataset, IterableDataset):
+        if hasattr(dataset, "set_workers"):
+            dataset.set_workers(num_workers)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*'set_vital' is deprecated")
+            return StatefulDataLoader(dataset, batch_size=batch_size, num_workers=num_workers,
+                                      persistent_workers=num_workers > 0, collate_fn=collate_fn)
     sampler = EpochShuffle(len(dataset), seed)  # type: ignore[arg-type]
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*'set_vital' is deprecated")  # torchdata's, harmless
@@ -125,6 +136,8 @@ def train_loader(dataset: Dataset, batch_size: int, seed: int, num_workers: int,
 
 
 def eval_loader(dataset: Dataset, batch_size: int, num_workers: int, collate_fn: Any = None) -> DataLoader:
-    """A loader over ``dataset`` in order, for validation and prediction."""
+    """A loader over ``dataset`` in order, for validation and prediction (each rank its own part)."""
+    if isinstance(dataset, IterableDataset):  # streamed: it splits itself between the ranks
+        return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_fn)
     return DataLoader(dataset, batch_size=batch_size, sampler=RankSlice(len(dataset)),  # type: ignore[arg-type]
                       num_workers=num_workers, persistent_workers=num_workers > 0, collate_fn=collate_fn)

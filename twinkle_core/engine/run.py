@@ -22,6 +22,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import IterableDataset
 
 from twinkle_core.algorithm import Algorithm, batch_size_of
 from twinkle_core.data.processor import PreparedData
@@ -245,8 +246,8 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Any) -> tuple[L
         trainer = _lightning_trainer(setup, roles["all"], run_dir)
         loaders = (
             train_loader(prepared.train, plan.micro_batch_size, settings.seed, plan.num_workers, prepared.collate_fn),
-            eval_loader(prepared.val, setup.algorithm.eval_batch_size(plan.micro_batch_size), plan.num_workers,
-                        prepared.collate_fn),
+            eval_loader(prepared.val, setup.algorithm.eval_batch_size(plan.micro_batch_size),
+                        0 if isinstance(prepared.val, IterableDataset) else plan.num_workers, prepared.collate_fn),
         )
         try:
             with warnings.catch_warnings():

@@ -84,16 +84,16 @@ class Routed:
     trainer: TrainerSettings
 
 
-def route(
+def check_names(
     values: Mapping[str, Any],
     algorithm_params: Mapping[str, Hyperparameter],
     data_params: Mapping[str, Hyperparameter],
     owner_names: tuple[str, str] = ("algorithm", "data processor"),
-) -> Routed:
-    """Send each value to whoever declares it (algorithm first, then data processor, then trainer).
+) -> None:
+    """Refuse any name that neither the algorithm, the data processor nor the trainer declares.
 
     Raises:
-        HyperparameterError: an unknown name (listing every valid name by owner) or a badly typed value.
+        HyperparameterError: the unknown names, with every valid name by owner.
     """
     trainer_params = TrainerSettings.parameters()
     unknown = sorted(k for k in values if k not in algorithm_params and k not in data_params and k not in trainer_params)
@@ -104,12 +104,40 @@ def route(
             f"{owner_names[1]}: {', '.join(sorted(data_params)) or 'none'}; "
             f"trainer: {', '.join(sorted(trainer_params))}"
         )
-    algorithm, data, trainer = {}, {}, {}
+
+
+def trainer_settings(
+    values: Mapping[str, Any], algorithm_params: Mapping[str, Hyperparameter], data_params: Mapping[str, Hyperparameter]
+) -> TrainerSettings:
+    """The trainer's own values (those no algorithm or processor declares), typed.
+
+    Raises:
+        HyperparameterError: a badly typed value, naming it.
+    """
+    trainer_params = TrainerSettings.parameters()
+    return TrainerSettings(**{k: coerce(trainer_params[k], v) for k, v in values.items()
+                              if k in trainer_params and k not in algorithm_params and k not in data_params})
+
+
+def route(
+    values: Mapping[str, Any],
+    algorithm_params: Mapping[str, Hyperparameter],
+    data_params: Mapping[str, Hyperparameter],
+    owner_names: tuple[str, str] = ("algorithm", "data processor"),
+    trainer: TrainerSettings | None = None,
+) -> Routed:
+    """Send each value to whoever declares it (algorithm first, then data processor, then trainer), typed once.
+
+    ``trainer``: the trainer's settings when already typed (``Trainer`` types them when it is created).
+
+    Raises:
+        HyperparameterError: an unknown name (listing every valid name by owner) or a badly typed value.
+    """
+    check_names(values, algorithm_params, data_params, owner_names)
+    algorithm, data = {}, {}
     for key, value in values.items():
         if key in algorithm_params:
             algorithm[key] = coerce(algorithm_params[key], value)
         elif key in data_params:
             data[key] = coerce(data_params[key], value)
-        else:
-            trainer[key] = coerce(trainer_params[key], value)
-    return Routed(algorithm, data, TrainerSettings(**trainer))
+    return Routed(algorithm, data, trainer or trainer_settings(values, algorithm_params, data_params))

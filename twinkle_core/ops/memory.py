@@ -9,10 +9,12 @@ activations and their gradients per sample × micro-batch): a step that would ex
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import lightning as L
 import torch
+from torch.utils.data import IterableDataset
 
 from twinkle_core.planning.estimate import ModelFacts
 
@@ -78,7 +80,11 @@ def find_micro_batch(
                 from lightning.fabric.utilities.apply_func import move_data_to_device
                 from torch.utils.data import default_collate
 
-                batch = (collate_fn or default_collate)([dataset[i] for i in range(size)])
+                if isinstance(dataset, IterableDataset):  # streamed: the first samples it yields
+                    samples = list(itertools.islice(iter(dataset), size))
+                else:
+                    samples = [dataset[i] for i in range(size)]
+                batch = (collate_fn or default_collate)(samples)
                 algorithm.batch_loss(move_data_to_device(batch, device)).backward()
                 tries.append({"micro_batch_size": size, "ok": True})
                 return size, tries

@@ -69,6 +69,10 @@ def save_data_manifest(home: str, uri: str, prepared: Any) -> None:
     fs, path = filesystem(_manifest_url(md5, home))
     if prepared.details.get("index") or fs.exists(path):
         return
+    if prepared.manifest is not None:  # fingerprinted while the processor read the data: no second read
+        if prepared.manifest.md5 == md5:
+            save_manifest(prepared.manifest, home)
+        return
     scanned = scan(uri, tuple(prepared.details.get("fingerprint_exclude", ())))
     if scanned.md5 == md5:
         save_manifest(scanned, home)

@@ -55,6 +55,7 @@ class PlanContext:
             ``num_workers``, ``accumulate_grad_batches``); a decider keeps them and says so.
         supports_mixed_precision: whether the algorithm trains safely in 16-bit.
         memory_limit_bytes: the memory the run may use per device (``memory_limit_bytes``), if capped.
+        data_sharded: whether the data was prepared as streamed shards (``None``: not known yet).
     """
 
     algorithm_name: str
@@ -70,6 +71,7 @@ class PlanContext:
     overrides: dict[str, Any] = field(default_factory=dict)
     supports_mixed_precision: bool = True
     memory_limit_bytes: int | None = None
+    data_sharded: bool | None = None
 
     @property
     def device_memory(self) -> int:
@@ -239,14 +241,25 @@ class DataLoadingDecider(Decider):
     concern = "data"
 
     def decide(self, draft: PlanDraft) -> None:
-        """Decide ``data_loading``."""
+        """Decide ``data_loading`` (what the engine prepared, when it is known)."""
         c = draft.context
-        sharded = c.data_bytes > SHARDED_FRACTION * max(c.host_memory, 1)
+        limit = min(c.hardware.memory_bytes, c.memory_limit_bytes) if c.memory_limit_bytes else c.hardware.memory_bytes
+        wanted = self.needs_shards(c.data_bytes, c.hardware.memory_bytes, c.memory_limit_bytes)
         memory = "the memory limit" if c.memory_limit_bytes and c.memory_limit_bytes < c.hardware.memory_bytes \
             else "host memory"
-        draft.decide("data_loading", "sharded" if sharded else "in-memory",
-                     f"data {nbytes(c.data_bytes)} vs {memory} {nbytes(c.host_memory)}"
-                     + (": stream it in shards" if sharded else ""))
+        reason = f"data {nbytes(c.data_bytes)} vs {memory} {nbytes(limit)}"
+        if wanted and c.data_sharded is False:
+            draft.decide("data_loading", "in-memory", reason + f": {c.task}'s data processor cannot stream shards, "
+                                                              "so it is loaded whole")
+            return
+        draft.decide("data_loading", "sharded" if wanted else "in-memory",
+                     reason + (": stream it in shards" if wanted else ""))
+
+    @staticmethod
+    def needs_shards(data_bytes: int, host_memory: int, memory_limit_bytes: int | None = None) -> bool:
+        """Whether data of ``data_bytes`` is larger than half the memory a run may use."""
+        limit = min(host_memory, memory_limit_bytes) if memory_limit_bytes else host_memory
+        return data_bytes > SHARDED_FRACTION * max(limit, 1)
 
 
 class WorkersDecider(Decider):

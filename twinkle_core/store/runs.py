@@ -38,7 +38,7 @@ def default_user() -> str:
 
 
 class RunStore:
-    """The run store at ``home`` (default :func:`twinkle_core.uris.twinkle_home`)."""
+    """The run store at ``home`` (default ``$TWINKLE_HOME``, else ``~/.twinkle``)."""
 
     def __init__(self, home: str | None = None) -> None:
         """Open the store and its catalogue (created on first use)."""

@@ -122,3 +122,24 @@ def test_train_val_folders_and_index(twinkle_home, tmp_path, digits_folder) -> N
     assert mapped.fingerprint == plain.fingerprint
     assert (len(mapped.train), len(mapped.val)) == (16, 6)
     assert torch.equal(mapped.train[0][0], plain.train[0][0]) and mapped.train[0][1] == plain.train[0][1]
+
+
+def test_sharded_images_stream_each_training_image_once_per_epoch(twinkle_home, digits_folder) -> None:
+    from torch.utils.data import DataLoader
+
+    whole = ImageFolderProcessor(image_size=16, use_mmap=True).prepare(str(digits_folder))
+    processor = ImageFolderProcessor(image_size=16, shard_rows=100)
+    processor.sharded = True  # what the engine sets when the data is larger than memory
+    streamed = processor.prepare(str(digits_folder))
+    assert streamed.details["sharded"] and streamed.details["shards"] == 15  # 1,438 training images / 100
+    assert streamed.spec.input_shape == whole.spec.input_shape and streamed.fingerprint == whole.fingerprint
+    expected = sorted(tuple(whole.train[i][0].flatten()[:24].tolist()) for i in range(len(whole.train)))
+    orders = []
+    for _ in range(2):  # two epochs
+        seen = [tuple(x.flatten()[:24].tolist()) for batch, _ in DataLoader(streamed.train, batch_size=64)
+                for x in batch]
+        assert sorted(seen) == expected  # every training image once (one process: nothing padded)
+        orders.append(seen)
+    assert orders[0] != orders[1]
+    val = [y for _, ys in DataLoader(streamed.val, batch_size=64) for y in ys.tolist()]
+    assert val == [int(whole.val[i][1]) for i in range(len(whole.val))]  # validation in order, every image

@@ -22,11 +22,14 @@ from twinkle_core.data import (
     DataSpec,
     EmptyDataError,
     PreparedData,
+    ShardedRows,
     UnsupportedFormatError,
     data_fingerprint,
     filesystem,
+    index_header,
     is_index,
     join,
+    read_array,
     read_index,
     require_exists,
     split_indices,
@@ -93,6 +96,14 @@ class ArrayImages(Dataset):
         return torch.from_numpy(np.array(self.images[row])).float().div_(255), torch.tensor(int(self.labels[row]))
 
 
+class ImageRow:
+    """One ``(image, class)`` sample from a shard of a decoded index (picklable, for loader workers)."""
+
+    def __call__(self, arrays: dict[str, np.ndarray], i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row ``i`` of the shard as floats in [0, 1] and its class index."""
+        return torch.from_numpy(np.array(arrays["images"][i])).float().div_(255), torch.tensor(int(arrays["labels"][i]))
+
+
 class _Rows(Dataset):
     def __init__(self, base: Dataset, rows: np.ndarray) -> None:
         self.base, self.rows = base, rows
@@ -111,7 +122,7 @@ class ImageFolderProcessor(DataProcessor):
     formats = ()
 
     def __init__(self, image_size: int | None = None, val_fraction: float = 0.2, use_mmap: bool = False,
-                 channels: int | None = None) -> None:
+                 channels: int | None = None, shard_rows: int = 1024) -> None:
         """Configure the processor.
 
         Args:
@@ -119,11 +130,13 @@ class ImageFolderProcessor(DataProcessor):
             val_fraction: the share held out for validation when there is no ``val/`` folder.
             use_mmap: decode once into a memory-mapped index (see the module docstring).
             channels: 1 or 3 (default: 1 when every image is greyscale, else 3).
+            shard_rows: images per shard when the plan streams the data in shards (larger than memory).
         """
         super().__init__()
         if channels not in (None, 1, 3):
             raise DataError(f"channels must be 1 or 3, got {channels}")
         self.image_size, self.val_fraction, self.use_mmap, self.channels = image_size, val_fraction, use_mmap, channels
+        self.shard_rows = shard_rows
 
     # ------------------------------------------------------------------ listing
     def scan(self, uri: str) -> dict[str, Any]:
@@ -201,6 +214,8 @@ class ImageFolderProcessor(DataProcessor):
         """List, validate, decode (or memory-map) and split the images."""
         fs, path = require_exists(uri)
         indexed = is_index(uri)
+        if self.sharded:  # larger than memory: decoded once into an index, then streamed in shards
+            return self._prepare_sharded(uri, seed, indexed)
         if indexed or self.use_mmap:
             fingerprint = read_index(uri, mmap=True)[1]["fingerprint"] if indexed else data_fingerprint(uri)
             index = uri if indexed else self._cached_index(uri, fingerprint)
@@ -235,6 +250,28 @@ class ImageFolderProcessor(DataProcessor):
         details = {"images": int(len(labels)), "train_images": int(len(train_rows)), "val_images": int(len(val_rows)),
                    "index": indexed, "channels": channels}
         return PreparedData(train, val, spec, fingerprint, uri, size_bytes, details)
+
+    def _prepare_sharded(self, uri: str, seed: int, indexed: bool) -> PreparedData:
+        fingerprint = index_header(uri)[0]["meta"]["fingerprint"] if indexed else data_fingerprint(uri)
+        index = uri if indexed else self._cached_index(uri, fingerprint)
+        header, _ = index_header(index)
+        meta = header["meta"]
+        labels, split = read_array(index, "labels"), read_array(index, "split")
+        train_rows, val_rows = self._split(split, labels, seed)
+        train = ShardedRows(index, train_rows, ("images", "labels"), ImageRow(), seed=seed, shuffle=True, pad=True,
+                            shard_rows=self.shard_rows)
+        val = ShardedRows(index, val_rows, ("images", "labels"), ImageRow(), seed=seed, shuffle=False, pad=False,
+                          shard_rows=self.shard_rows)
+        sample = train.sample_arrays(2000)["images"]
+        mean, std = self._statistics(train, sample, np.arange(len(sample)))
+        shape = tuple(int(v) for v in header["arrays"]["images"]["shape"][1:])
+        classes = meta["classes"]
+        spec = DataSpec("image_classification", shape, num_classes=len(classes), class_names=tuple(classes),
+                        extra={"mean": mean, "std": std})
+        fs, path = filesystem(index)
+        details = {"images": int(len(labels)), "train_images": int(len(train_rows)), "val_images": int(len(val_rows)),
+                   "index": indexed, "channels": shape[0], "sharded": True, "shards": len(train.shards)}
+        return PreparedData(train, val, spec, fingerprint, uri, int(fs.size(path)), details)
 
     def _split(self, split: np.ndarray, labels: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
         if (split == 1).any():
