@@ -141,8 +141,10 @@ def run_lightning(make: Callable[[], Algorithm], dataset: TensorDataset, batch: 
 def run_twinkle(algorithm: str, data: str, hyperparams: dict[str, Any], steps: int) -> float:
     """Twinkle's Trainer: plan, run store, checkpoints, metrics CSV, exact-resume machinery, all on."""
     clock = StepClock()
+    hyperparams = dict(hyperparams)
+    processor = hyperparams.pop("data_processor", None)
     Trainer(algorithm, hyperparams={**hyperparams, "max_steps": steps, "progress_bar": False}, verbose=False,
-            callbacks=[clock]).fit(data)
+            callbacks=[clock], data_processor=processor).fit(data)
     return steady_step_ms(clock.starts)
 
 
@@ -186,7 +188,8 @@ def main() -> None:
     cases = {
         "mlp": (make_mlp, prepared.train, 64, args.mlp_steps, ("tabular-mlp", str(csv), {"batch_size": 64})),
         "resnet18": (make_resnet, image_data, 32, args.resnet_steps,
-                     ("bench-resnet18", "synthetic://images", {"batch_size": 32, "samples": 1024})),
+                     ("bench-resnet18", "synthetic://images", {"batch_size": 32, "samples": 1024,
+                                                                 "data_processor": "bench-images"})),
     }
     times: dict[str, dict[str, list[float]]] = {case: {"raw": [], "lightning": [], "twinkle": []} for case in cases}
     with registered_plugin(BenchPlugin(), name="bench"):

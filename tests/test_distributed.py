@@ -46,6 +46,8 @@ SCRIPT = textwrap.dedent(
     else:
         callbacks = [KillJobAt(int(sys.argv[3]))] if mode == "kill" else []
         trainer = Trainer("tabular-mlp", hyperparams=hp, project=mode, verbose=False, callbacks=callbacks)
+        if mode == "stop":  # decided once, on rank 0, after the first epoch; every rank must stop with it
+            trainer.monitor(alert_rules={"accuracy": {"rule": "> 0.5", "action": "stop"}})
         result = trainer.fit(data)
     rank = int(os.environ.get("LOCAL_RANK", 0))
     out = {"rank": rank, "result": {k: v for k, v in result.to_dict().items() if k != "plan"},
@@ -106,6 +108,17 @@ def test_two_processes_make_one_run_and_resume_exactly(twinkle_home, cancer_csv,
         assert torch.equal(value, b["state_dict"][key]), key
     assert len(store.list(project="kill")) == 2  # the victim and its one resumed run
     assert store.get(victim.uri).status == "interrupted"
+
+
+def test_an_alert_rule_stops_every_rank_at_the_same_step(twinkle_home, cancer_csv, tmp_path) -> None:
+    script = tmp_path / "train_ddp.py"
+    script.write_text(SCRIPT)
+    ranks = _results(_run(script, "stop", str(cancer_csv)))
+    assert sorted(ranks) == [0, 1] and ranks[0]["result"] == ranks[1]["result"]
+    assert ranks[0]["result"]["status"] == "stopped" and "val_accuracy" in ranks[0]["result"]["stop_reason"]
+    (run,) = RunStore().list(project="stop")
+    assert run.status == "stopped" and len(run.alerts) == 1  # one alert for the job, not one per rank
+    assert torch.load(ranks[0]["result"]["last_checkpoint"], weights_only=True)["global_step"] == 15
 
 
 FSDP_SCRIPT = textwrap.dedent(

@@ -79,19 +79,19 @@ def test_two_ranks_stream_their_own_shards_and_see_each_sample_once(twinkle_home
     ranks = _results(_run(script, "ddp", str(data), "2"))
     assert sorted(ranks) == [0, 1]
     value, reason = ranks[0]["plan"]["data_loading"]
-    assert value == "sharded" and "the memory limit" in reason and "shards" in reason
-    assert ranks[0]["plan"]["num_workers"][0] == 1  # a loader worker reads ahead
+    assert value == "sharded" and "the memory limit" in reason and "shards" in reason, ranks[0]["plan"]
+    assert ranks[0]["plan"]["num_workers"][0] == 1, ranks[0]["plan"]  # a loader worker reads ahead
     (run,) = RunStore().list(project="ddp")
     train_ids = set(range(640)) - set(_val_ids(run))
     assert len(train_ids) == 512
     orders = []
     for epoch in ("0", "1", "2"):
         mine, theirs = ranks[0]["ids"][epoch], ranks[1]["ids"][epoch]
-        assert len(mine) == len(theirs) == 256  # the same number of steps on both ranks
-        assert sorted(mine + theirs) == sorted(train_ids)  # every sample exactly once across the ranks
+        assert len(mine) == len(theirs) == 256, (epoch, len(mine), len(theirs))  # the same steps on both ranks
+        assert sorted(mine + theirs) == sorted(train_ids), (epoch, sorted(set(train_ids) ^ set(mine + theirs))[:20])
         orders.append(mine)
     assert orders[0] != orders[1]  # reshuffled every epoch
-    assert ranks[0]["best"] > 0.8
+    assert ranks[0]["best"] > 0.8, ranks[0]["best"]
 
 
 def _val_ids(run) -> list[int]:

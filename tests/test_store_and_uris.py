@@ -107,3 +107,21 @@ def test_train_plan_export_cli(twinkle_home, cancer_csv, tmp_path) -> None:
     assert out.exists() and "max |difference| vs PyTorch" in exported.output
     bad = runner.invoke(main, ["train", "tabular-mlp", "-d", str(cancer_csv), "--hp", "lr"])
     assert bad.exit_code == 1 and "--hp takes key=value" in bad.output
+
+
+def test_an_explicit_store_is_the_one_used_throughout(tmp_path, monkeypatch, cancer_csv) -> None:
+    elsewhere, mine = tmp_path / "env-home", tmp_path / "my-store"
+    monkeypatch.setenv("TWINKLE_HOME", str(elsewhere))
+    monkeypatch.setenv("TWINKLE_USER", "tester")
+    index = str(tmp_path / "cancer.idx")
+    from twinkle_core import DataProcessor
+
+    DataProcessor.build_index(str(cancer_csv), index)  # the base class picks the processor for .csv
+    result = Trainer("tabular-mlp", hyperparams={"max_epochs": 1, "use_mmap": True}, home=str(mine),
+                     verbose=False).fit(index)
+    store = RunStore(str(mine))
+    assert store.publish(result.run_uri, "mlp") == "twinkle://models/mlp"
+    child = Trainer.from_checkpoint("twinkle://models/mlp/model.ckpt", hyperparams={"max_epochs": 1},
+                                    home=str(mine), verbose=False).fit()
+    assert child.parent == result.run_uri and store.get(child.run_uri).status == "finished"
+    assert not elsewhere.exists()  # nothing went to the environment's store

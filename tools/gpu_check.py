@@ -1,4 +1,5 @@
-"""GPU smoke checks for a machine with CUDA: the engine's mixed precision and Kronos on the GPU.
+"""GPU smoke checks for a machine with CUDA: the engine's mixed precision, Kronos, and the distribution
+strategies (FSDP2, DDP over NCCL, DeepSpeed when installed) on the GPU.
 
 Not part of the test suite (CI has no GPU). Run on a CUDA machine after installing twinkle-core and the
 plugins; ``BARS`` is a folder of daily OHLCV CSVs (one per symbol). Prints one JSON line per check and
@@ -62,15 +63,54 @@ def check_kronos(bars: Path) -> dict:
             "last_history_close": float(history["adj_close"].iloc[-1])}  # predict works in split-adjusted prices
 
 
+def check_strategies(work: Path) -> dict:
+    """The distribution strategies the CPU tests cannot reach: FSDP2 and DDP over the GPUs (NCCL), and
+    DeepSpeed ZeRO when the ``deepspeed`` extra is installed. One run per fit; its metric reduced over ranks."""
+    import importlib.util
+
+    from sklearn.datasets import load_breast_cancer
+
+    csv = work / "cancer.csv"
+    load_breast_cancer(as_frame=True).frame.to_csv(csv, index=False)
+    gpus = torch.cuda.device_count()
+    strategies = ["fsdp2"] + (["ddp"] if gpus > 1 else []) + (
+        ["deepspeed_stage_2"] if importlib.util.find_spec("deepspeed") else [])
+    out: dict = {"gpus": gpus}
+    for strategy in strategies:
+        result = Trainer("tabular-mlp", verbose=False, project=f"gpu-{strategy}", progress_bar=False,
+                         hyperparams={"strategy": strategy, "devices": gpus, "max_epochs": 5}).fit(str(csv))
+        out[strategy] = {"status": result.status, "val_accuracy": result.best_metric,
+                         "precision": result.plan.precision, "devices": result.plan.devices}
+    return out
+
+
+def check_strategies_in_a_job(work: Path) -> dict:
+    """:func:`check_strategies` in its own process: Lightning relaunches that script for each GPU."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, __file__, "strategies", str(work)], capture_output=True, text=True,
+                          timeout=1200, env={**os.environ, "TWINKLE_HOME": str(work / "strategies-home")})
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"exit {proc.returncode}: {proc.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
 def main() -> int:
     """Run every check; print a JSON line each."""
+    if sys.argv[1:2] == ["strategies"]:  # the job of check_strategies_in_a_job (every rank runs this)
+        result = check_strategies(Path(sys.argv[2]))
+        if int(os.environ.get("LOCAL_RANK", 0)) == 0:
+            print(json.dumps(result, default=str), flush=True)
+        return 0
     print(json.dumps({"torch": torch.__version__, "cuda": torch.cuda.is_available(),
                       "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}), flush=True)
     work = Path(tempfile.mkdtemp(prefix="twinkle-gpu-"))
     os.environ.setdefault("TWINKLE_HOME", str(work / "home"))
     failed = 0
     for name, check in (("kronos", lambda: check_kronos(Path(os.environ["BARS"]))),
-                        ("resnet18", lambda: check_resnet(work))):
+                        ("resnet18", lambda: check_resnet(work)),
+                        ("strategies", lambda: check_strategies_in_a_job(work))):
         try:
             print(json.dumps({"check": name, **check()}, default=str), flush=True)
         except Exception:

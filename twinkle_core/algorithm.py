@@ -259,10 +259,15 @@ class Algorithm(L.LightningModule):
         return {}
 
     # ---------------------------------------------------------------- logging
+    def _several_ranks(self) -> bool:
+        trainer = self._trainer
+        return trainer is not None and trainer.world_size > 1
+
     def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
-        """Lightning's ``log``, reduced across ranks by default (``sync_dist=True``; pass ``False`` to keep
-        a rank's own value): one run's metrics are the job's, not rank 0's."""
-        kwargs.setdefault("sync_dist", True)
+        """Lightning's ``log``, reduced across ranks by default (``sync_dist=True`` when the job has several
+        processes; pass ``False`` to keep a rank's own value): one run's metrics are the job's, not rank 0's."""
+        if "sync_dist" not in kwargs:
+            kwargs["sync_dist"] = self._several_ranks()
         if kwargs["sync_dist"] and isinstance(kwargs.get("batch_size"), int):
             # Lightning averages the summed batch sizes over ranks in the integer's dtype, truncating
             # (57 + 56) / 2 to 56 when the last validation rows are uneven; a float count stays exact
@@ -271,7 +276,8 @@ class Algorithm(L.LightningModule):
 
     def log_dict(self, dictionary: Any, *args: Any, **kwargs: Any) -> None:
         """Lightning's ``log_dict``, reduced across ranks by default (see :meth:`log`)."""
-        kwargs.setdefault("sync_dist", True)
+        if "sync_dist" not in kwargs:
+            kwargs["sync_dist"] = self._several_ranks()
         if kwargs["sync_dist"] and isinstance(kwargs.get("batch_size"), int):
             kwargs["batch_size"] = float(kwargs["batch_size"])
         super().log_dict(dictionary, *args, **kwargs)

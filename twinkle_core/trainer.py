@@ -145,7 +145,7 @@ class Trainer(Operations):
         else:
             processor = component.load().from_params(routed.data, task=self.task, typed=True)
         processor.home = self.store.home  # derived data is cached in the store this trainer uses
-        source_bytes = size_of(uri)
+        source_bytes = _source_bytes(uri)
         processor.sharded = DataLoadingDecider.needs_shards(  # data larger than memory: stream it in shards
             source_bytes, self._hardware().memory_bytes, self.settings.memory_limit_bytes)
         key = (uri, component.qualified_name if component else id(processor), repr(sorted(routed.data.items())),
@@ -342,7 +342,7 @@ class Trainer(Operations):
         uri = data or self.new_data
         if uri is None:
             raise TwinkleError("no data: pass fit(data='path or URI')")
-        return str(uri)
+        return self.store.resolve(str(uri))  # twinkle:// data lives in this trainer's store
 
     def model_for_export(self) -> tuple[Algorithm, PreparedData, str | None, str | None]:
         """The model to export (best checkpoint's weights), its data, its run URI and checkpoint URI."""
@@ -359,6 +359,14 @@ class Trainer(Operations):
         raise TwinkleError("nothing to export yet: call fit() first, or use Trainer.from_checkpoint(...)")
 
 
+def _source_bytes(uri: str) -> int:
+    """The data's size from storage listings, or 0 when the URI is one only its processor understands."""
+    try:
+        return size_of(uri)
+    except (TwinkleError, OSError, ValueError):
+        return 0
+
+
 def _processor_class(component: Any) -> type[DataProcessor]:
     cls = component.load()
     if not (isinstance(cls, type) and issubclass(cls, DataProcessor)):
@@ -368,7 +376,7 @@ def _processor_class(component: Any) -> type[DataProcessor]:
 
 def _checkpoint_uri(store: RunStore, ref: str, mode: str) -> str:
     if ref.endswith(".ckpt") or not ref.startswith("twinkle://"):
-        return ref
+        return store.resolve(ref)  # a twinkle://models/... file lives in this store
     record = store.get(ref)
     last = store.path(record.id, "checkpoints", "last.ckpt")
     if mode == "finetune" and record.best_checkpoint:

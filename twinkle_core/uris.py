@@ -53,8 +53,10 @@ def join(base: str, *parts: str) -> str:
     return posixpath.join(base, *parts) if "://" in base else os.path.join(base, *parts)
 
 
-def resolve(uri: str) -> str:
+def resolve(uri: str, home: str | None = None) -> str:
     """Map ``nas://`` and ``twinkle://`` URIs to plain fsspec URLs; leave others as they are.
+
+    ``home``: the run store ``twinkle://`` paths live in (default :func:`twinkle_home`).
 
     Raises:
         TwinkleError: ``nas://`` without ``TWINKLE_NAS_ROOT``; StorePathError for bad store paths.
@@ -72,7 +74,7 @@ def resolve(uri: str) -> str:
             raise TwinkleError(f"'{uri}' would leave TWINKLE_NAS_ROOT; remove the '..' segments")
         return join(root, rel)
     if uri.startswith("twinkle://"):
-        return join(twinkle_home(), *_store_layout(store_parts(uri)))
+        return join(home or twinkle_home(), *_store_layout(store_parts(uri)))
     return uri
 
 

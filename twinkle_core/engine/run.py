@@ -134,7 +134,7 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Any) -> dict[str, Any]:
         extra.append(roles["budget"])
     if settings.memory_limit_bytes and setup.plan.accelerator == "cpu":
         extra.append(MemoryGuard(facts_of(setup.plan), settings.memory_limit_bytes))
-    if settings.progress_bar and setup.verbose and not sys.stderr.isatty():
+    if settings.progress_bar and setup.verbose and not sys.stdout.isatty():
         # a log file, not a terminal: one progress line per epoch instead of one per step
         extra.append(TQDMProgressBar(refresh_rate=max(1, int(setup.plan.estimates.get("optimizer_steps_per_epoch", 1))
                                                       * setup.plan.accumulate_grad_batches)))

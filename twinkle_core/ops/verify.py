@@ -65,6 +65,8 @@ def save_manifest(manifest: Manifest, home: str | None = None) -> str:
 
 def save_data_manifest(home: str, uri: str, prepared: Any) -> None:
     """Keep the manifest of the data a run trained on, unless already stored (or the data is an index)."""
+    if not prepared.fingerprint.startswith("md5:"):  # a processor's own kind of fingerprint: no file manifest
+        return
     md5 = prepared.fingerprint.removeprefix("md5:")
     fs, path = filesystem(_manifest_url(md5, home))
     if prepared.details.get("index") or fs.exists(path):

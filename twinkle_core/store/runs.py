@@ -22,7 +22,7 @@ from typing import Any
 from twinkle_core.errors import TwinkleError
 from twinkle_core.store.atomic import atomic_write_text
 from twinkle_core.store.catalogue import Catalogue, RunRecord
-from twinkle_core.uris import filesystem, is_local, join, local_cache_dir, store_parts, twinkle_home
+from twinkle_core.uris import filesystem, is_local, join, local_cache_dir, resolve, store_parts, twinkle_home
 
 
 class RunNotFoundError(TwinkleError, LookupError):
@@ -53,6 +53,10 @@ class RunStore:
             return os.path.join(path, "catalogue.sqlite")
         digest = hashlib.md5(self.home.encode()).hexdigest()[:12]
         return os.path.join(local_cache_dir(), f"catalogue-{digest}.sqlite")
+
+    def resolve(self, uri: str) -> str:
+        """``uri`` with a ``twinkle://`` path mapped into this store (other URIs unchanged)."""
+        return resolve(uri, self.home) if str(uri).startswith("twinkle://") else str(uri)
 
     # ------------------------------------------------------------------ runs
     def create_run(self, user: str | None, project: str | None, **values: Any) -> RunRecord:
