@@ -60,20 +60,25 @@ SCRIPT = textwrap.dedent(
         with torch.no_grad():
             out["val_rows"] = len(y)
             out["accuracy"] = float((model(x).argmax(-1) == y).float().mean())
-    print("RESULT " + json.dumps(out), flush=True)
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{mode}-rank{out['rank']}.json"), "w") as f:
+        json.dump(out, f)  # a file per rank: the ranks' stdout lines would interleave
     '''
 )
 
 
 def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=900,
+    for old in script.parent.glob(f"{args[0]}-rank*.json"):
+        old.unlink()
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=900,
                           env={**os.environ, "PYTHONWARNINGS": "ignore"}, start_new_session=True)
+    proc.results = {int(p.stem.rsplit("rank", 1)[1]): json.loads(p.read_text())  # type: ignore[attr-defined]
+                    for p in script.parent.glob(f"{args[0]}-rank*.json")}
+    return proc
 
 
 def _results(proc: subprocess.CompletedProcess[str]) -> dict[int, dict]:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    found = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    return {r["rank"]: r for r in found}
+    return proc.results  # type: ignore[attr-defined]
 
 
 def test_two_processes_make_one_run_and_resume_exactly(twinkle_home, cancer_csv, tmp_path) -> None:
@@ -147,7 +152,8 @@ FSDP_SCRIPT = textwrap.dedent(
         seen = None
     out = {"rank": int(os.environ.get("LOCAL_RANK", 0)), "result": {k: v for k, v in result.to_dict().items() if k != "plan"},
            "strategy": result.plan.strategy, "seen": seen}
-    print("RESULT " + json.dumps(out), flush=True)
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{mode}-rank{out['rank']}.json"), "w") as f:
+        json.dump(out, f)  # a file per rank: the ranks' stdout lines would interleave
     '''
 )
 

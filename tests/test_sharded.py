@@ -41,9 +41,10 @@ SCRIPT = textwrap.dedent(
     else:
         result = Trainer("tabular-mlp", hyperparams=hp, project=mode, verbose=False, callbacks=[seen]).fit(data)
     decisions = {d.name: [d.value, d.reason] for d in result.plan.decisions}
-    print("RESULT " + json.dumps({"rank": int(os.environ.get("LOCAL_RANK", 0)), "ids": seen.ids,
-                                  "run": result.run_uri, "last": result.last_checkpoint, "plan": decisions,
-                                  "best": result.best_metric}), flush=True)
+    rank = int(os.environ.get("LOCAL_RANK", 0))
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{mode}-rank{rank}.json"), "w") as f:
+        json.dump({"rank": rank, "ids": seen.ids, "run": result.run_uri, "last": result.last_checkpoint,
+                   "plan": decisions, "best": result.best_metric}, f)  # a file per rank
     '''
 )
 
@@ -61,14 +62,18 @@ def _table(path: Path) -> Path:
 
 
 def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=900,
+    for old in script.parent.glob(f"{args[0]}-rank*.json"):
+        old.unlink()
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=900,
                           env={**os.environ, "PYTHONWARNINGS": "ignore"}, start_new_session=True)
+    proc.results = {int(p.stem.rsplit("rank", 1)[1]): json.loads(p.read_text())  # type: ignore[attr-defined]
+                    for p in script.parent.glob(f"{args[0]}-rank*.json")}
+    return proc
 
 
 def _results(proc: subprocess.CompletedProcess[str]) -> dict[int, dict]:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    found = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    return {r["rank"]: r for r in found}
+    return proc.results  # type: ignore[attr-defined]
 
 
 def test_two_ranks_stream_their_own_shards_and_see_each_sample_once(twinkle_home, tmp_path) -> None:

@@ -9,7 +9,8 @@ layer (CI holds first-party plugins to that with import-linter)::
 * paths (fsspec, with Twinkle's ``nas://`` and ``twinkle://`` schemes): :func:`filesystem`,
   :func:`require_exists`, :func:`join`, :func:`is_local`, :func:`suffix`;
 * fingerprints: :func:`data_fingerprint`, :func:`scan`, :class:`Manifest`, :func:`read_file` (bytes and
-  fingerprint from one read: set ``PreparedData.manifest`` and the data is read once per fit);
+  fingerprint from one read) and :class:`Reader` (the same for a folder's files): set
+  ``PreparedData.manifest`` and the data is read once per fit;
 * splitting: :func:`split_indices`; index files: :func:`write_index`, :func:`read_index`, :func:`is_index`,
   :func:`index_header`, :func:`read_array`;
 * sharded loading (data larger than memory, when the engine sets ``DataProcessor.sharded``):
@@ -35,6 +36,7 @@ _PUBLIC: dict[str, str] = {
     "data_fingerprint": "twinkle_core.data.fingerprint",
     "scan": "twinkle_core.data.fingerprint",
     "read_file": "twinkle_core.data.fingerprint",
+    "Reader": "twinkle_core.data.fingerprint",
     "ShardedRows": "twinkle_core.data.shards",
     "DEFAULT_SHARD_ROWS": "twinkle_core.data.shards",
     "index_header": "twinkle_core.data.index",
@@ -68,7 +70,7 @@ if TYPE_CHECKING:  # pragma: no cover
         NonNumericError,
         UnsupportedFormatError,
     )
-    from twinkle_core.data.fingerprint import Manifest, data_fingerprint, read_file, scan
+    from twinkle_core.data.fingerprint import Manifest, Reader, data_fingerprint, read_file, scan
     from twinkle_core.data.index import index_header, is_index, read_array, read_index, write_index
     from twinkle_core.data.shards import DEFAULT_SHARD_ROWS, ShardedRows
     from twinkle_core.data.processor import DataProcessor, PreparedData, split_indices

@@ -57,6 +57,50 @@ def read_file(uri: str) -> tuple[bytes, Manifest]:
     return data, Manifest({name: (len(data), hashlib.md5(data).hexdigest())}, single_file=True)
 
 
+class Reader:
+    """Reads the files of a data source (a file or a folder) once each, keeping their size and MD5, so the
+    processor's reads give the source's :class:`Manifest` without a second pass.
+
+    Example::
+
+        reader = Reader(uri)
+        frames = [pd.read_csv(io.BytesIO(reader.read(path))) for path in reader.files(".csv")]
+        manifest = reader.manifest()   # reads only the files the processor did not (a README, say)
+    """
+
+    def __init__(self, uri: str) -> None:
+        """Open ``uri`` (nothing is read yet)."""
+        self.uri = uri
+        self.fs, self.path = require_exists(uri)
+        self.folder = bool(self.fs.isdir(self.path))
+        self._seen: dict[str, tuple[int, str]] = {}
+
+    def files(self, *suffixes: str) -> list[str]:
+        """The source's file paths (sorted), optionally only those ending in ``suffixes`` (case-insensitive)."""
+        paths = sorted(self.fs.find(self.path)) if self.folder else [self.path]
+        return [p for p in paths if not suffixes or p.lower().endswith(tuple(x.lower() for x in suffixes))]
+
+    def read(self, path: str) -> bytes:
+        """The bytes of ``path`` (one of :meth:`files`), fingerprinted as they are read."""
+        data = self.fs.cat_file(path)
+        self._seen[path] = (len(data), hashlib.md5(data).hexdigest())
+        return data
+
+    def manifest(self, exclude: tuple[str, ...] = ()) -> Manifest:
+        """The documented manifest of the whole source; files not read yet are read for it now."""
+        if not self.folder:
+            entry = self._seen.get(self.path) or (int(self.fs.size(self.path)), _file_md5(self.fs, self.path))
+            return Manifest({self.path.rsplit("/", 1)[-1]: entry}, single_file=True)
+        root = self.path.rstrip("/") + "/"
+        files = {}
+        for file_path in self.files():
+            rel = file_path[len(root):] if file_path.startswith(root) else file_path
+            if any(fnmatch.fnmatch(rel, pattern) for pattern in exclude):
+                continue
+            files[rel] = self._seen.get(file_path) or (int(self.fs.size(file_path)), _file_md5(self.fs, file_path))
+        return Manifest(files)
+
+
 def scan(uri: str, exclude: tuple[str, ...] = ()) -> Manifest:
     """Read every file under ``uri`` (or the file ``uri``) and return its :class:`Manifest`.
 

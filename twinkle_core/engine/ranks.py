@@ -80,3 +80,19 @@ def all_gather(value: Any) -> list[Any]:
     gathered: list[Any] = [None] * group[1]
     dist.all_gather_object(gathered, value)
     return gathered
+
+
+def close_group() -> None:
+    """End the job's process group on every rank together (a barrier, then ``destroy_process_group``).
+
+    Left to interpreter exit, the ranks tear it down at different moments, and gloo's threads can abort the
+    process ("terminate called without an active exception") after the run has finished. A later fit in the
+    same process starts a new group.
+    """
+    group = process_group()
+    if group is None or group[1] == 1:
+        return
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()

@@ -30,7 +30,7 @@ from twinkle_core.engine.checkpoints import TWINKLE_KEY, AtomicCheckpointIO
 from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
 from twinkle_core.engine.curves import plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
-from twinkle_core.engine.ranks import broadcast
+from twinkle_core.engine.ranks import broadcast, close_group
 from twinkle_core.engine.record import CheckpointRecord
 from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.resume import ExactResume
@@ -203,6 +203,7 @@ def run_lightning(setup: RunSetup) -> FitResult:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         shared = broadcast(None)  # rank 0's result, or its error after training
+        close_group()
         if isinstance(shared, dict):
             return FitResult.from_dict(shared)
         raise TwinkleError(f"the job's rank 0 failed after training: {shared}")
@@ -219,8 +220,10 @@ def run_lightning(setup: RunSetup) -> FitResult:
     except BaseException as err:  # every other rank waits for the result: tell them
         store.update(record.id, status="failed", error=f"{type(err).__name__}: {err}", finished=time.time())
         broadcast(f"{type(err).__name__}: {err}")
+        close_group()
         raise
     broadcast(result.to_dict())
+    close_group()
     return result
 
 
@@ -254,6 +257,7 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Any) -> tuple[L
                 warnings.filterwarnings("ignore", message=".*treespec, LeafSpec.*")  # Lightning's, harmless
                 warnings.filterwarnings("ignore", message=".*dirpath has changed from.*")  # a resumed run's new folder
                 trainer.fit(algorithm, *loaders, ckpt_path=ckpt_path)
+            trainer.callback_metrics  # noqa: B018 — every rank: reading it reduces what is left (a collective)
             break
         except torch.OutOfMemoryError as err:
             if not settings.auto_batch_scaling or plan.micro_batch_size <= 1:

@@ -97,7 +97,8 @@ class Monitor(L.Callback):
         """Rank 0 evaluates the rules; every rank receives its alerts, so all stop together."""
         if not any(rule.unit == unit for rule in self.rules):
             return
-        alerts = self._alerts(trainer, unit) if trainer.is_global_zero else []
+        metrics = trainer.callback_metrics  # on every rank: reading it reduces epoch metrics (a collective)
+        alerts = self._alerts(trainer, metrics, unit) if trainer.is_global_zero else []
         for alert in trainer.strategy.broadcast(alerts, src=0):
             if alert["action"] == "stop" and alert["kind"] != "missing_metric" and self.stopped_by is None:
                 stop_with_checkpoint(trainer, self.checkpoint_path)
@@ -105,8 +106,7 @@ class Monitor(L.Callback):
                 alert["checkpoint"] = self.checkpoint_path
             self.notify(alert)
 
-    def _alerts(self, trainer: L.Trainer, unit: str) -> list[dict[str, Any]]:
-        metrics = trainer.callback_metrics
+    def _alerts(self, trainer: L.Trainer, metrics: Mapping[str, Any], unit: str) -> list[dict[str, Any]]:
         alerts: list[dict[str, Any]] = []
         for rule in self.rules:
             if rule.unit != unit:

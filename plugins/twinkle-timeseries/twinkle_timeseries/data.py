@@ -19,6 +19,7 @@ all its bars do, so no bar is shared across splits. Without dates the timeline i
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,8 +35,7 @@ from twinkle_core.data import (
     MissingColumnError,
     MissingValueError,
     PreparedData,
-    data_fingerprint,
-    require_exists,
+    Reader,
 )
 
 TIMEFRAMES = {"1m": "1min", "5m": "5min", "15m": "15min", "30m": "30min", "1h": "1h", "4h": "4h", "1d": "1D",
@@ -144,16 +144,16 @@ class FinancialDataProcessor(DataProcessor):
         self.repairs: dict[str, int] = {}
 
     # --------------------------------------------------------------- reading
-    def read(self, uri: str) -> list[tuple[str, pd.DataFrame, str]]:
-        """``(symbol, frame, file)`` for the file at ``uri`` or each file of the folder."""
-        fs, path = require_exists(uri)
-        files = [path] if not fs.isdir(path) else sorted(p for p in fs.find(path) if p.lower().endswith(
-            (".csv", ".parquet", ".pq")))
+    def read(self, uri: str, reader: Reader | None = None) -> list[tuple[str, pd.DataFrame, str]]:
+        """``(symbol, frame, file)`` for the file at ``uri`` or each file of the folder (each read once,
+        fingerprinted by ``reader`` as it is read)."""
+        reader = reader or Reader(uri)
+        files = reader.files(".csv", ".parquet", ".pq") if reader.folder else reader.files()
         if not files:
             raise EmptyDataError(f"'{uri}' has no CSV or Parquet files (one file per symbol)")
         frames = []
         for file in files:
-            with fs.open(file, "rb") as handle:
+            with io.BytesIO(reader.read(file)) as handle:
                 frame = pd.read_parquet(handle) if file.lower().endswith((".parquet", ".pq")) else pd.read_csv(handle)
             if frame.empty:
                 raise EmptyDataError(f"'{file}' has no bars")
@@ -231,10 +231,10 @@ class FinancialDataProcessor(DataProcessor):
         self.repairs[kind] = self.repairs.get(kind, 0) + count
 
     # ----------------------------------------------------------- preparation
-    def series(self, uri: str) -> list[Series]:
+    def series(self, uri: str, reader: Reader | None = None) -> list[Series]:
         """Every symbol's cleaned bars."""
         self.repairs = {}
-        return [self.clean(symbol, frame, file) for symbol, frame, file in self.read(uri)]
+        return [self.clean(symbol, frame, file) for symbol, frame, file in self.read(uri, reader)]
 
     def boundaries(self, series: list[Series]) -> tuple[np.datetime64, np.datetime64]:
         """The validation and test start times (given, or at 70 % and 85 % of the overall timeline)."""
@@ -265,8 +265,10 @@ class FinancialDataProcessor(DataProcessor):
                                      self.clip) for split in ("train", "val", "test")}
 
     def prepare(self, uri: str, seed: int = 0) -> PreparedData:
-        """Read, check, resample and window the bars; train and validation windows (test kept aside)."""
-        series = self.series(uri)
+        """Read (each file once: parsed and fingerprinted from the same read), check, resample and window the
+        bars; train and validation windows (test kept aside)."""
+        reader = Reader(uri)
+        series = self.series(uri, reader)
         span = self.lookback_window + self.pred_len
         longest = max(len(s.times) for s in series)
         if longest < span:
@@ -285,8 +287,8 @@ class FinancialDataProcessor(DataProcessor):
         )
         details = {"symbols": len(series), "bars": int(sum(len(s.times) for s in series)), "train_windows": len(train),
                    "val_windows": len(val), "test_windows": len(self.windows(series, "test")), "repairs": self.repairs}
-        fs, path = require_exists(uri)
-        size = int(sum(fs.size(p) for p in (fs.find(path) if fs.isdir(path) else [path])))
+        manifest = reader.manifest()
+        size = int(sum(size for size, _ in manifest.files.values()))
         return PreparedData(WindowDataset(series, train, self.lookback_window, self.pred_len, self.clip),
                             WindowDataset(series, val, self.lookback_window, self.pred_len, self.clip),
-                            spec, data_fingerprint(uri), uri, size, details)
+                            spec, f"md5:{manifest.md5}", uri, size, details, manifest=manifest)
