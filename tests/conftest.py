@@ -137,3 +137,33 @@ def write_cancer_csv(path: Path) -> Path:
 def cancer_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The breast-cancer CSV, written once per session."""
     return write_cancer_csv(tmp_path_factory.mktemp("data") / "cancer.csv")
+
+
+
+class JobRunner:
+    """Runs a training script as its own job (its own process group, so it can kill itself whole). Each rank
+    writes ``<first argument>-rank<N>.json`` beside the script."""
+
+    def raw(self, script: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run it; the process with ``.results`` (rank → dict of what each rank wrote)."""
+        import json
+
+        for old in script.parent.glob(f"{args[0]}-rank*.json"):
+            old.unlink()
+        proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=900,
+                              env={**os.environ, "PYTHONWARNINGS": "ignore"}, start_new_session=True)
+        proc.results = {int(p.stem.rsplit("rank", 1)[1]): json.loads(p.read_text())  # type: ignore[attr-defined]
+                        for p in script.parent.glob(f"{args[0]}-rank*.json")}
+        return proc
+
+    def __call__(self, script: Path, *args: str) -> dict[int, dict]:
+        """Run it and return the per-rank results (failing with its output when it did not succeed)."""
+        proc = self.raw(script, *args)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        return proc.results  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def run_job() -> JobRunner:
+    """``run_job(script, *args)`` → per-rank results; ``run_job.raw(...)`` → the process (a killed job)."""
+    return JobRunner()

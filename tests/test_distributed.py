@@ -6,13 +6,9 @@ Lightning launches the second process by running the script again, so each case 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import torch
 
@@ -66,25 +62,12 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    for old in script.parent.glob(f"{args[0]}-rank*.json"):
-        old.unlink()
-    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"}, start_new_session=True)
-    proc.results = {int(p.stem.rsplit("rank", 1)[1]): json.loads(p.read_text())  # type: ignore[attr-defined]
-                    for p in script.parent.glob(f"{args[0]}-rank*.json")}
-    return proc
 
 
-def _results(proc: subprocess.CompletedProcess[str]) -> dict[int, dict]:
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return proc.results  # type: ignore[attr-defined]
-
-
-def test_two_processes_make_one_run_and_resume_exactly(twinkle_home, cancer_csv, tmp_path) -> None:
+def test_two_processes_make_one_run_and_resume_exactly(run_job, twinkle_home, cancer_csv, tmp_path) -> None:
     script = tmp_path / "train_ddp.py"
     script.write_text(SCRIPT)
-    full = _results(_run(script, "full", str(cancer_csv)))
+    full = run_job(script, "full", str(cancer_csv))
     assert sorted(full) == [0, 1]  # both ranks finished ...
     assert full[0]["result"] == full[1]["result"]  # ... with the same result
     assert full[0]["strategy"] == "ddp" and full[0]["devices"] == 2
@@ -98,13 +81,13 @@ def test_two_processes_make_one_run_and_resume_exactly(twinkle_home, cancer_csv,
     assert full[0]["result"]["best_metric"] > 0.9
 
     # 455 rows over 2 ranks × 16 = 15 steps per epoch; last.ckpt every 4 steps; the job dies before step 22
-    killed = _run(script, "kill", str(cancer_csv), "22")
+    killed = run_job.raw(script, "kill", str(cancer_csv), "22")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     (victim,) = store.list(project="kill")
     assert victim.status == "running"
     partial = torch.load(store.path(victim.id, "checkpoints", "last.ckpt"), weights_only=True)
     assert partial["global_step"] == 20 and len(partial["twinkle_rng"]["ranks"]) == 2
-    resumed = _results(_run(script, "resume", str(cancer_csv), victim.uri))
+    resumed = run_job(script, "resume", str(cancer_csv), victim.uri)
     assert resumed[0]["result"] == resumed[1]["result"]
     a = torch.load(full[0]["result"]["last_checkpoint"], weights_only=True)
     b = torch.load(resumed[0]["result"]["last_checkpoint"], weights_only=True)
@@ -115,10 +98,10 @@ def test_two_processes_make_one_run_and_resume_exactly(twinkle_home, cancer_csv,
     assert store.get(victim.uri).status == "interrupted"
 
 
-def test_an_alert_rule_stops_every_rank_at_the_same_step(twinkle_home, cancer_csv, tmp_path) -> None:
+def test_an_alert_rule_stops_every_rank_at_the_same_step(run_job, twinkle_home, cancer_csv, tmp_path) -> None:
     script = tmp_path / "train_ddp.py"
     script.write_text(SCRIPT)
-    ranks = _results(_run(script, "stop", str(cancer_csv)))
+    ranks = run_job(script, "stop", str(cancer_csv))
     assert sorted(ranks) == [0, 1] and ranks[0]["result"] == ranks[1]["result"]
     assert ranks[0]["result"]["status"] == "stopped" and "val_accuracy" in ranks[0]["result"]["stop_reason"]
     (run,) = RunStore().list(project="stop")
@@ -158,10 +141,10 @@ FSDP_SCRIPT = textwrap.dedent(
 )
 
 
-def test_fsdp2_shards_on_two_cpu_processes_and_continues_in_one(twinkle_home, cancer_csv, tmp_path) -> None:
+def test_fsdp2_shards_on_two_cpu_processes_and_continues_in_one(run_job, twinkle_home, cancer_csv, tmp_path) -> None:
     script = tmp_path / "train_fsdp.py"
     script.write_text(FSDP_SCRIPT)
-    sharded = _results(_run(script, "fsdp2", str(cancer_csv)))
+    sharded = run_job(script, "fsdp2", str(cancer_csv))
     assert sorted(sharded) == [0, 1] and sharded[0]["result"] == sharded[1]["result"]
     assert sharded[0]["strategy"] == "fsdp2"
     for rank in (0, 1):  # each rank holds half of the 64 × 30 weight
@@ -170,7 +153,7 @@ def test_fsdp2_shards_on_two_cpu_processes_and_continues_in_one(twinkle_home, ca
     (run,) = RunStore().list(project="fsdp")
     full = torch.load(sharded[0]["result"]["last_checkpoint"], weights_only=True)
     assert full["state_dict"]["model.1.weight"].shape == (64, 30)  # one full checkpoint file
-    one = _results(_run(script, "continue", str(cancer_csv), run.uri))
+    one = run_job(script, "continue", str(cancer_csv), run.uri)
     assert sorted(one) == [0] and one[0]["strategy"] == "auto"
     assert one[0]["result"]["parent"] == run.uri and one[0]["result"]["status"] == "finished"
     assert one[0]["result"]["best_metric"] > 0.85

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -61,27 +59,14 @@ def _table(path: Path) -> Path:
     return path
 
 
-def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    for old in script.parent.glob(f"{args[0]}-rank*.json"):
-        old.unlink()
-    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"}, start_new_session=True)
-    proc.results = {int(p.stem.rsplit("rank", 1)[1]): json.loads(p.read_text())  # type: ignore[attr-defined]
-                    for p in script.parent.glob(f"{args[0]}-rank*.json")}
-    return proc
 
 
-def _results(proc: subprocess.CompletedProcess[str]) -> dict[int, dict]:
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return proc.results  # type: ignore[attr-defined]
-
-
-def test_two_ranks_stream_their_own_shards_and_see_each_sample_once(twinkle_home, tmp_path) -> None:
+def test_two_ranks_stream_their_own_shards_and_see_each_sample_once(run_job, twinkle_home, tmp_path) -> None:
     data = _table(tmp_path / "wide.csv")
     assert os.path.getsize(data) > 150_000  # more than half the 300 kB the run may use
     script = tmp_path / "sharded.py"
     script.write_text(SCRIPT)
-    ranks = _results(_run(script, "ddp", str(data), "2"))
+    ranks = run_job(script, "ddp", str(data), "2")
     assert sorted(ranks) == [0, 1]
     value, reason = ranks[0]["plan"]["data_loading"]
     assert value == "sharded" and "the memory limit" in reason and "shards" in reason, ranks[0]["plan"]
@@ -108,16 +93,16 @@ def _val_ids(run) -> list[int]:
     return split_indices(640, 0.2, 0, labels)[1].tolist()
 
 
-def test_a_killed_sharded_run_resumes_exactly(twinkle_home, tmp_path) -> None:
+def test_a_killed_sharded_run_resumes_exactly(run_job, twinkle_home, tmp_path) -> None:
     data = _table(tmp_path / "wide.csv")
     script = tmp_path / "sharded.py"
     script.write_text(SCRIPT)
-    full = _results(_run(script, "full", str(data), "1"))[0]
+    full = run_job(script, "full", str(data), "1")[0]
     # 512 rows / 32 = 16 steps per epoch; last.ckpt every 4 steps; killed at step 22 (epoch 1, mid-shard)
-    killed = _run(script, "kill", str(data), "1", "22")
+    killed = run_job.raw(script, "kill", str(data), "1", "22")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     (victim,) = RunStore().list(project="kill")
-    resumed = _results(_run(script, "resume", str(data), "1", victim.uri))[0]
+    resumed = run_job(script, "resume", str(data), "1", victim.uri)[0]
     a = torch.load(full["last"], weights_only=True)
     b = torch.load(resumed["last"], weights_only=True)
     assert a["global_step"] == b["global_step"] == 48

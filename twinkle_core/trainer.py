@@ -19,22 +19,21 @@ from twinkle_core.data.processor import DataProcessor, PreparedData
 from twinkle_core.data.spec import DataSpec
 from twinkle_core.engine import continuation as cont
 from twinkle_core.engine.checkpoints import TWINKLE_KEY, load_checkpoint
-from twinkle_core.operations import Operations
 from twinkle_core.engine.ranks import is_global_zero
 from twinkle_core.engine.record import CheckpointRecord, class_path, restore_algorithm, restore_processor
 from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.run import RunSetup, run_lightning
 from twinkle_core.engine.selection import choose_processor, choose_strategy, resolve_algorithm, resolve_task
-from twinkle_core.lookup import list_components
 from twinkle_core.engine.settings import TrainerSettings, check_names, route, trainer_settings
 from twinkle_core.errors import TwinkleError
 from twinkle_core.exporting.base import ExportResult
-from twinkle_core.planning import DataLoadingDecider, Hardware, Plan, PlanContext, measure_example
+from twinkle_core.lookup import list_components
+from twinkle_core.operations import Operations
 from twinkle_core.ops.memory import scale_batch
 from twinkle_core.ops.verify import save_data_manifest
+from twinkle_core.planning import DataLoadingDecider, Hardware, Plan, PlanContext, measure_example
 from twinkle_core.store.runs import RunStore
 from twinkle_core.uris import size_of
-
 
 class Trainer(Operations):
     """Train a registered algorithm (or an :class:`Algorithm` subclass) on data at any URI.
