@@ -16,7 +16,8 @@ import pytest
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugins"
 PAGES = ["data-processor.md", "tasks.md", "algorithm.md"]
 PUBLIC = ["twinkle_core", "twinkle_core.data", "twinkle_core.planning", "twinkle_core.exporting",
-          "twinkle_core.tasks", "twinkle_core.errors", "twinkle_core.testing", "twinkle_core.hookspecs"]
+          "twinkle_core.tasks", "twinkle_core.types", "twinkle_core.errors", "twinkle_core.testing",
+          "twinkle_core.hookspecs"]
 
 
 def _blocks(page: Path) -> list[str]:

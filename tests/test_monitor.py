@@ -75,7 +75,7 @@ def webhook():
 def test_flat_loss_fires_and_improving_loss_does_not(twinkle_home, cancer_csv, webhook) -> None:
     url, received = webhook
     rules = {"loss": "stale > 3epochs"}
-    flat = Trainer("tabular-mlp", hyperparams={"lr": 0.0, "max_epochs": 7}, verbose=False)
+    flat = Trainer("tabular-mlp", hyperparams={"lr": 1e-30, "max_epochs": 7}, verbose=False)
     flat.monitor(metrics=["loss", "accuracy", "grad_norm"], alert_rules=rules, webhook=url)
     result = flat.fit(str(cancer_csv))
     (alert,) = result.alerts
@@ -94,7 +94,7 @@ def test_flat_loss_fires_and_improving_loss_does_not(twinkle_home, cancer_csv, w
 
 
 def test_stop_action_checkpoints_then_stops(twinkle_home, cancer_csv) -> None:
-    trainer = Trainer("tabular-mlp", hyperparams={"lr": 0.0, "max_epochs": 20}, verbose=False)
+    trainer = Trainer("tabular-mlp", hyperparams={"lr": 1e-30, "max_epochs": 20}, verbose=False)
     trainer.monitor(alert_rules={"loss": {"rule": "stale > 1 epochs", "action": "stop"}})
     result = trainer.fit(str(cancer_csv))
     assert result.status == "stopped" and "stale > 1 epochs" in result.stop_reason

@@ -148,7 +148,7 @@ class _Staged(TabularMLP):
 def test_early_stopping_waits_for_the_algorithms_min_epochs(cancer_csv, twinkle_home, algorithm, epochs) -> None:
     # lr 0: validation never improves, so patience 1 stops after the second epoch unless min_epochs says wait
     trainer = Trainer(algorithm=algorithm, task="tabular_classification", progress_bar=False, verbose=False,
-                      hyperparams={"lr": 0.0, "max_epochs": 10, "early_stopping_patience": 1})
+                      hyperparams={"lr": 1e-30, "max_epochs": 10, "early_stopping_patience": 1})
     result = trainer.fit(data=str(cancer_csv))
     metrics = pd.read_csv(Path(result.run_dir) / "logs" / "metrics.csv")
     assert metrics["epoch"].max() + 1 == epochs

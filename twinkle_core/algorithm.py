@@ -31,6 +31,7 @@ from twinkle_core.data.spec import DataSpec
 from twinkle_core.errors import TwinkleError
 from twinkle_core.hyperparams import Hyperparameter, declared, validate
 from twinkle_core.tasks import Task, get_task
+from twinkle_core.types import NonNegativeFloat, PositiveFloat, Probability
 
 
 def batch_size_of(batch: Any) -> int:
@@ -58,11 +59,11 @@ class OptimizerSettings:
         momentum: SGD momentum.
     """
 
-    lr: float = 1e-3
+    lr: PositiveFloat = 1e-3
     optimizer: Literal["adamw", "adam", "sgd"] = "adamw"
-    weight_decay: float = 0.0
+    weight_decay: NonNegativeFloat = 0.0
     scheduler: Literal["none", "cosine", "onecycle", "step"] = "none"
-    momentum: float = 0.9
+    momentum: Probability = 0.9
 
 
 class Algorithm(L.LightningModule):

@@ -54,7 +54,7 @@ class Hyperparameter:
 def declared(func: Any, owner: str, skip: tuple[str, ...] = ("self", "task")) -> dict[str, Hyperparameter]:
     """The keyword parameters of ``func`` (usually an ``__init__``) as :class:`Hyperparameter` records."""
     try:
-        hints = typing.get_type_hints(func)
+        hints = typing.get_type_hints(func, include_extras=True)  # keep Annotated ranges
     except Exception:  # unresolved forward references: fall back to the raw annotations
         hints = {}
     params: dict[str, Hyperparameter] = {}
@@ -95,10 +95,45 @@ def coerce(hp: Hyperparameter, value: Any) -> Any:
     """Return ``value`` converted to ``hp``'s type, or raise :class:`HyperparameterError` naming it."""
     try:
         return _coerce(hp.annotation, value)
+    except OutOfRangeError as err:
+        raise HyperparameterError(
+            f"hyperparameter '{hp.name}' = {value!r} is out of range: it {err} ({hp.type_name()}); "
+            f"the default is {hp.default!r}"
+        ) from None
     except (TypeError, ValueError) as err:
         raise HyperparameterError(
             f"hyperparameter '{hp.name}' expects {hp.type_name()}, got {value!r} ({type(value).__name__}): {err}"
         ) from None
+
+
+class OutOfRangeError(ValueError):
+    """A value of the right type outside its declared range."""
+
+
+def _check_range(constraint: Any, value: Any) -> None:
+    """Apply one ``annotated_types`` constraint (``Gt``, ``Ge``, ``Lt``, ``Le``, ``Interval``, ``MinLen``...)."""
+    import annotated_types as at
+
+    checks = {at.Gt: ("gt", lambda v, b: v > b, ">"), at.Ge: ("ge", lambda v, b: v >= b, ">="),
+              at.Lt: ("lt", lambda v, b: v < b, "<"), at.Le: ("le", lambda v, b: v <= b, "<=")}
+    if isinstance(constraint, at.Interval):
+        for kind in (at.Gt, at.Ge, at.Lt, at.Le):
+            bound = getattr(constraint, checks[kind][0])
+            if bound is not None:
+                _check_range(kind(bound), value)
+        return
+    for kind, (field, ok, sign) in checks.items():
+        if isinstance(constraint, kind):
+            bound = getattr(constraint, field)
+            if not ok(value, bound):  # NaN fails every comparison, so it is out of any range
+                raise OutOfRangeError(f"must be {sign} {bound}")
+            return
+    if isinstance(constraint, at.MinLen) and len(value) < constraint.min_length:
+        raise OutOfRangeError(f"needs at least {constraint.min_length} item(s)")
+    if isinstance(constraint, at.MaxLen) and len(value) > constraint.max_length:
+        raise OutOfRangeError(f"takes at most {constraint.max_length} item(s)")
+    if isinstance(constraint, at.Predicate) and not constraint.func(value):
+        raise OutOfRangeError(f"must satisfy {getattr(constraint.func, '__name__', 'its check')}")
 
 
 def _coerce(annotation: Any, value: Any) -> Any:
@@ -106,6 +141,12 @@ def _coerce(annotation: Any, value: Any) -> Any:
         return value
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Annotated:  # a type with its range: Annotated[float, Gt(0)]
+        base, *constraints = args
+        value = _coerce(base, value)
+        for constraint in constraints:
+            _check_range(constraint, value)
+        return value
     if origin is Literal:
         for choice in args:
             if value == choice or (isinstance(value, str) and str(choice) == value):
@@ -115,13 +156,16 @@ def _coerce(annotation: Any, value: Any) -> Any:
         if value is None or (isinstance(value, str) and value.lower() == "none"):
             if type(None) in args:
                 return None
-        errors = []
+        errors: list[ValueError | TypeError] = []
         for arg in sorted((a for a in args if a is not type(None)), key=lambda a: a is str):
             try:
                 return _coerce(arg, value)
             except (TypeError, ValueError) as err:
-                errors.append(str(err))
-        raise ValueError("; ".join(errors))
+                errors.append(err)
+        out_of_range = [e for e in errors if isinstance(e, OutOfRangeError)]
+        if out_of_range:  # the right type, outside its range
+            raise OutOfRangeError("; ".join(str(e) for e in out_of_range))
+        raise ValueError("; ".join(str(e) for e in errors))
     if origin in (list, tuple, typing.Sequence, typing.Iterable) or annotation in (list, tuple):
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
@@ -165,8 +209,24 @@ def _coerce(annotation: Any, value: Any) -> Any:
     return value
 
 
+def _range_text(constraint: Any) -> str:
+    import annotated_types as at
+
+    if isinstance(constraint, at.Interval):
+        parts = [f"{sign} {getattr(constraint, f)}" for f, sign in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+                 if getattr(constraint, f) is not None]
+        return " and ".join(parts)
+    for kind, field, sign in ((at.Gt, "gt", ">"), (at.Ge, "ge", ">="), (at.Lt, "lt", "<"), (at.Le, "le", "<=")):
+        if isinstance(constraint, kind):
+            return f"{sign} {getattr(constraint, field)}"
+    return type(constraint).__name__
+
+
 def _type_name(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        base, *constraints = typing.get_args(annotation)
+        return f"{_type_name(base)} {' and '.join(_range_text(c) for c in constraints)}".strip()
     if origin is Literal:
         return " | ".join(repr(a) for a in typing.get_args(annotation))
     if origin in (Union, types.UnionType):

@@ -9,6 +9,7 @@ from torch import nn
 
 from twinkle_core.algorithm import Algorithm
 from twinkle_core.data.spec import DataSpec
+from twinkle_core.types import PositiveInt, Probability
 
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 
@@ -42,8 +43,8 @@ class TabularMLP(Algorithm):
     def __init__(
         self,
         task: str | None = None,
-        hidden_sizes: tuple[int, ...] = (64, 32),
-        dropout: float = 0.1,
+        hidden_sizes: tuple[PositiveInt, ...] = (64, 32),
+        dropout: Probability = 0.1,
         activation: Literal["relu", "gelu", "tanh"] = "relu",
     ) -> None:
         """Declare the architecture's hyperparameters.

@@ -22,6 +22,7 @@ from twinkle_core.data.index import index_header, is_index, read_array, read_ind
 from twinkle_core.data.processor import DataProcessor, PreparedData, split_indices
 from twinkle_core.data.shards import DEFAULT_SHARD_ROWS, ShardedRows
 from twinkle_core.data.spec import DataSpec
+from twinkle_core.types import Fraction, PositiveInt
 from twinkle_core.uris import filesystem, require_exists, suffix
 
 LABEL_CANDIDATES = ("label", "target", "y", "class")
@@ -76,9 +77,9 @@ class TabularProcessor(DataProcessor):
         self,
         task: str | None = None,
         label_column: str | None = None,
-        val_fraction: float = 0.2,
+        val_fraction: Fraction = 0.2,
         use_mmap: bool = False,
-        shard_rows: int = DEFAULT_SHARD_ROWS,
+        shard_rows: PositiveInt = DEFAULT_SHARD_ROWS,
     ) -> None:
         """Configure the processor.
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
+
+from annotated_types import Ge
 
 from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, coerce, declared
+from twinkle_core.types import NonNegativeInt, PositiveFloat, PositiveInt
 
 
 @dataclass
@@ -36,24 +39,39 @@ class TrainerSettings:
             estimate per step, enforced before each step).
     """
 
-    batch_size: int = 32
-    effective_batch_size: int | None = None
-    max_epochs: int = 10
-    max_steps: int = -1
-    seed: int = 0
-    precision: str | None = None
-    accelerator: str | None = None
-    devices: int | None = None
+    batch_size: PositiveInt = 32
+    effective_batch_size: PositiveInt | None = None
+    max_epochs: Annotated[int, Ge(-1)] = 10
+    max_steps: Annotated[int, Ge(-1)] = -1
+    seed: NonNegativeInt = 0
+    precision: Literal["64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"] | None = None
+    accelerator: Literal["cpu", "cuda", "gpu", "mps"] | None = None
+    devices: PositiveInt | None = None
     strategy: Literal["auto", "ddp", "fsdp2", "deepspeed_stage_2", "deepspeed_stage_3", "deepspeed_stage_3_offload"] | None = None
-    num_workers: int | None = None
-    gradient_clip_val: float | None = None
-    checkpoint_every_n_steps: int | None = None
-    early_stopping_patience: int | None = None
+    num_workers: NonNegativeInt | None = None
+    gradient_clip_val: PositiveFloat | None = None
+    checkpoint_every_n_steps: PositiveInt | None = None
+    early_stopping_patience: PositiveInt | None = None
     progress_bar: bool = True
-    val_check_interval: float | None = None
+    val_check_interval: PositiveFloat | None = None
     auto_batch_scaling: bool = False
     gradient_checkpointing: bool = False
-    memory_limit_bytes: int | None = None
+    memory_limit_bytes: PositiveInt | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse limits that would train nothing or forever.
+
+        Raises:
+            HyperparameterError: ``max_epochs=0``, ``max_steps=0``, or no limit at all (``max_epochs=-1``
+                needs ``max_steps``).
+        """
+        if self.max_epochs == 0:
+            raise HyperparameterError("max_epochs=0 trains nothing: pass max_epochs >= 1 (or -1 with max_steps)")
+        if self.max_steps == 0:
+            raise HyperparameterError("max_steps=0 trains nothing: pass max_steps >= 1 (or -1 for no step limit)")
+        if self.max_epochs == -1 and self.max_steps == -1:
+            raise HyperparameterError("max_epochs=-1 (no epoch limit) would train forever without max_steps: "
+                                      "pass max_steps=N too, or max_epochs >= 1")
 
     @classmethod
     def parameters(cls) -> dict[str, Hyperparameter]:

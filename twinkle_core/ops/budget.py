@@ -59,6 +59,10 @@ class BudgetConfig:
         """Check that a limit is given and that the provider and instance are priced."""
         if self.max_gpu_hours is None and self.max_cpu_hours is None and self.max_cost is None:
             raise BudgetError("set_budget_alert needs max_gpu_hours, max_cpu_hours or max_cost")
+        for name in ("max_gpu_hours", "max_cpu_hours", "max_cost"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 < value < float("inf")):
+                raise BudgetError(f"{name}={value!r} is not a limit: pass a finite number > 0 (or leave it out)")
         table = load_prices(self.prices)
         if self.cloud_provider not in table or self.cloud_provider.startswith("_"):
             providers = ", ".join(sorted(k for k in table if not k.startswith("_")))

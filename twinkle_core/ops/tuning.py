@@ -98,6 +98,9 @@ def distributions(space: Mapping[str, Any]) -> dict[str, Any]:
     """
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
+    if not space:
+        raise SearchSpaceError("params_space is empty: give at least one hyperparameter to search, e.g. "
+                               "{'lr': (1e-5, 1e-2)} or {'batch_size': [32, 64]}")
     result: dict[str, Any] = {}
     for name, spec in space.items():
         if isinstance(spec, list) and spec:

@@ -37,6 +37,7 @@ from twinkle_core.data import (
     PreparedData,
     Reader,
 )
+from twinkle_core.types import PositiveFloat, PositiveInt
 
 TIMEFRAMES = {"1m": "1min", "5m": "5min", "15m": "15min", "30m": "30min", "1h": "1h", "4h": "4h", "1d": "1D",
               "1w": "W-FRI"}
@@ -112,14 +113,14 @@ class FinancialDataProcessor(DataProcessor):
         self,
         timeframe: str = "1d",
         features: list[str] = list(OHLCV),  # noqa: B006 (copied below; the article passes a list)
-        lookback_window: int = 90,
-        pred_len: int = 10,
+        lookback_window: PositiveInt = 90,
+        pred_len: PositiveInt = 10,
         val_start: str | None = None,
         test_start: str | None = None,
         repair: bool = False,
         adjust: bool = True,
-        clip: float = 5.0,
-        stride: int = 1,
+        clip: PositiveFloat = 5.0,
+        stride: PositiveInt = 1,
     ) -> None:
         """Configure bars, windows and split.
 

@@ -35,6 +35,7 @@ from twinkle_core.data import (
     split_indices,
     write_index,
 )
+from twinkle_core.types import Fraction, PositiveInt
 
 IMAGE_SUFFIXES = ("png", "jpg", "jpeg", "bmp", "gif", "webp", "tif", "tiff")
 
@@ -121,8 +122,8 @@ class ImageFolderProcessor(DataProcessor):
     task = "image_classification"
     formats = ()
 
-    def __init__(self, image_size: int | None = None, val_fraction: float = 0.2, use_mmap: bool = False,
-                 channels: int | None = None, shard_rows: int = 1024) -> None:
+    def __init__(self, image_size: PositiveInt | None = None, val_fraction: Fraction = 0.2, use_mmap: bool = False,
+                 channels: int | None = None, shard_rows: PositiveInt = 1024) -> None:
         """Configure the processor.
 
         Args:
