@@ -125,3 +125,22 @@ def test_an_explicit_store_is_the_one_used_throughout(tmp_path, monkeypatch, can
                                     home=str(mine), verbose=False).fit()
     assert child.parent == result.run_uri and store.get(child.run_uri).status == "finished"
     assert not elsewhere.exists()  # nothing went to the environment's store
+
+
+def test_a_damaged_catalogue_is_named_and_repaired_from_the_run_folders(twinkle_home, cancer_csv) -> None:
+    result = Trainer("tabular-mlp", hyperparams={"max_epochs": 2}, verbose=False).fit(str(cancer_csv))
+    catalogue = twinkle_home / "catalogue.sqlite"
+    catalogue.write_bytes(b"this is not a database" * 100)
+    runner = CliRunner()
+    listed = runner.invoke(main, ["runs", "list"])
+    assert listed.exit_code == 1 and "Traceback" not in listed.output
+    assert f"the run catalogue '{catalogue}' is damaged" in listed.output and "twinkle runs repair" in listed.output
+    repaired = runner.invoke(main, ["runs", "repair"])
+    assert repaired.exit_code == 0 and "from 1 run folder(s)" in repaired.output, repaired.output
+    assert list(twinkle_home.glob("catalogue.sqlite.damaged-*"))  # the damaged file is kept
+    record = RunStore().get(result.run_uri)
+    assert (record.algorithm, record.task, record.status) == ("tabular-mlp", "tabular_classification", "recovered")
+    assert record.data_fingerprint == result.data_fingerprint and record.hyperparams["max_epochs"] == 2
+    assert abs(record.metrics["val_accuracy"] - result.metrics["val_accuracy"]) < 1e-6
+    again = Trainer("tabular-mlp", hyperparams={"max_epochs": 1}, verbose=False).fit(str(cancer_csv))
+    assert again.run_uri.endswith("/run2")  # numbering goes on after the restored runs

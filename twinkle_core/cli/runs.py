@@ -154,5 +154,20 @@ def runs_show(run: str, as_json: bool) -> None:
                    f"(max diff {item['max_abs_diff']:.3g}, {item.get('metric')} {item.get('metric_export')})")
 
 
+@runs.command("repair")
+def runs_repair() -> None:
+    """Rebuild the run catalogue from the run folders (after it was damaged); the old file is kept aside."""
+    import os
+
+    from twinkle_core.store.repair import rebuild_catalogue
+    from twinkle_core.uris import filesystem, twinkle_home
+
+    home = twinkle_home()
+    fs, local = filesystem(home)
+    path = os.environ.get("TWINKLE_CATALOGUE") or os.path.join(local, "catalogue.sqlite")
+    count, moved = rebuild_catalogue(local, path)
+    click.echo(f"Rebuilt {path} from {count} run folder(s)" + (f"; the old file is at {moved}" if moved else ""))
+
+
 COMMANDS = (train, plan, export, runs)
 """The engine's commands, added to the ``twinkle`` group."""

@@ -9,6 +9,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
+from twinkle_core.errors import TwinkleError
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY,
@@ -40,9 +42,10 @@ CREATE INDEX IF NOT EXISTS runs_history ON runs (algorithm, data_fingerprint, ha
 """
 
 _JSON = ("hyperparams", "plan", "metrics", "measured", "exports", "alerts")
-STATUSES = ("running", "finished", "failed", "stopped")
+STATUSES = ("running", "finished", "failed", "stopped", "interrupted", "recovered")
 """Run states: ``running`` (or killed while running), ``finished``, ``failed`` (an error), ``stopped``
-(an alert or budget rule stopped it; resumable)."""
+(an alert or budget rule stopped it; resumable), ``interrupted`` (killed, then resumed as another run),
+``recovered`` (rebuilt from its folder by ``twinkle runs repair``)."""
 
 
 @dataclass
@@ -84,15 +87,39 @@ class RunRecord:
         return {**asdict(self), "uri": self.uri}
 
 
+class CatalogueError(TwinkleError):
+    """The catalogue database cannot be read (damaged, or not a catalogue)."""
+
+
 class Catalogue:
     """Access to the catalogue database at ``path`` (created on first use)."""
 
     def __init__(self, path: str) -> None:
-        """Open (and if needed create) the database."""
+        """Open (and if needed create) the database.
+
+        Raises:
+            CatalogueError: the file is damaged or not a SQLite database; the message says how to recover.
+        """
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self.path = path
+        try:
+            with self._connect() as db:
+                db.executescript(_SCHEMA)
+                db.execute("SELECT COUNT(*) FROM runs").fetchone()
+        except sqlite3.DatabaseError as err:
+            raise CatalogueError(
+                f"the run catalogue '{path}' is damaged ({err}); the runs' folders are intact: rebuild it with "
+                "'twinkle runs repair' (the damaged file is kept beside it)"
+            ) from None
+
+    def restore(self, row: dict[str, Any]) -> None:
+        """Insert a run exactly as given (its id and number included), replacing one with the same id."""
+        encoded = {k: json.dumps(v) if k in _JSON else v for k, v in row.items()}
         with self._connect() as db:
-            db.executescript(_SCHEMA)
+            db.execute(
+                f"INSERT OR REPLACE INTO runs ({', '.join(encoded)}) VALUES ({', '.join('?' for _ in encoded)})",
+                tuple(encoded.values()),
+            )
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
