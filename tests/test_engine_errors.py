@@ -12,6 +12,7 @@ import torch
 
 from twinkle_core import RunStore, Trainer
 from twinkle_core.data.errors import (
+    DataError,
     DataNotFoundError,
     EmptyDataError,
     MissingColumnError,
@@ -231,3 +232,17 @@ def test_a_checkpoint_of_an_unregistered_class_continues_when_the_class_is_passe
     assert child.parent == result.run_uri
     with pytest.raises(CheckpointError, match="is of algorithm class"):
         Trainer.from_checkpoint(result.run_uri, algorithm=TabularMLP)
+
+
+@pytest.mark.parametrize(("csv_text", "message"), [
+    ("alpha,alpha,label\n1,2,0\n3,4,1\n5,6,0\n7,8,1\n", "names column\\(s\\) 'alpha' more than once"),
+    ("x,label\n" + "".join(f"{i},{i}\n" for i in range(20)), "looks like an id, not a class"),
+    ("x,label\n" + "".join(f"{i},{'a' if i < 10 else 'b'}\n" for i in range(20)) + "99,c\n",
+     "1 class\\(es\\) with a single row \\('c'\\)"),
+])
+def test_data_that_would_be_accepted_but_wrong_is_named(twinkle_home, tmp_path, csv_text, message) -> None:
+    path = tmp_path / "table.csv"
+    path.write_text(csv_text)
+    with pytest.raises(DataError, match=message):
+        Trainer("tabular-mlp", hyperparams={"max_epochs": 1}, verbose=False).fit(str(path))
+    assert RunStore().list() == []

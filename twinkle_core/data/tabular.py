@@ -121,7 +121,24 @@ class TabularProcessor(DataProcessor):
             raise DataError(f"cannot read '{uri}' as {suffix}: {err}") from err
         if frame.empty:
             raise EmptyDataError(f"data file '{uri}' has a header but no data rows")
+        if suffix not in ("parquet", "pq"):
+            self._check_header(data, uri)
         return frame
+
+    @staticmethod
+    def _check_header(data: bytes, uri: str) -> None:
+        """Refuse duplicate column names (pandas would rename them silently to ``name.1``)."""
+        import csv
+        from collections import Counter
+
+        first = data.split(b"\n", 1)[0].decode("utf-8", errors="replace")
+        names = Counter(n.strip() for n in next(csv.reader([first]), []))
+        duplicates = sorted(n for n, count in names.items() if count > 1)
+        if duplicates:
+            raise DataError(
+                f"the header of '{uri}' names column(s) {', '.join(repr(d) for d in duplicates)} more than once; "
+                "rename or drop the duplicates (each column needs its own name)"
+            )
 
     def decode(self, frame: pd.DataFrame, uri: str) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
         """Validate ``frame`` and return float32 features, labels and facts (columns, classes).
@@ -159,6 +176,20 @@ class TabularProcessor(DataProcessor):
             classes = sorted(raw_labels.unique().tolist(), key=lambda v: (str(type(v)), v))
             if len(classes) < 2:
                 raise DataError(f"label column '{label}' of '{uri}' has one class only ({classes[0]!r})")
+            if len(classes) == len(raw_labels) > 2:
+                raise DataError(
+                    f"label column '{label}' of '{uri}' has a different value in each of its {len(raw_labels)} rows: "
+                    "it looks like an id, not a class. Pass label_column=<the class column>, or use "
+                    "task='tabular_regression' for a numeric target"
+                )
+            counts = raw_labels.value_counts()
+            lonely = counts[counts < 2]
+            if len(lonely):
+                shown = ", ".join(repr(v) for v in lonely.index[:5]) + (" ..." if len(lonely) > 5 else "")
+                raise DataError(
+                    f"label column '{label}' of '{uri}' has {len(lonely)} class(es) with a single row ({shown}): a "
+                    "validation split needs at least 2 rows per class. Add rows, merge those classes or drop them"
+                )
             lookup = {value: i for i, value in enumerate(classes)}
             y = raw_labels.map(lookup).to_numpy(dtype=np.int64)
             facts["class_names"] = [str(c) for c in classes]
