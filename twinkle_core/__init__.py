@@ -38,6 +38,7 @@ _LAZY: dict[str, str] = {
     "PreparedData": "twinkle_core.data.processor:PreparedData",
     "ExportResult": "twinkle_core.exporting.base:ExportResult",
     "FitResult": "twinkle_core.engine.result:FitResult",
+    "load_torch_file": "twinkle_core.engine.checkpoints:load_torch_file",
     "Plan": "twinkle_core.planning.plan:Plan",
     "RunStore": "twinkle_core.store.runs:RunStore",
     "Trainer": "twinkle_core.trainer:Trainer",
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from twinkle_core.exporting.base import ExportResult
     from twinkle_core.planning.plan import Plan
     from twinkle_core.store.runs import RunStore
+    from twinkle_core.engine.checkpoints import load_torch_file
     from twinkle_core.engine.result import FitResult
     from twinkle_core.trainer import Trainer
 

@@ -40,29 +40,39 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         return load_checkpoint(str(path))
 
 
+def load_torch_file(uri: str, what: str = "checkpoint") -> Any:
+    """Read a torch file (a checkpoint, a state dict of weights) from any URI with ``weights_only=True``.
+
+    Raises:
+        CheckpointError: missing or corrupt (truncated, not a torch file); the message names it.
+        UnsafeCheckpointError: it would unpickle code (nothing ran); the message names it and says how to re-save.
+    """
+    fs, path = require_exists(uri, what)
+    data = fs.cat_file(path)
+    try:
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "Weights only load failed" in str(err) or "weights_only" in str(err):
+            raise UnsafeCheckpointError(
+                f"{what} '{uri}' would run code when loaded (it pickles objects beyond tensors and plain "
+                "data), so Twinkle refuses it and nothing ran; re-save only the state_dict and plain values"
+            ) from None
+        raise CheckpointError(f"{what} '{uri}' is corrupt ({err}); use another file") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
+        raise CheckpointError(
+            f"{what} '{uri}' is corrupt or not a PyTorch file ({type(err).__name__}: {err}); "
+            "use another file, e.g. a run's last.ckpt"
+        ) from None
+
+
 def load_checkpoint(uri: str) -> dict[str, Any]:
-    """Read a checkpoint from any URI with ``torch.load(weights_only=True)``.
+    """Read a Lightning checkpoint from any URI with ``torch.load(weights_only=True)``.
 
     Raises:
         CheckpointError: missing or corrupt (truncated, not a torch file); the message names it.
         UnsafeCheckpointError: it would unpickle code; the message says how to re-save it.
     """
-    fs, path = require_exists(uri, "checkpoint")
-    data = fs.cat_file(path)
-    try:
-        checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        if "Weights only load failed" in str(err) or "weights_only" in str(err):
-            raise UnsafeCheckpointError(
-                f"checkpoint '{uri}' would run code when loaded (it pickles objects beyond tensors and plain "
-                "data), so Twinkle refuses it; re-save only the state_dict and plain values"
-            ) from None
-        raise CheckpointError(f"checkpoint '{uri}' is corrupt ({err}); use another checkpoint") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
-        raise CheckpointError(
-            f"checkpoint '{uri}' is corrupt or not a PyTorch checkpoint ({type(err).__name__}: {err}); "
-            "use another checkpoint, e.g. the run's last.ckpt"
-        ) from None
+    checkpoint = load_torch_file(uri, "checkpoint")
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise CheckpointError(f"'{uri}' is not a Lightning checkpoint (no state_dict); pass a Twinkle run's checkpoint")
     return checkpoint

@@ -131,6 +131,8 @@ def _frame(sp500_csv: Path) -> pd.DataFrame:
          "negative volume", "negative_volume"),
         (lambda f: f.assign(Open=np.where(f.index == 9, np.nan, f["Open"])), DataError, "bars with NaN values",
          "nan_bars"),
+        (lambda f: f.assign(Close=f["Close"].astype(object).where(f.index != 12, "12,5")), DataError,
+         r"column 'close' of .* holds '12,5' in data row 13 .*which is not a number", None),
     ],
 )
 def test_bad_bars_raise_or_are_repaired(sp500_csv, tmp_path, mutate, error, message, repair_key) -> None:

@@ -34,6 +34,7 @@ from twinkle_core.data import (
     EmptyDataError,
     MissingColumnError,
     MissingValueError,
+    NonNumericError,
     PreparedData,
     Reader,
 )
@@ -178,7 +179,16 @@ class FinancialDataProcessor(DataProcessor):
             raise MissingColumnError(f"'{source}' has no {', '.join(repr(m) for m in missing)} column; its columns "
                                      f"are {', '.join(frame.columns)}")
         adj = next((c for c in ADJ_COLUMNS if c in frame.columns), None)
-        data = frame[[c for c in OHLCV if c in frame.columns] + ([adj] if adj else [])].apply(pd.to_numeric, errors="coerce")
+        raw = frame[[c for c in OHLCV if c in frame.columns] + ([adj] if adj else [])]
+        data = raw.apply(pd.to_numeric, errors="coerce")
+        text = data.isna() & raw.notna()  # a value that is there but is not a number
+        if text.to_numpy().any():
+            column = str(text.any().idxmax())
+            row = int(np.flatnonzero(text[column].to_numpy())[0])
+            raise NonNumericError(
+                f"column '{column}' of '{source}' holds {raw[column].iloc[row]!r} in data row {row + 1} (bar "
+                f"{frame.index[row]}), which is not a number; fix or drop that bar"
+            )
         data = self._check(data, source)
         if self.adjust and adj:
             factor = data[adj] / data["close"]

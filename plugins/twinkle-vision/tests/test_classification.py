@@ -63,6 +63,13 @@ def test_continue_on_new_data_keeps_weights(trained, tmp_path, digits_folder) ->
     assert child_result.parent == result.run_uri and child_result.best_metric >= 0.9
 
 
+class _Payload:
+    """Unpickling this would run code."""
+
+    def __reduce__(self):
+        return (print, ("pwned",))
+
+
 def test_timm_family_and_weights(twinkle_home, tmp_path, digits_folder) -> None:
     trainer = Trainer("timm/resnet10t", hyperparams={"max_epochs": 1, "image_size": 16, "gradient_checkpointing": True},
                       verbose=False)
@@ -75,6 +82,11 @@ def test_timm_family_and_weights(twinkle_home, tmp_path, digits_folder) -> None:
                     verbose=False)
     other.fit(str(digits_folder))
     assert other.algorithm.skipped_weights == []
+    evil = tmp_path / "evil.pt"
+    torch.save({"conv1.weight": _Payload()}, evil)  # a pickle that would run code when loaded
+    with pytest.raises(TwinkleError, match=f"weights '{evil}' would run code when loaded.*nothing ran"):
+        Trainer("timm/resnet10t", hyperparams={"max_epochs": 1, "image_size": 16, "weights": str(evil)},
+                verbose=False).fit(str(digits_folder))
     with pytest.raises(TwinkleError, match="timm has no model 'resnet9000'"):
         Trainer("timm/resnet9000", verbose=False).fit(str(digits_folder))
 
@@ -116,6 +128,11 @@ def test_train_val_folders_and_index(twinkle_home, tmp_path, digits_folder) -> N
                 shutil.copy(image, root / split / name / image.name)
     plain = ImageFolderProcessor().prepare(str(root))
     assert (len(plain.train), len(plain.val)) == (16, 6) and plain.spec.class_names == ("3", "7")
+    (root / "val" / "9").mkdir()
+    shutil.copy(sorted((digits_folder / "9").iterdir())[0], root / "val" / "9" / "only.png")
+    with pytest.raises(DataError, match="class\\(es\\) '9' are in val/ but not in train/"):
+        ImageFolderProcessor().prepare(str(root))
+    shutil.rmtree(root / "val" / "9")
     index = str(tmp_path / "split.idx")
     ImageFolderProcessor.build_index(str(root), index)
     mapped = ImageFolderProcessor(use_mmap=True).prepare(index)

@@ -9,7 +9,6 @@ on the batch after it reaches the device, inside the training step.
 
 from __future__ import annotations
 
-import io
 from typing import Any, ClassVar
 
 import timm
@@ -17,8 +16,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from twinkle_core import Algorithm
-from twinkle_core.data import DataSpec, require_exists
+from twinkle_core import Algorithm, load_torch_file
+from twinkle_core.data import DataSpec
 from twinkle_core.errors import TwinkleError
 
 
@@ -62,8 +61,7 @@ def load_weights(net: nn.Module, uri: str) -> list[str]:
     Keys whose shapes differ (a classifier head for another number of classes, another input-channel stem)
     are skipped and reported; anything else that does not fit is a :class:`TwinkleError`.
     """
-    fs, path = require_exists(uri, "weights")
-    state = torch.load(io.BytesIO(fs.cat_file(path)), map_location="cpu", weights_only=True)
+    state = load_torch_file(uri, "weights")  # weights_only, with our named errors
     state = state.get("state_dict", state) if isinstance(state, dict) else state
     own = net.state_dict()
     skipped = [k for k, v in state.items() if k in own and tuple(v.shape) != tuple(own[k].shape)]

@@ -170,6 +170,13 @@ class ImageFolderProcessor(DataProcessor):
         classes = sorted({c for entries in files.values() for _, c in entries})
         if len(classes) < 2:
             raise DataError(f"'{uri}' has one class only ({classes[0]}); classification needs two or more")
+        if splits == ["train", "val"]:
+            unseen = sorted({c for _, c in files.get("val", [])} - {c for _, c in files.get("train", [])})
+            if unseen:
+                raise DataError(
+                    f"'{uri}': class(es) {', '.join(repr(c) for c in unseen)} are in val/ but not in train/; the model "
+                    "could never predict them. Add training images for them or remove them from val/"
+                )
         return {"fs": fs, "root": root, "splits": files, "classes": classes}
 
     # --------------------------------------------------------------- decoding
