@@ -246,3 +246,12 @@ def test_data_that_would_be_accepted_but_wrong_is_named(twinkle_home, tmp_path, 
     with pytest.raises(DataError, match=message):
         Trainer("tabular-mlp", hyperparams={"max_epochs": 1}, verbose=False).fit(str(path))
     assert RunStore().list() == []
+
+
+def test_a_module_path_as_an_algorithm_name_imports_nothing(twinkle_home) -> None:
+    import sys
+
+    before = set(sys.modules)
+    with pytest.raises(UnknownComponentError):
+        Trainer("xmlrpc.server:SimpleXMLRPCServer")  # a name from a job file or a CLI argument
+    assert set(sys.modules) - before == set()

@@ -8,8 +8,7 @@ from typing import Any
 
 from twinkle_core.algorithm import Algorithm
 from twinkle_core.components import Component
-from twinkle_core.components import import_target
-from twinkle_core.errors import PluginLoadError, TwinkleError, UnknownComponentError
+from twinkle_core.errors import TwinkleError
 from twinkle_core.lookup import get_component, list_components
 from twinkle_core.tasks import check_task
 from twinkle_core.uris import suffix
@@ -28,17 +27,14 @@ class AlgorithmChoice:
 def resolve_algorithm(algorithm: str | type[Algorithm]) -> AlgorithmChoice:
     """A registered name (``"resnet50"``, ``"plugin:name"``) or an :class:`Algorithm` subclass.
 
+    A ``module:Class`` string is not imported (a name may come from a file, a job or a checkpoint): pass the
+    class itself, or register it.
+
     Raises:
         UnknownComponentError: an unknown name (with close matches); TwinkleError: not an Algorithm.
     """
-    if isinstance(algorithm, str):
-        try:
-            component = get_component("algorithm", algorithm)
-        except UnknownComponentError:
-            cls = _class_by_path(algorithm)
-            if cls is None:
-                raise
-            return AlgorithmChoice(algorithm, cls, _class_tasks(cls))
+    if isinstance(algorithm, str):  # only the registry turns a name into an import, never a module path
+        component = get_component("algorithm", algorithm)
         cls = component.load()
         _check_algorithm_class(cls, component.qualified_name)
         tasks = component.tasks or ((cls.task,) if cls.task else ())
@@ -49,17 +45,6 @@ def resolve_algorithm(algorithm: str | type[Algorithm]) -> AlgorithmChoice:
         f"algorithm must be a registered name or an Algorithm subclass, got {algorithm!r}; "
         "see 'twinkle algorithms list'"
     )
-
-
-def _class_by_path(path: str) -> type[Algorithm] | None:
-    """An Algorithm subclass named ``module:Class`` (how runs record user-defined algorithms), or ``None``."""
-    if ":" not in path:
-        return None
-    try:
-        cls = import_target(path)
-    except PluginLoadError:
-        return None
-    return cls if inspect.isclass(cls) and issubclass(cls, Algorithm) else None
 
 
 def _class_tasks(cls: type[Algorithm]) -> tuple[str, ...]:
