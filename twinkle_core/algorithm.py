@@ -260,28 +260,25 @@ class Algorithm(L.LightningModule):
         return {}
 
     # ---------------------------------------------------------------- logging
-    def _several_ranks(self) -> bool:
-        trainer = self._trainer
-        return trainer is not None and trainer.world_size > 1
-
-    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
-        """Lightning's ``log``, reduced across ranks by default (``sync_dist=True`` when the job has several
-        processes; pass ``False`` to keep a rank's own value): one run's metrics are the job's, not rank 0's."""
+    def _reduced(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` for Lightning's logging, reduced across ranks unless the caller chose otherwise."""
         if "sync_dist" not in kwargs:
-            kwargs["sync_dist"] = self._several_ranks()
+            trainer = self._trainer
+            kwargs["sync_dist"] = trainer is not None and trainer.world_size > 1
         if kwargs["sync_dist"] and isinstance(kwargs.get("batch_size"), int):
             # Lightning averages the summed batch sizes over ranks in the integer's dtype, truncating
             # (57 + 56) / 2 to 56 when the last validation rows are uneven; a float count stays exact
             kwargs["batch_size"] = float(kwargs["batch_size"])
-        super().log(name, value, *args, **kwargs)
+        return kwargs
+
+    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        """Lightning's ``log``, reduced across ranks by default (``sync_dist=True`` when the job has several
+        processes; pass ``False`` to keep a rank's own value): one run's metrics are the job's, not rank 0's."""
+        super().log(name, value, *args, **self._reduced(kwargs))
 
     def log_dict(self, dictionary: Any, *args: Any, **kwargs: Any) -> None:
         """Lightning's ``log_dict``, reduced across ranks by default (see :meth:`log`)."""
-        if "sync_dist" not in kwargs:
-            kwargs["sync_dist"] = self._several_ranks()
-        if kwargs["sync_dist"] and isinstance(kwargs.get("batch_size"), int):
-            kwargs["batch_size"] = float(kwargs["batch_size"])
-        super().log_dict(dictionary, *args, **kwargs)
+        super().log_dict(dictionary, *args, **self._reduced(kwargs))
 
     # ---------------------------------------------------------------- the steps
     def eval_batch_size(self, micro_batch_size: int) -> int:

@@ -277,8 +277,8 @@ class Trainer(Operations):
         """
         from twinkle_core.engine.exports import export_run, exporter_for
 
-        exporter_for(format)  # an unknown format is an error before the model is rebuilt
-        return export_run(self.store, *self.model_for_export(), format, output, quantize, options)
+        exporter = exporter_for(format)  # an unknown format is an error before the model is rebuilt
+        return export_run(self.store, exporter, *self.model_for_export(), output, quantize, options)
 
     # ---------------------------------------------------------- continuation
     @classmethod

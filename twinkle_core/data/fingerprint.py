@@ -48,15 +48,6 @@ class Manifest:
         return hashlib.md5(lines.encode("utf-8")).hexdigest()
 
 
-def read_file(uri: str) -> tuple[bytes, Manifest]:
-    """The bytes of the file ``uri`` and its :class:`Manifest`, from one read (parse the bytes, keep the
-    fingerprint: the data is read once)."""
-    fs, path = require_exists(uri)
-    data = fs.cat_file(path)
-    name = path.rstrip("/").rsplit("/", 1)[-1]
-    return data, Manifest({name: (len(data), hashlib.md5(data).hexdigest())}, single_file=True)
-
-
 class Reader:
     """Reads the files of a data source (a file or a folder) once each, keeping their size and MD5, so the
     processor's reads give the source's :class:`Manifest` without a second pass.
@@ -99,6 +90,14 @@ class Reader:
                 continue
             files[rel] = self._seen.get(file_path) or (int(self.fs.size(file_path)), _file_md5(self.fs, file_path))
         return Manifest(files)
+
+
+def read_file(uri: str) -> tuple[bytes, Manifest]:
+    """The bytes of the file ``uri`` and its :class:`Manifest`, from one read (parse the bytes, keep the
+    fingerprint: the data is read once)."""
+    reader = Reader(uri)
+    data = reader.read(reader.path)
+    return data, reader.manifest()
 
 
 def scan(uri: str, exclude: tuple[str, ...] = ()) -> Manifest:

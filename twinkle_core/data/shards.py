@@ -25,6 +25,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from twinkle_core.data.index import index_header
+from twinkle_core.parallel import epoch_seed, rank_and_world
 from twinkle_core.uris import filesystem
 
 DEFAULT_SHARD_ROWS = 4096
@@ -32,18 +33,6 @@ DEFAULT_SHARD_ROWS = 4096
 
 RowDecoder = Callable[[dict[str, np.ndarray], int], Any]
 """Builds one sample from a shard's arrays and a row position in them (must be picklable for workers)."""
-
-
-def _mix(seed: int, epoch: int, salt: int = 0) -> int:
-    return (seed * 1_000_003 + epoch * 7_919 + salt * 104_729) % (2**63)
-
-
-def _rank_and_world() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 class ShardedRows(IterableDataset):
@@ -80,7 +69,7 @@ class ShardedRows(IterableDataset):
     def _order(self, epoch: int) -> list[int]:
         if not self.shuffle:
             return list(range(len(self.shards)))
-        generator = torch.Generator().manual_seed(_mix(self.seed, epoch))
+        generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
         return torch.randperm(len(self.shards), generator=generator).tolist()
 
     def _share(self, epoch: int, rank: int, world: int, worker: int, workers: int) -> list[int]:
@@ -94,7 +83,7 @@ class ShardedRows(IterableDataset):
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (with padding; all ranks alike)."""
-        rank, world = _rank_and_world()
+        rank, world = rank_and_world()
         if not self.pad:
             return sum(len(self.shards[s]) for s in self._order(0)[rank::world])
         workers = getattr(self, "_workers", 1)
@@ -128,7 +117,7 @@ class ShardedRows(IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         """This rank's and worker's samples of the current epoch (from the saved position after a resume)."""
-        rank, world = _rank_and_world()
+        rank, world = rank_and_world()
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         epoch, skip = self.epoch, self._skip
@@ -157,7 +146,7 @@ class ShardedRows(IterableDataset):
     def _shard_samples(self, epoch: int, shard: int, skip: int) -> Iterator[Any]:
         arrays = self.read_shard(shard)
         n = len(self.shards[shard])
-        order = (torch.randperm(n, generator=torch.Generator().manual_seed(_mix(self.seed, epoch, shard + 1))).tolist()
+        order = (torch.randperm(n, generator=torch.Generator().manual_seed(epoch_seed(self.seed, epoch, (shard + 1) * 104_729))).tolist()
                  if self.shuffle else range(n))
         for position, i in enumerate(order):
             if position < skip:

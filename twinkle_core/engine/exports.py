@@ -28,17 +28,16 @@ def exporter_for(format: str) -> Exporter:
 
 def export_run(
     store: RunStore,
+    exporter: Exporter,
     model: Algorithm,
     prepared: PreparedData,
     run_uri: str | None,
     checkpoint: str | None,
-    format: str,
     output: str | None,
     quantize: bool,
     options: dict[str, Any],
 ) -> ExportResult:
-    """Export ``model`` (with its data, run and checkpoint) with the exporter for ``format``; record it with the run."""
-    exporter = exporter_for(format)
+    """Export ``model`` (with its data, run and checkpoint) with ``exporter``; record it with the run."""
     record = store.get(run_uri) if run_uri else None
     if output is None:
         if record is None:

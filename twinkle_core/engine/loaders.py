@@ -19,15 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from twinkle_core.engine.ranks import process_group
-
-
-def _mix(seed: int, epoch: int, salt: int = 0) -> int:
-    return (seed * 1_000_003 + epoch * 7_919 + salt) % (2**63)
-
-
-def _rank_and_world() -> tuple[int, int]:
-    return process_group() or (0, 1)
+from twinkle_core.parallel import epoch_seed, rank_and_world
 
 
 class EpochShuffle(Sampler[int]):
@@ -45,12 +37,12 @@ class EpochShuffle(Sampler[int]):
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose permutation :meth:`__iter__` yields."""
         self.epoch = epoch
-        self.generator.manual_seed(_mix(self.seed, epoch, 0x9E3779B1))
+        self.generator.manual_seed(epoch_seed(self.seed, epoch, 0x9E3779B1))
 
     def permutation(self, epoch: int) -> list[int]:
         """This rank's share of the order of ``epoch`` (all of it in a single process)."""
-        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(_mix(self.seed, epoch))).tolist()
-        rank, world = _rank_and_world()
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(epoch_seed(self.seed, epoch))).tolist()
+        rank, world = rank_and_world()
         if world == 1:
             return order
         per_rank = -(-self.n // world)
@@ -63,7 +55,7 @@ class EpochShuffle(Sampler[int]):
 
     def __len__(self) -> int:
         """The number of indices this rank yields per epoch."""
-        world = _rank_and_world()[1]
+        world = rank_and_world()[1]
         return self.n if world == 1 else -(-self.n // world)
 
 
@@ -76,12 +68,12 @@ class RankSlice(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         """This rank's indices."""
-        rank, world = _rank_and_world()
+        rank, world = rank_and_world()
         return iter(range(rank, self.n, world))
 
     def __len__(self) -> int:
         """How many indices this rank yields."""
-        rank, world = _rank_and_world()
+        rank, world = rank_and_world()
         return len(range(rank, self.n, world))
 
 

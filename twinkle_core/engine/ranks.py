@@ -10,23 +10,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from twinkle_core.parallel import process_group
+
 _RANK_VARS = ("RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
 
 
 def _env_int(name: str) -> int | None:
     value = os.environ.get(name, "").strip()
     return int(value) if value.lstrip("-").isdigit() else None
-
-
-def process_group() -> tuple[int, int] | None:
-    """``(rank, world_size)`` of an initialised :mod:`torch.distributed` group, else ``None``."""
-    try:
-        import torch.distributed as dist
-    except ImportError:  # pragma: no cover - torch always has it
-        return None
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return None
 
 
 def global_rank() -> int:
