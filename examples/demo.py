@@ -1,8 +1,9 @@
 """The Twinkle demo: real images in, a verified INT8 ONNX model out, everything recorded in the run store.
 
 1. writes scikit-learn's digits (1,797 real 8×8 greyscale images) as an image folder, one folder per digit;
-2. trains ``resnet18`` (timm, random init, twinkle-vision's default recipe) at 32×32 for 10 epochs through
-   ``Trainer`` — the resource plan is printed first;
+2. trains ``resnet18`` (timm, random init, twinkle-vision's default recipe) for 10 epochs through ``Trainer`` —
+   the resource plan is printed first, and says why the input is 32×32 (the 8×8 images upsampled to the
+   smallest side ResNet-18 can use);
 3. exports INT8 ONNX (static QDQ, calibrated on the run's own images) and verifies it against PyTorch;
 4. prints the accuracy, the export check and where the run is.
 """
@@ -28,7 +29,7 @@ def main() -> int:
     trainer = Trainer(
         algorithm="resnet18",
         task="image_classification",
-        hyperparams={"max_epochs": 10, "image_size": 32, "use_mmap": True},
+        hyperparams={"max_epochs": 10, "use_mmap": True},
         project="demo",
     )
     result = trainer.fit(data=str(data))

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from twinkle_core.data.spec import DataSpec
+from twinkle_core.data.spec import DataSpec, ModelInput
 from twinkle_core.errors import TwinkleError
 from twinkle_core.hyperparams import Hyperparameter, declared, validate
 from twinkle_core.tasks import Task, get_task
@@ -201,6 +201,16 @@ class Algorithm(L.LightningModule):
             )
         setter(True)
 
+    def model_input(self) -> ModelInput | None:
+        """What the model wants from its input — its own input size, the smallest side it can use, the
+        normalisation its weights expect — for data processors that resize (default: ``None``, nothing).
+
+        Called before any data is read; the engine hands the result to the data processor
+        (:attr:`DataProcessor.model_input`), which picks the input size from it and the data and explains the
+        choice in the run's plan. timm-based algorithms return timm's data config here.
+        """
+        return None
+
     def export_module(self) -> nn.Module:
         """The module exporters trace: the network itself when :meth:`forward` is the default one."""
         if self.model is not None and type(self).forward is Algorithm.forward:
@@ -286,8 +296,9 @@ class Algorithm(L.LightningModule):
         return max(micro_batch_size, 256)
 
     def batch_loss(self, batch: Any) -> torch.Tensor:
-        """The training loss of one batch (``(inputs, targets)`` by default)."""
-        x, y = batch
+        """The training loss of one batch: ``(inputs, targets)``, or ``(inputs, targets, extras...)`` where a
+        processor hands out more per sample (timestamps, masks) for the algorithms that read them."""
+        x, y, *_ = batch
         return self.compute_loss(self(x), y)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
@@ -318,7 +329,7 @@ class Algorithm(L.LightningModule):
         return self(x)
 
     def _evaluate(self, batch: Any, prefix: str) -> None:
-        x, y = batch
+        x, y, *_ = batch
         outputs = self(x)
         values = {"loss": self.compute_loss(outputs, y), **self.compute_metrics(outputs, y)}
         self.log_dict({f"{prefix}_{k}": v for k, v in values.items()}, prog_bar=True, batch_size=len(y))

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import lightning as L
@@ -16,7 +17,7 @@ from torch.utils.data import IterableDataset
 
 from twinkle_core.algorithm import Algorithm
 from twinkle_core.data.processor import DataProcessor, PreparedData
-from twinkle_core.data.spec import DataSpec
+from twinkle_core.data.spec import DataSpec, ModelInput
 from twinkle_core.engine import continuation as cont
 from twinkle_core.engine.checkpoints import TWINKLE_KEY, load_checkpoint
 from twinkle_core.engine.ranks import is_global_zero
@@ -147,8 +148,10 @@ class Trainer(Operations):
         source_bytes = _source_bytes(uri)
         processor.sharded = DataLoadingDecider.needs_shards(  # data larger than memory: stream it in shards
             source_bytes, self._hardware().memory_bytes, self.settings.memory_limit_bytes)
+        algorithm = self.choice.cls.from_hyperparams(routed.algorithm, task=self.task, typed=True)
+        processor.model_input = self._model_input(algorithm)
         key = (uri, component.qualified_name if component else id(processor), repr(sorted(routed.data.items())),
-               self.settings.seed)
+               self.settings.seed, repr(processor.model_input))
         prepared = self._shared_data.get(key) if self._shared_data is not None else None
         if prepared is None:
             prepared = processor.prepare(uri, seed=self.settings.seed)
@@ -157,7 +160,6 @@ class Trainer(Operations):
         prepared.size_bytes = max(prepared.size_bytes, source_bytes)  # what the loading decision was made on
         if self.continuation is not None:
             self.continuation.check_data(prepared.fingerprint, uri)
-        algorithm = self.choice.cls.from_hyperparams(routed.algorithm, task=self.task, typed=True)
         L.seed_everything(self.settings.seed, workers=True, verbose=False)
         algorithm.configure_data(prepared.spec)
         if self.settings.gradient_checkpointing:
@@ -169,6 +171,17 @@ class Trainer(Operations):
             cont.check_compatible(state, algorithm.state_dict(), self.continuation.checkpoint_uri)
             algorithm.load_state_dict(state)
         return prepared, algorithm, (component, routed)
+
+    def _model_input(self, algorithm: Algorithm) -> ModelInput | None:
+        """What the model wants from its input; a continued run keeps the input size its parent trained at."""
+        wanted = algorithm.model_input()
+        spec = self.continuation.record.data_spec if self.continuation is not None else None
+        if wanted is None or not spec or len(spec.get("input_shape", ())) != 3:
+            return wanted
+        height, width = (int(v) for v in spec["input_shape"][1:])
+        parent = self.continuation.parent_run or self.continuation.checkpoint_uri  # type: ignore[union-attr]
+        return replace(wanted, size=(height, width), fixed=True,
+                       reason=f"the size {parent} was trained at ({self.continuation.mode})")  # type: ignore[union-attr]
 
     def _hardware(self) -> Hardware:
         if self._detected is None:
@@ -196,7 +209,9 @@ class Trainer(Operations):
             data_sharded=isinstance(prepared.train, IterableDataset),
         )
         strategy = choose_strategy(self.task, self.resource_strategy).load()()
-        return strategy.plan(context)
+        plan = strategy.plan(context)
+        plan.decisions.extend(prepared.decisions)  # the data processor's choices (an input size, say)
+        return plan
 
     # ----------------------------------------------------------------- public
     def plan(self, data: str | None = None) -> Plan:

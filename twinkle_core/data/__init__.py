@@ -5,7 +5,8 @@ layer (CI holds first-party plugins to that with import-linter)::
 
     from twinkle_core.data import DataProcessor, DataSpec, PreparedData, data_fingerprint, require_exists
 
-* the contract: :class:`DataProcessor`, :class:`PreparedData`, :class:`DataSpec`;
+* the contract: :class:`DataProcessor`, :class:`PreparedData`, :class:`DataSpec`, :class:`ModelInput` (what the
+  model wants from its input: size, normalisation, interpolation);
 * paths (fsspec, with Twinkle's ``nas://`` and ``twinkle://`` schemes): :func:`filesystem`,
   :func:`require_exists`, :func:`join`, :func:`is_local`, :func:`suffix`;
 * fingerprints: :func:`data_fingerprint`, :func:`scan`, :class:`Manifest`, :func:`read_file` (bytes and
@@ -32,6 +33,7 @@ _PUBLIC: dict[str, str] = {
     "PreparedData": "twinkle_core.data.processor",
     "split_indices": "twinkle_core.data.processor",
     "DataSpec": "twinkle_core.data.spec",
+    "ModelInput": "twinkle_core.data.spec",
     "Manifest": "twinkle_core.data.fingerprint",
     "data_fingerprint": "twinkle_core.data.fingerprint",
     "scan": "twinkle_core.data.fingerprint",
@@ -74,7 +76,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from twinkle_core.data.index import index_header, is_index, read_array, read_index, write_index
     from twinkle_core.data.shards import DEFAULT_SHARD_ROWS, ShardedRows
     from twinkle_core.data.processor import DataProcessor, PreparedData, split_indices
-    from twinkle_core.data.spec import DataSpec
+    from twinkle_core.data.spec import DataSpec, ModelInput
     from twinkle_core.store.atomic import atomic_write_bytes, atomic_write_text
     from twinkle_core.uris import DataNotFoundError, filesystem, is_local, join, local_cache_dir, require_exists, suffix
 

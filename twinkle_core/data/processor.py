@@ -14,9 +14,10 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from twinkle_core.data.errors import UnsupportedFormatError
-from twinkle_core.data.spec import DataSpec
+from twinkle_core.data.spec import DataSpec, ModelInput
 from twinkle_core.errors import TwinkleError
 from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, declared, validate
+from twinkle_core.planning.plan import Decision
 from twinkle_core.tasks import check_task
 from twinkle_core.uris import join, suffix, twinkle_home
 
@@ -36,6 +37,8 @@ class PreparedData:
         collate_fn: how samples become a batch (default: torch's ``default_collate``).
         manifest: the per-file fingerprint of the source when the processor computed it while reading (the
             engine then stores it without reading the data again).
+        decisions: choices the processor made that the user should see (an input size chosen from the data
+            and the model, say), each with its reason; they are printed and stored with the run's plan.
     """
 
     train: Any
@@ -47,6 +50,7 @@ class PreparedData:
     details: dict[str, Any] = field(default_factory=dict)
     collate_fn: Any = None
     manifest: Any = None
+    decisions: list[Decision] = field(default_factory=list)
 
 
 class DataProcessor(ABC):
@@ -64,6 +68,9 @@ class DataProcessor(ABC):
     sharded: bool = False
     """Set by the engine before :meth:`prepare` when the data is too large for memory: a processor that can
     should then return streamed datasets (:class:`~twinkle_core.data.shards.ShardedRows`) instead of loading."""
+    model_input: ModelInput | None = None
+    """What the algorithm's model wants from its input (:meth:`twinkle_core.Algorithm.model_input`: input size,
+    minimum side, normalisation), set by the engine before :meth:`prepare`; ``None`` when it states nothing."""
 
     def __init__(self, task: str | None = None) -> None:
         """Set the task (checked against the known tasks)."""

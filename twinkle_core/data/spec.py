@@ -68,3 +68,35 @@ class DataSpec:
             input_dtype=str(data.get("input_dtype", "float32")),
             vocab_size=None if data.get("vocab_size") is None else int(data["vocab_size"]),
         )
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """What a model wants from its input, for data processors that resize (images, spectrograms, ...).
+
+    An algorithm returns one from :meth:`twinkle_core.Algorithm.model_input` (timm's data config, say); the
+    engine hands it to the data processor as :attr:`DataProcessor.model_input` before
+    :meth:`~DataProcessor.prepare`. A processor reads what applies to it and ignores the rest.
+
+    Attributes:
+        name: the model's name, for messages and plan reasons (``"resnet18"``).
+        size: the model's own input size ``(height, width)`` (timm's ``input_size``), if it has one.
+        min_size: the smallest side the network can use (its total stride, 32 for a ResNet).
+        fixed: the model takes only ``size`` (a ViT's position embeddings), or the size an earlier run of this
+            model was trained at (continue, finetune) — the processor must use it.
+        mean: per-channel mean the model's weights expect (in [0, 1] units), if any.
+        std: per-channel standard deviation to go with ``mean``.
+        interpolation: resampling filter for resizing (``"bilinear"``, ``"bicubic"``).
+        crop_pct: the share of the resized image that the centre crop keeps at evaluation (timm's ``crop_pct``).
+        reason: why ``size`` is what it is, when ``fixed`` for a reason other than the architecture.
+    """
+
+    name: str = "the model"
+    size: tuple[int, int] | None = None
+    min_size: int | None = None
+    fixed: bool = False
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    interpolation: str = "bilinear"
+    crop_pct: float = 1.0
+    reason: str = ""

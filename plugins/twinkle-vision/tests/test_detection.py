@@ -140,7 +140,32 @@ def test_operations_work_on_yolo(twinkle_home, shapes) -> None:
     assert torch.load(resumed.last_checkpoint, weights_only=True)["epoch"] == 2
 
 
-def test_training_makes_no_network_connection(twinkle_home, shapes, monkeypatch) -> None:
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("yaml:train: [images/train\nval: images/val\n", r"data.yaml' line \d+, column \d+ is not valid YAML"),
+        ("yaml:- train\n- val\n", "holds a list, not a mapping"),
+        ("yaml:train: images/train\nval: images/val\nnames: {0: a, 2: c}\n", "ids must run 0..1 without gaps"),
+        ("no-labels", r"none of the 48 images in '.*images/train' has a label file .*labels/train"),
+        ("flat", "is not inside an 'images' folder"),
+    ],
+)
+def test_yolo_layout_and_yaml_errors_are_named(shapes, tmp_path, change, message) -> None:
+    root = _copy(shapes, tmp_path)
+    if change.startswith("yaml:"):
+        (root / "data.yaml").write_text(change[5:])
+    elif change == "no-labels":
+        shutil.rmtree(root / "labels")
+    else:  # images straight in split folders, without images/ and labels/
+        shutil.move(root / "images" / "train", root / "train")
+        shutil.move(root / "images" / "val", root / "val")
+        (root / "data.yaml").write_text("train: train\nval: val\nnames: [a, b, c]\n")
+    with pytest.raises(DataError, match=message):
+        YoloDataProcessor(imgsz=96).prepare(str(root))
+
+
+def test_training_makes_no_network_connection_and_writes_only_into_the_store(twinkle_home, shapes, monkeypatch,
+                                                                            tmp_path) -> None:
     import socket
 
     attempts: list[object] = []
@@ -151,10 +176,17 @@ def test_training_makes_no_network_connection(twinkle_home, shapes, monkeypatch)
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)  # ultralytics would leave runs/detect/... here
+    before = sorted(p.relative_to(shapes) for p in shapes.rglob("*"))
     trainer = Trainer("yolo11n", hyperparams={**HP, "max_epochs": 1}, verbose=False)
-    trainer.fit(str(shapes))
+    result = trainer.fit(str(shapes))
     trainer.export(format="onnx")
     assert attempts == []
+    assert list(cwd.iterdir()) == []
+    assert sorted(p.relative_to(shapes) for p in shapes.rglob("*")) == before  # no label cache in the user's data
+    assert (Path(result.run_dir) / "ultralytics" / "val").is_dir()
 
 
 def test_remote_dataset_is_staged_locally(twinkle_home, shapes) -> None:

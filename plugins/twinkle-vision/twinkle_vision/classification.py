@@ -2,23 +2,27 @@
 
 Models are built from timm's configurations with random initialisation — nothing is downloaded. Pretrained
 weights come only from ``weights=`` (a path or URI of a state dict). Input channels and classes come from the
-data; the data's per-channel mean and standard deviation become the model's first layer, so the trained and
-exported models take raw pixel values in [0, 1]. Augmentation (random shifts, optional horizontal flips) runs
-on the batch after it reaches the device, inside the training step.
+data; the model's data config (timm's pretrained cfg: input size, minimum side from its stride, mean and
+standard deviation, interpolation, crop) goes to the data processor through :meth:`TimmClassifier.model_input`,
+and the normalisation becomes the model's first layer, so the trained and exported models take raw pixel
+values in [0, 1]. Augmentation is the data processor's (timm's transforms, per sample).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar, Literal
 
 import timm
 import torch
+from timm.data import DEFAULT_CROP_PCT
+from timm.models import get_pretrained_cfg
 from torch import nn
 from torch.nn import functional as F
 
 from twinkle_core import Algorithm, load_torch_file
-from twinkle_core.data import DataSpec
+from twinkle_core.data import DataSpec, ModelInput
 from twinkle_core.errors import TwinkleError
+from twinkle_core.types import Probability
 
 
 class Normalized(nn.Module):
@@ -38,21 +42,6 @@ class Normalized(nn.Module):
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """Forward to timm's ``set_grad_checkpointing``."""
         self.net.set_grad_checkpointing(enable)
-
-
-def shift_and_flip(x: torch.Tensor, shift: int, hflip: float) -> torch.Tensor:
-    """Translate each image by up to ``shift`` pixels (zero fill) and flip it with probability ``hflip``."""
-    n, _, h, w = x.shape
-    theta = torch.zeros(n, 2, 3, device=x.device, dtype=x.dtype)
-    sign = torch.where(torch.rand(n, device=x.device) < hflip, -1.0, 1.0).to(x.dtype)
-    theta[:, 0, 0] = sign
-    theta[:, 1, 1] = 1.0
-    if shift:
-        offsets = torch.randint(-shift, shift + 1, (n, 2), device=x.device).to(x.dtype)
-        theta[:, 0, 2] = offsets[:, 0] * 2 / w
-        theta[:, 1, 2] = offsets[:, 1] * 2 / h
-    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
-    return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
 
 
 def load_weights(net: nn.Module, uri: str) -> list[str]:
@@ -78,8 +67,8 @@ def load_weights(net: nn.Module, uri: str) -> list[str]:
 class TimmClassifier(Algorithm):
     """Any timm classification model, built from its configuration (``model_name``), trained from scratch.
 
-    Default recipe (reaches ≥ 0.97 on scikit-learn's digits in ~6 epochs): AdamW, lr 1e-3, weight decay 0.05,
-    one-cycle schedule, ±3 px random shifts.
+    Default recipe: AdamW, lr 1e-3, weight decay 0.05, one-cycle schedule; the data processor's timm
+    transforms (random-resized-crop, colour jitter) at the input size chosen from the model and the images.
     """
 
     task = "image_classification"
@@ -90,10 +79,9 @@ class TimmClassifier(Algorithm):
         self,
         model_name: str | None = None,
         weights: str | None = None,
-        drop_rate: float = 0.0,
-        shift: int = 3,
-        hflip: float = 0.0,
-        label_smoothing: float = 0.0,
+        drop_rate: Probability = 0.0,
+        label_smoothing: Probability = 0.0,
+        normalize: Literal["model", "data"] = "model",
     ) -> None:
         """Declare the hyperparameters.
 
@@ -101,38 +89,53 @@ class TimmClassifier(Algorithm):
             model_name: a timm model name (default: this class's, e.g. ``resnet50``).
             weights: a state dict to start from (a path or any URI); never downloaded.
             drop_rate: dropout before the classifier.
-            shift: random translation in pixels during training (0: none).
-            hflip: probability of a horizontal flip during training.
             label_smoothing: cross-entropy label smoothing.
+            normalize: ``"model"`` — the mean and standard deviation of the model's timm config (what its
+                pretrained weights expect); ``"data"`` — the training images' own statistics.
         """
         super().__init__()
         name = model_name or type(self).timm_name
         if not timm.is_model(name):
             close = timm.list_models(f"*{name[:4]}*")[:8]
             raise TwinkleError(f"timm has no model '{name}'; similar: {', '.join(close) or 'none'}")
-        self.model_name, self.weights = name, weights
-        self.drop_rate, self.shift, self.hflip, self.label_smoothing = drop_rate, shift, hflip, label_smoothing
+        self.model_name, self.weights, self.normalize = name, weights, normalize
+        self.drop_rate, self.label_smoothing = drop_rate, label_smoothing
         self.skipped_weights: list[str] = []
 
+    def model_input(self) -> ModelInput:
+        """timm's data config for :attr:`model_name`: input size, minimum side (its stride), mean and standard
+        deviation, interpolation, centre-crop share and whether the size is fixed (ViTs)."""
+        cfg = get_pretrained_cfg(self.model_name)
+        if cfg is None:
+            return ModelInput(name=self.model_name, size=(224, 224), min_size=32, crop_pct=DEFAULT_CROP_PCT)
+        size = tuple(int(v) for v in cfg.input_size[-2:])
+        pool = tuple(int(v) for v in cfg.pool_size or ()) if cfg.pool_size else ()
+        stride = size[0] // pool[0] if pool and pool[0] else 32
+        return ModelInput(name=self.model_name, size=(size[0], size[1]), min_size=stride,
+                          fixed=bool(cfg.fixed_input_size), mean=tuple(cfg.mean), std=tuple(cfg.std),
+                          interpolation=str(cfg.interpolation or "bilinear"),
+                          crop_pct=float(cfg.crop_pct or DEFAULT_CROP_PCT))
+
     def build_model(self, spec: DataSpec) -> nn.Module:
-        """timm's model for the data's channels and classes, behind the data's normalisation."""
+        """timm's model for the data's channels and classes, behind its normalisation (see ``normalize``)."""
         if spec.num_classes is None or len(spec.input_shape) != 3:
             raise TwinkleError(f"{self.model_name} needs images with classes, got input shape {spec.input_shape}")
         net = timm.create_model(self.model_name, pretrained=False, num_classes=spec.num_classes,
                                 in_chans=spec.in_channels, drop_rate=self.drop_rate)
         if self.weights:
             self.skipped_weights = load_weights(net, self.weights)
-        channels = spec.in_channels
-        mean = spec.extra.get("mean", [0.5] * channels)
-        std = spec.extra.get("std", [0.25] * channels)
-        return Normalized(net, mean, std)
+        return Normalized(net, *self._normalization(spec))
 
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Augment training batches on the device."""
-        if self.trainer is not None and self.trainer.training and (self.shift or self.hflip):
-            x, y = batch
-            return shift_and_flip(x, self.shift, self.hflip), y
-        return batch
+    def _normalization(self, spec: DataSpec) -> tuple[list[float], list[float]]:
+        """The mean and standard deviation the model's first layer applies, one per input channel."""
+        channels = spec.in_channels
+        wanted = self.model_input()
+        if self.normalize == "model" and wanted.mean is not None and wanted.std is not None:
+            mean, std = list(wanted.mean), list(wanted.std)
+            if channels != len(mean):  # a grey model from an RGB config: the channels' average (as timm does)
+                mean, std = [sum(mean) / len(mean)] * channels, [sum(std) / len(std)] * channels
+            return mean, std
+        return list(spec.extra.get("mean", [0.5] * channels)), list(spec.extra.get("std", [0.25] * channels))
 
     def compute_loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Cross-entropy with optional label smoothing."""

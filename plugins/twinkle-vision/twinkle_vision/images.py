@@ -1,19 +1,28 @@
 """:class:`ImageFolderProcessor`: image classification data laid out as one folder per class, at any URI.
 
-``root/<class>/<image>`` (split with a seed), or ``root/train/<class>/...`` plus ``root/val/<class>/...``.
-Images are decoded with Pillow to uint8 tensors of one size (``image_size``, or the images' own size when they
-all share one); grey images give one channel, colour images three. ``use_mmap=True`` decodes every image once
-into an index file (cached under the run store, keyed by the data's fingerprint, or built ahead with
-``ImageFolderProcessor.build_index``) and memory-maps it, so later epochs and runs skip decoding.
+``root/<class>/<image>`` (split with a seed; nested folders below a class are fine), or ``root/train/<class>/``
+plus ``root/val/<class>/`` as ImageNet ships them. Images come as they are found — any size, mode (grey, RGB,
+RGBA, palette, 16-bit) and Pillow format, with EXIF orientation — see :mod:`twinkle_vision.imagefiles`.
+
+The input size comes from ``image_size``, else from the model's data config and the images' resolution
+(:func:`twinkle_vision.transforms.choose_size`; the plan says why). Every image is stored square at timm's
+pre-crop size; training applies timm's transforms (random-resized-crop, flips, colour jitter or a
+RandAugment-style ``auto_augment`` policy), validation the centre crop. ``use_mmap=True`` decodes every
+image once into an index file (cached under the run store, keyed by the data's fingerprint and the chosen
+layout, or built ahead with ``ImageFolderProcessor.build_index``) and memory-maps it. Files that cannot be
+decoded stop the run naming the file (``bad_files="error"``) or are left out, counted and listed in the run
+(``bad_files="skip"``).
 """
 
 from __future__ import annotations
 
-import io
-from typing import Any
+import hashlib
+import json
+from typing import Annotated, Any, Callable
 
 import numpy as np
 import torch
+from annotated_types import Interval, MaxLen, MinLen
 from torch.utils.data import Dataset
 
 from twinkle_core.data import (
@@ -23,7 +32,6 @@ from twinkle_core.data import (
     EmptyDataError,
     PreparedData,
     ShardedRows,
-    UnsupportedFormatError,
     data_fingerprint,
     filesystem,
     index_header,
@@ -35,85 +43,74 @@ from twinkle_core.data import (
     split_indices,
     write_index,
 )
-from twinkle_core.types import Fraction, PositiveInt
+from twinkle_core.planning import Decision
+from twinkle_core.types import Fraction, NonNegativeFloat, PositiveInt
+from twinkle_vision.imagefiles import BadFiles, CorruptImageError, Survey, decode_image, survey
+from twinkle_vision.transforms import EvalTransform, TrainTransform, choose_size, store_side
 
-IMAGE_SUFFIXES = ("png", "jpg", "jpeg", "bmp", "gif", "webp", "tif", "tiff")
+__all__ = ["CorruptImageError", "ImageFolderProcessor"]
 
-
-class CorruptImageError(DataError):
-    """An image file that Pillow cannot decode."""
-
-
-def decode_image(data: bytes, path: str, size: int | None, channels: int) -> np.ndarray:
-    """Decode image bytes to a ``channels × H × W`` uint8 array, resized to ``size`` × ``size`` if given.
-
-    Raises:
-        CorruptImageError: the bytes are not a readable image; the message names ``path``.
-    """
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            image = image.convert("L" if channels == 1 else "RGB")
-            if size is not None and image.size != (size, size):
-                image = image.resize((size, size), Image.BILINEAR)
-            array = np.array(image, dtype=np.uint8)
-    except (UnidentifiedImageError, OSError, ValueError) as err:
-        raise CorruptImageError(f"image '{path}' cannot be decoded ({err}); replace or remove it") from None
-    return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+Chance = Annotated[float, Interval(ge=0, le=1)]
+Range = Annotated[tuple[Annotated[float, Interval(gt=0, le=10)], ...], MinLen(2), MaxLen(2)]
+IGNORED_FILES = ("thumbs.db", "desktop.ini")  # operating-system litter, like names starting with "."
+SPLIT_CODES = {"": 0, "train": 1, "val": 2}
 
 
 class FileImages(Dataset):
     """Decodes each image from storage every time it is read (the simple path)."""
 
-    def __init__(self, fs: Any, paths: list[str], labels: np.ndarray, size: int | None, channels: int) -> None:
-        """Read ``paths`` through ``fs``."""
-        self.fs, self.paths, self.labels, self.size, self.channels = fs, paths, labels, size, channels
+    def __init__(self, fs: Any, paths: list[str], labels: np.ndarray, rows: np.ndarray, layout: dict[str, Any],
+                 transform: Callable[[np.ndarray], torch.Tensor]) -> None:
+        """Read the files ``paths[rows]`` through ``fs``, stored as ``layout`` says, then ``transform``."""
+        self.fs, self.paths, self.labels, self.rows = fs, paths, labels, rows
+        self.layout, self.transform = layout, transform
 
     def __len__(self) -> int:
         """The number of images."""
-        return len(self.paths)
+        return len(self.rows)
+
+    def stored(self, i: int) -> np.ndarray:
+        """Image ``i`` decoded to the stored square (before its transform)."""
+        path = self.paths[int(self.rows[i])]
+        return decode_image(self.fs.cat_file(path), path, self.layout["store"], self.layout["channels"],
+                            self.layout["interpolation"])
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Image ``i`` as floats in [0, 1] and its class index."""
-        array = decode_image(self.fs.cat_file(self.paths[i]), self.paths[i], self.size, self.channels)
-        return torch.from_numpy(array).float().div_(255), torch.tensor(int(self.labels[i]))
+        return self.transform(self.stored(i)), torch.tensor(int(self.labels[int(self.rows[i])]))
 
 
 class ArrayImages(Dataset):
     """Images already decoded into a (memory-mapped) uint8 array, read at the given rows."""
 
-    def __init__(self, images: np.ndarray, labels: np.ndarray, rows: np.ndarray) -> None:
+    def __init__(self, images: np.ndarray, labels: np.ndarray, rows: np.ndarray,
+                 transform: Callable[[np.ndarray], torch.Tensor]) -> None:
         """Wrap decoded images; nothing is copied until read."""
-        self.images, self.labels, self.rows = images, labels, rows
+        self.images, self.labels, self.rows, self.transform = images, labels, rows, transform
 
     def __len__(self) -> int:
         """The number of images."""
         return len(self.rows)
 
+    def stored(self, i: int) -> np.ndarray:
+        """Image ``i`` as stored (before its transform)."""
+        return np.asarray(self.images[int(self.rows[i])])
+
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Image ``i`` as floats in [0, 1] and its class index."""
-        row = int(self.rows[i])
-        return torch.from_numpy(np.array(self.images[row])).float().div_(255), torch.tensor(int(self.labels[row]))
+        return self.transform(self.stored(i)), torch.tensor(int(self.labels[int(self.rows[i])]))
 
 
 class ImageRow:
     """One ``(image, class)`` sample from a shard of a decoded index (picklable, for loader workers)."""
 
+    def __init__(self, transform: Callable[[np.ndarray], torch.Tensor]) -> None:
+        """Apply ``transform`` to each stored image."""
+        self.transform = transform
+
     def __call__(self, arrays: dict[str, np.ndarray], i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Row ``i`` of the shard as floats in [0, 1] and its class index."""
-        return torch.from_numpy(np.array(arrays["images"][i])).float().div_(255), torch.tensor(int(arrays["labels"][i]))
-
-
-class _Rows(Dataset):
-    def __init__(self, base: Dataset, rows: np.ndarray) -> None:
-        self.base, self.rows = base, rows
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i: int) -> Any:
-        return self.base[int(self.rows[i])]
+        return self.transform(np.asarray(arrays["images"][i])), torch.tensor(int(arrays["labels"][i]))
 
 
 class ImageFolderProcessor(DataProcessor):
@@ -123,28 +120,55 @@ class ImageFolderProcessor(DataProcessor):
     formats = ()
 
     def __init__(self, image_size: PositiveInt | None = None, val_fraction: Fraction = 0.2, use_mmap: bool = False,
-                 channels: int | None = None, shard_rows: PositiveInt = 1024) -> None:
+                 channels: int | None = None, shard_rows: PositiveInt = 1024, bad_files: BadFiles = "error",
+                 augment: bool = True, crop_scale: Range = (0.7, 1.0), crop_ratio: Range = (0.75, 4 / 3),
+                 hflip: Chance = 0.0, vflip: Chance = 0.0, color_jitter: NonNegativeFloat = 0.4,
+                 auto_augment: str | None = None) -> None:
         """Configure the processor.
 
         Args:
-            image_size: resize every image to this square size (default: keep the images' common size).
+            image_size: the network's input side (default: chosen from the model and the images; see
+                :func:`twinkle_vision.transforms.choose_size`).
             val_fraction: the share held out for validation when there is no ``val/`` folder.
             use_mmap: decode once into a memory-mapped index (see the module docstring).
             channels: 1 or 3 (default: 1 when every image is greyscale, else 3).
             shard_rows: images per shard when the plan streams the data in shards (larger than memory).
+            bad_files: ``"error"`` (the first undecodable file stops the run, named) or ``"skip"`` (left out,
+                counted and listed in the run's data record).
+            augment: apply the training transforms below (``False``: the centre crop, as in validation).
+            crop_scale: random-resized-crop's range of the image area kept (Ultralytics' default; timm
+                trains ImageNet with ``(0.08, 1.0)``).
+            crop_ratio: random-resized-crop's aspect-ratio range.
+            hflip: horizontal-flip probability (off by default: flips change digits, text and signs; timm and
+                Ultralytics use 0.5 for natural photos).
+            vflip: vertical-flip probability.
+            color_jitter: timm's colour-jitter strength (0: none).
+            auto_augment: a timm augmentation policy (``"rand-m9-mstd0.5"`` for RandAugment, ``"augmix-m5"``,
+                ``"original"`` for AutoAugment); it replaces the colour jitter.
         """
         super().__init__()
         if channels not in (None, 1, 3):
             raise DataError(f"channels must be 1 or 3, got {channels}")
+        if crop_scale[0] > crop_scale[1] or crop_scale[1] > 1:
+            raise DataError(f"crop_scale={tuple(crop_scale)} must be (low, high) with low <= high <= 1")
+        if crop_ratio[0] > crop_ratio[1]:
+            raise DataError(f"crop_ratio={tuple(crop_ratio)} must be (low, high) with low <= high")
         self.image_size, self.val_fraction, self.use_mmap, self.channels = image_size, val_fraction, use_mmap, channels
-        self.shard_rows = shard_rows
+        self.shard_rows, self.bad_files, self.augment = shard_rows, bad_files, augment
+        self.crop_scale, self.crop_ratio = tuple(crop_scale), tuple(crop_ratio)
+        self.hflip, self.vflip, self.color_jitter, self.auto_augment = hflip, vflip, color_jitter, auto_augment
+        if auto_augment is not None:  # a policy timm does not know is refused now, not in the first batch
+            TrainTransform(8, 3, self.crop_scale, self.crop_ratio, hflip, vflip, color_jitter, auto_augment,
+                           "bilinear")
 
     # ------------------------------------------------------------------ listing
     def scan(self, uri: str) -> dict[str, Any]:
         """Classes, files and labels of the tree at ``uri`` (and whether it has train/val folders).
 
+        Hidden files (``.DS_Store``) and operating-system litter (``Thumbs.db``) are ignored.
+
         Raises:
-            DataNotFoundError, EmptyDataError, UnsupportedFormatError: naming the folder or file.
+            DataNotFoundError, EmptyDataError, DataError: naming the folder.
         """
         fs, root = require_exists(uri)
         if not fs.isdir(root):
@@ -154,16 +178,12 @@ class ImageFolderProcessor(DataProcessor):
         files: dict[str, list[tuple[str, str]]] = {}
         for split in splits:
             base = join(root, split) if split else root
-            classes = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(base, detail=False) if fs.isdir(p))
+            classes = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(base, detail=False) if fs.isdir(p)
+                             and not p.rstrip("/").rsplit("/", 1)[-1].startswith("."))
             if not classes:
                 raise EmptyDataError(f"'{uri}' has no class folders; lay images out as {uri}/<class>/<image>")
             for name in classes:
-                paths = sorted(p for p in fs.find(join(base, name)))
-                bad = [p for p in paths if p.rsplit(".", 1)[-1].lower() not in IMAGE_SUFFIXES]
-                if bad:
-                    raise UnsupportedFormatError(
-                        f"'{bad[0]}' is not an image ({', '.join(IMAGE_SUFFIXES)}); move it out of the class folder"
-                    )
+                paths = sorted(p for p in fs.find(join(base, name)) if _kept(p))
                 if not paths:
                     raise EmptyDataError(f"class folder '{join(base, name)}' is empty; add images or remove it")
                 files.setdefault(split, []).extend((p, name) for p in paths)
@@ -179,45 +199,90 @@ class ImageFolderProcessor(DataProcessor):
                 )
         return {"fs": fs, "root": root, "splits": files, "classes": classes}
 
-    # --------------------------------------------------------------- decoding
-    def _shape(self, fs: Any, paths: list[str]) -> tuple[int, int | None]:
-        from PIL import Image
-
-        modes, sizes = set(), set()
-        for path in paths:
-            try:
-                with Image.open(io.BytesIO(fs.cat_file(path))) as image:
-                    modes.add(image.mode)
-                    sizes.add(image.size)
-            except Exception:
-                decode_image(fs.cat_file(path), path, None, 3)  # raises CorruptImageError naming it
-        channels = self.channels or (1 if modes <= {"L", "1", "I;16", "I"} else 3)
-        if self.image_size is None and len(sizes) > 1:
-            raise DataError(f"images have {len(sizes)} different sizes (e.g. {sorted(sizes)[:3]}); pass image_size=N")
-        size = self.image_size
-        return channels, size if size is not None else None
-
-    def write_index(self, src: str, dst: str) -> str:
-        """Decode every image of ``src`` once into the index file ``dst``."""
-        tree = self.scan(src)
+    # ------------------------------------------------------------------ layout
+    def _survey(self, uri: str, full_decode: bool) -> tuple[dict[str, Any], list[tuple[str, str, str]], Survey]:
+        """Scan and survey the tree: its entries ``(path, class, split)`` that decode, and the survey."""
+        tree = self.scan(uri)
         entries = [(p, c, s) for s, items in tree["splits"].items() for p, c in items]
-        channels, size = self._shape(tree["fs"], [p for p, _, _ in entries])
+        found = survey(tree["fs"], [p for p, _, _ in entries], self.bad_files, full_decode)
+        if found.skipped:
+            good = set(found.paths)
+            entries = [e for e in entries if e[0] in good]
+            listed = {(split, c) for split, items in tree["splits"].items() for _, c in items}
+            emptied = sorted(listed - {(split, c) for _, c, split in entries})
+            if emptied:
+                split, name = emptied[0]
+                folder = join(tree["root"], split, name) if split else join(tree["root"], name)
+                raise EmptyDataError(f"class folder '{folder}' has no image that decodes (every file was skipped); "
+                                     "fix or remove it")
+        return tree, entries, found
+
+    def _layout(self, found: Survey) -> tuple[dict[str, Any], list[Decision]]:
+        """The input size, stored side, channels and interpolation for these images, and the decisions."""
+        model = self.model_input
+        decision = choose_size(self.image_size, model, found.median_side(), found.describe_sizes())
+        size = int(decision.value)
+        crop_pct = model.crop_pct if model is not None else 1.0
+        layout = {"size": size, "store": store_side(size, crop_pct),
+                  "channels": self.channels or (1 if found.grey else 3),
+                  "interpolation": model.interpolation if model is not None else "bilinear",
+                  "crop_pct": crop_pct, "input_size_reason": decision.reason}
+        decisions = [decision]
+        if found.skipped:
+            decisions.append(Decision("bad_files", len(found.skipped),
+                                      f"skipped {len(found.skipped)} file(s) that cannot be read, e.g. "
+                                      f"'{found.skipped[0][0]}' ({found.skipped[0][1]}); listed in the run's data"))
+        return layout, decisions
+
+    def _layout_key(self) -> str:
+        """What the stored layout depends on besides the data (the cache key of a decoded index)."""
+        key = json.dumps([self.image_size, self.channels, self.bad_files, repr(self.model_input)])
+        return hashlib.md5(key.encode()).hexdigest()[:12]
+
+    # --------------------------------------------------------------- decoding
+    def write_index(self, src: str, dst: str) -> str:
+        """Decode every image of ``src`` once (every pixel checked) into the index file ``dst``."""
+        tree, entries, found = self._survey(src, full_decode=True)
+        layout, decisions = self._layout(found)
         lookup = {c: i for i, c in enumerate(tree["classes"])}
-        images = np.stack([decode_image(tree["fs"].cat_file(p), p, size, channels) for p, _, _ in entries])
+        images = np.stack([decode_image(tree["fs"].cat_file(p), p, layout["store"], layout["channels"],
+                                        layout["interpolation"]) for p, _, _ in entries])
         labels = np.array([lookup[c] for _, c, _ in entries], dtype=np.int64)
-        split = np.array([{"": 0, "train": 1, "val": 2}[s] for _, _, s in entries], dtype=np.int8)
-        meta = {"task": self.task, "classes": tree["classes"], "fingerprint": data_fingerprint(src), "source": src}
+        split = np.array([SPLIT_CODES[s] for _, _, s in entries], dtype=np.int8)
+        meta = {"task": self.task, "classes": tree["classes"], "fingerprint": data_fingerprint(src), "source": src,
+                "layout": layout, "sizes": found.describe_sizes(), "skipped": found.skipped,
+                "decisions": [vars(d) for d in decisions]}
         return write_index(dst, {"images": images, "labels": labels, "split": split}, meta)
 
     def _cached_index(self, uri: str, fingerprint: str) -> str:
-        url = self.cache_dir("images", f"{fingerprint.removeprefix('md5:')}-{self.image_size}-"
-                                                      f"{self.channels}.idx")
+        url = self.cache_dir("images", f"{fingerprint.removeprefix('md5:')}-{self._layout_key()}.idx")
         fs, path = filesystem(url)
         if not fs.exists(path):
             self.write_index(uri, url)
         return url
 
+    def _from_index(self, meta: dict[str, Any], images_shape: tuple[int, ...], uri: str) -> tuple[dict[str, Any], list[Decision]]:
+        """The layout an index file was written with (an index built before layouts were stored: its shape)."""
+        layout = meta.get("layout") or {"size": int(images_shape[-1]), "store": int(images_shape[-1]),
+                                        "channels": int(images_shape[1]), "interpolation": "bilinear", "crop_pct": 1.0,
+                                        "input_size_reason": "the index file's image size"}
+        if self.image_size is not None and self.image_size != layout["size"]:
+            raise DataError(f"index '{uri}' holds images for input size {layout['size']}, not image_size="
+                            f"{self.image_size}; rebuild it with ImageFolderProcessor.build_index(..., "
+                            f"image_size={self.image_size}) or drop image_size")
+        decisions = [Decision(**d) for d in meta.get("decisions", [])] or \
+            [Decision("input_size", layout["size"], layout["input_size_reason"])]
+        return layout, decisions
+
     # ------------------------------------------------------------ preparation
+    def _transforms(self, layout: dict[str, Any]) -> tuple[Callable[[np.ndarray], torch.Tensor], EvalTransform]:
+        """The training and validation transforms for ``layout``."""
+        evaluation = EvalTransform(layout["size"])
+        if not self.augment:
+            return evaluation, evaluation
+        return TrainTransform(layout["size"], layout["channels"], self.crop_scale, self.crop_ratio, self.hflip,
+                              self.vflip, self.color_jitter, self.auto_augment, layout["interpolation"]), evaluation
+
     def prepare(self, uri: str, seed: int = 0) -> PreparedData:
         """List, validate, decode (or memory-map) and split the images."""
         fs, path = require_exists(uri)
@@ -225,61 +290,74 @@ class ImageFolderProcessor(DataProcessor):
         if self.sharded:  # larger than memory: decoded once into an index, then streamed in shards
             return self._prepare_sharded(uri, seed, indexed)
         if indexed or self.use_mmap:
-            fingerprint = read_index(uri, mmap=True)[1]["fingerprint"] if indexed else data_fingerprint(uri)
+            fingerprint = index_header(uri)[0]["meta"]["fingerprint"] if indexed else data_fingerprint(uri)
             index = uri if indexed else self._cached_index(uri, fingerprint)
             arrays, meta = read_index(index, mmap=True)
             images, labels, split = arrays["images"], np.asarray(arrays["labels"]), np.asarray(arrays["split"])
-            classes, channels = meta["classes"], int(images.shape[1])
+            layout, decisions = self._from_index(meta, images.shape, index)
+            classes, skipped, described = meta["classes"], meta.get("skipped", []), meta.get("sizes", "")
             train_rows, val_rows = self._split(split, labels, seed)
-            train: Dataset = ArrayImages(images, labels, train_rows)
-            val: Dataset = ArrayImages(images, labels, val_rows)
-            sample_source = images
-            input_shape = tuple(int(v) for v in images.shape[1:])
+            fit, evaluation = self._transforms(layout)
+            train: Dataset = ArrayImages(images, labels, train_rows, fit)
+            val: Dataset = ArrayImages(images, labels, val_rows, evaluation)
             size_bytes = int(fs.size(path)) if indexed else int(images.nbytes)
         else:
-            tree = self.scan(uri)
-            entries = [(p, c, s) for s, items in tree["splits"].items() for p, c in items]
-            channels, size = self._shape(tree["fs"], [p for p, _, _ in entries])
-            classes = tree["classes"]
+            tree, entries, found = self._survey(uri, full_decode=self.bad_files == "skip")
+            layout, decisions = self._layout(found)
+            classes, skipped, described = tree["classes"], found.skipped, found.describe_sizes()
             lookup = {c: i for i, c in enumerate(classes)}
             labels = np.array([lookup[c] for _, c, _ in entries], dtype=np.int64)
-            split = np.array([{"": 0, "train": 1, "val": 2}[s] for _, _, s in entries], dtype=np.int8)
+            split = np.array([SPLIT_CODES[s] for _, _, s in entries], dtype=np.int8)
             train_rows, val_rows = self._split(split, labels, seed)
-            files = FileImages(tree["fs"], [p for p, _, _ in entries], labels, size, channels)
-            train, val = _Rows(files, train_rows), _Rows(files, val_rows)
+            paths = [p for p, _, _ in entries]
+            fit, evaluation = self._transforms(layout)
+            train = FileImages(tree["fs"], paths, labels, train_rows, layout, fit)
+            val = FileImages(tree["fs"], paths, labels, val_rows, layout, evaluation)
             fingerprint = data_fingerprint(uri)
-            first = files[0][0]
-            input_shape = tuple(int(v) for v in first.shape)
-            sample_source = None
-            size_bytes = int(sum(tree["fs"].size(p) for p, _, _ in entries))
-        mean, std = self._statistics(train, sample_source, train_rows)
-        spec = DataSpec("image_classification", input_shape, num_classes=len(classes), class_names=tuple(classes),
-                        extra={"mean": mean, "std": std})
+            size_bytes = int(sum(tree["fs"].size(p) for p in paths))
+        view = ArrayImages(images, labels, train_rows, evaluation) if isinstance(train, ArrayImages) else \
+            FileImages(train.fs, train.paths, labels, train_rows, layout, evaluation)
+        mean, std = self._statistics(view)
+        spec = self._spec(layout, classes, mean, std)
         details = {"images": int(len(labels)), "train_images": int(len(train_rows)), "val_images": int(len(val_rows)),
-                   "index": indexed, "channels": channels}
-        return PreparedData(train, val, spec, fingerprint, uri, size_bytes, details)
+                   "index": indexed, "channels": layout["channels"], "input_size": layout["size"],
+                   "image_sizes": described, **_skipped_details(skipped)}
+        return PreparedData(train, val, spec, fingerprint, uri, size_bytes, details, decisions=decisions)
 
     def _prepare_sharded(self, uri: str, seed: int, indexed: bool) -> PreparedData:
         fingerprint = index_header(uri)[0]["meta"]["fingerprint"] if indexed else data_fingerprint(uri)
         index = uri if indexed else self._cached_index(uri, fingerprint)
         header, _ = index_header(index)
         meta = header["meta"]
+        shape = tuple(int(v) for v in header["arrays"]["images"]["shape"])
+        layout, decisions = self._from_index(meta, shape, index)
         labels, split = read_array(index, "labels"), read_array(index, "split")
         train_rows, val_rows = self._split(split, labels, seed)
-        train = ShardedRows(index, train_rows, ("images", "labels"), ImageRow(), seed=seed, shuffle=True, pad=True,
+        fit, evaluation = self._transforms(layout)
+        train = ShardedRows(index, train_rows, ("images", "labels"), ImageRow(fit), seed=seed, shuffle=True, pad=True,
                             shard_rows=self.shard_rows)
-        val = ShardedRows(index, val_rows, ("images", "labels"), ImageRow(), seed=seed, shuffle=False, pad=False,
-                          shard_rows=self.shard_rows)
+        val = ShardedRows(index, val_rows, ("images", "labels"), ImageRow(evaluation), seed=seed, shuffle=False,
+                          pad=False, shard_rows=self.shard_rows)
         sample = train.sample_arrays(2000)["images"]
-        mean, std = self._statistics(train, sample, np.arange(len(sample)))
-        shape = tuple(int(v) for v in header["arrays"]["images"]["shape"][1:])
+        mean, std = self._statistics(ArrayImages(sample, np.zeros(len(sample), np.int64), np.arange(len(sample)),
+                                                 evaluation))
         classes = meta["classes"]
-        spec = DataSpec("image_classification", shape, num_classes=len(classes), class_names=tuple(classes),
-                        extra={"mean": mean, "std": std})
+        spec = self._spec(layout, classes, mean, std)
         fs, path = filesystem(index)
         details = {"images": int(len(labels)), "train_images": int(len(train_rows)), "val_images": int(len(val_rows)),
-                   "index": indexed, "channels": shape[0], "sharded": True, "shards": len(train.shards)}
-        return PreparedData(train, val, spec, fingerprint, uri, int(fs.size(path)), details)
+                   "index": indexed, "channels": layout["channels"], "input_size": layout["size"], "sharded": True,
+                   "shards": len(train.shards), **_skipped_details(meta.get("skipped", []))}
+        return PreparedData(train, val, spec, fingerprint, uri, int(fs.size(path)), details, decisions=decisions)
+
+    @staticmethod
+    def _spec(layout: dict[str, Any], classes: list[str], mean: list[float], std: list[float]) -> DataSpec:
+        """The spec: ``C × size × size`` floats in [0, 1], and how to preprocess an image for the model."""
+        size, channels = layout["size"], layout["channels"]
+        preprocess = {"resize_shorter_side": layout["store"], "center_crop": size,
+                      "interpolation": layout["interpolation"], "pixel_range": [0, 1],
+                      "mode": "L" if channels == 1 else "RGB"}
+        return DataSpec("image_classification", (channels, size, size), num_classes=len(classes),
+                        class_names=tuple(classes), extra={"mean": mean, "std": std, "preprocess": preprocess})
 
     def _split(self, split: np.ndarray, labels: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
         if (split == 1).any():
@@ -287,14 +365,25 @@ class ImageFolderProcessor(DataProcessor):
         return split_indices(len(labels), self.val_fraction, seed, labels)
 
     @staticmethod
-    def _statistics(train: Dataset, images: np.ndarray | None, rows: np.ndarray) -> tuple[list[float], list[float]]:
-        """Per-channel mean and standard deviation of (up to 2,000) training images, in [0, 1] units."""
-        picked = rows[np.linspace(0, len(rows) - 1, min(len(rows), 2000)).astype(int)]
-        if images is not None:
-            sample = np.asarray(images[np.sort(picked)], dtype=np.float64) / 255
-        else:
-            positions = np.linspace(0, len(train) - 1, min(len(train), 2000)).astype(int)
-            sample = np.stack([train[int(i)][0].numpy() for i in positions]).astype(np.float64)
+    def _statistics(view: Dataset) -> tuple[list[float], list[float]]:
+        """Per-channel mean and standard deviation of (up to 2,000) training images as the model sees them at
+        validation (centre crop), in [0, 1] units."""
+        positions = np.linspace(0, len(view) - 1, min(len(view), 2000)).astype(int)
+        sample = np.stack([view[int(i)][0].numpy() for i in positions]).astype(np.float64)
         mean = sample.mean(axis=(0, 2, 3))
         std = sample.std(axis=(0, 2, 3))
         return mean.tolist(), np.where(std > 1e-6, std, 1.0).tolist()
+
+
+def _kept(path: str) -> bool:
+    """Whether a file under a class folder is data (not hidden, not operating-system litter)."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return not name.startswith(".") and name.lower() not in IGNORED_FILES
+
+
+def _skipped_details(skipped: list[Any]) -> dict[str, Any]:
+    """The run-record facts about skipped files: the count and (up to 100 of) the files with their reasons."""
+    if not skipped:
+        return {}
+    return {"skipped_files": len(skipped),
+            "skipped": [{"path": str(p), "reason": str(r)} for p, r in list(skipped)[:100]]}

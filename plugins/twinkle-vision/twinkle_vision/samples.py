@@ -77,3 +77,33 @@ def write_shapes(root: str | Path, train: int = 300, val: int = 60, size: int = 
     # no "path:" entry: ultralytics and Twinkle then both resolve the splits against this file's folder
     (root / "data.yaml").write_text(f"train: images/train\nval: images/val\nnames:\n{names}\n")
     return root / "data.yaml"
+
+
+def write_digits_as_found(root: str | Path, count: int = 600, seed: int = 0) -> Path:
+    """Write ``count`` of scikit-learn's digits as a folder as users have them: RGB JPEGs of random sizes
+    (16–96 px, some not square), one RGBA PNG and one palette GIF, in ``root/<digit>/``. Returns ``root``.
+
+    Deterministic for a seed; needs scikit-learn.
+    """
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    rng = np.random.default_rng(seed)
+    root = Path(root)
+    picked = rng.permutation(len(digits.target))[:count]
+    for n, i in enumerate(picked):
+        folder = root / str(digits.target[i])
+        folder.mkdir(parents=True, exist_ok=True)
+        grey = Image.fromarray(np.clip(digits.images[i] * (255 / 16), 0, 255).astype(np.uint8), mode="L")
+        side = int(rng.integers(16, 97))
+        wide = side + int(rng.integers(0, side // 4 + 1)) if rng.random() < 0.3 else side
+        image = grey.resize((wide, side), Image.BICUBIC).convert("RGB")
+        if n == 0:
+            image.convert("RGBA").save(folder / f"{n:04d}.png")
+        elif n == 1:
+            image.convert("P").save(folder / f"{n:04d}.gif")
+        else:
+            image.save(folder / f"{n:04d}.jpg", quality=int(rng.integers(70, 96)))
+    return root

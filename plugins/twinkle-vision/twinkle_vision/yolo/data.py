@@ -25,6 +25,7 @@ from twinkle_core.data import (
     filesystem,
     is_local,
     join,
+    local_cache_dir,
     require_exists,
 )
 
@@ -43,15 +44,39 @@ def load_yaml(path: str) -> dict[str, Any]:
     Raises:
         MissingColumnError: no ``names`` or no ``train``/``val`` entry; DataError: a split folder is missing.
     """
-    with open(path, encoding="utf-8") as handle:
-        data = yaml.safe_load(handle) or {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise DataError(f"'{path}'{where} is not valid YAML ({problem}); a YOLO data.yaml looks like "
+                        "'train: images/train', 'val: images/val', 'names: [cat, dog]'") from None
+    except UnicodeDecodeError as err:
+        raise DataError(f"'{path}' is not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8") from None
+    if not isinstance(data, dict):
+        raise DataError(f"'{path}' holds a {type(data).__name__}, not a mapping; a YOLO data.yaml maps train, val "
+                        "and names to values")
     base = os.path.dirname(path)
     root = os.path.normpath(os.path.join(base, str(data.get("path", ".")))) if data.get("path") else base
     for key in ("names", "train", "val"):
         if key not in data:
             raise MissingColumnError(f"'{path}' has no '{key}:' entry; a YOLO data.yaml needs names, train and val")
     names = data["names"]
-    names = dict(enumerate(names)) if isinstance(names, list) else {int(k): str(v) for k, v in names.items()}
+    if isinstance(names, list):
+        names = dict(enumerate(str(n) for n in names))
+    elif isinstance(names, dict):
+        try:
+            names = {int(k): str(v) for k, v in names.items()}
+        except (TypeError, ValueError):
+            raise DataError(f"'{path}': names keys must be class ids 0, 1, ... (got {list(names)[:3]})") from None
+        if sorted(names) != list(range(len(names))):
+            raise DataError(f"'{path}': names ids must run 0..{len(names) - 1} without gaps (got {sorted(names)})")
+    else:
+        raise DataError(f"'{path}': names must be a list or an id → name mapping, got {names!r}")
+    if not names:
+        raise DataError(f"'{path}' names no classes; list them under names:")
     for split in ("train", "val"):
         folder = os.path.normpath(os.path.join(root, str(data[split])))
         if not os.path.isdir(folder):
@@ -80,6 +105,15 @@ def check_labels(images_dir: str, nc: int) -> tuple[int, int]:
     )
     if not images:
         raise EmptyDataError(f"'{images_dir}' has no images ({', '.join(IMAGE_SUFFIXES)})")
+    if f"{os.sep}images{os.sep}" not in images[0]:
+        raise DataError(f"'{images_dir}' is not inside an 'images' folder; YOLO finds each image's labels by "
+                        "replacing /images/ with /labels/ in its path: lay the data out as images/<split>/ and "
+                        "labels/<split>/")
+    labels_dir = os.path.dirname(label_path(images[0]))
+    if not any(os.path.exists(label_path(image)) for image in images):
+        raise DataError(f"none of the {len(images)} images in '{images_dir}' has a label file (looked for "
+                        f"'{label_path(images[0])}'); put one .txt per image in '{labels_dir}' (the YOLO layout is "
+                        "images/<split>/x.jpg with labels/<split>/x.txt)")
     boxes = 0
     for image in images:
         labels = label_path(image)
@@ -144,6 +178,33 @@ class YoloDataProcessor(DataProcessor):
                 fs.get_file(remote, target)
         return os.path.join(local, yaml_name), fingerprint
 
+    def mirror(self, data: dict[str, Any], fingerprint: str) -> dict[str, Any]:
+        """``data`` with its splits pointing into a mirror of links in the run store's cache.
+
+        ultralytics writes a ``labels/<split>.cache`` file next to the labels; with the mirror that file lands
+        in Twinkle's cache, keyed by the data's fingerprint, and the user's dataset folder is left as it was.
+        """
+        cache = self.cache_dir("datasets")
+        base = cache if "://" not in cache else os.path.join(local_cache_dir(), "datasets")  # links are local
+        root = os.path.join(base, f"{fingerprint.removeprefix('md5:')}-links")
+        mirrored = dict(data)
+        for split in ("train", "val", "test"):
+            folder = data.get(split)
+            if not isinstance(folder, str) or not os.path.isdir(folder):
+                continue
+            images = [os.path.join(d, f) for d, _, files in os.walk(folder) for f in files
+                      if f.lower().endswith(IMAGE_SUFFIXES)]
+            head = images[0].rpartition(f"{os.sep}images{os.sep}")[0] if images else os.path.dirname(folder)
+            target = os.path.join(root, split)
+            for image in images:
+                for source in (image, label_path(image)):
+                    link = os.path.join(target, os.path.relpath(source, head))
+                    if os.path.exists(source) and not os.path.lexists(link):
+                        os.makedirs(os.path.dirname(link), exist_ok=True)
+                        _link(source, link)
+            mirrored[split] = os.path.join(target, os.path.relpath(folder, head))
+        return mirrored
+
     def prepare(self, uri: str, seed: int = 0) -> PreparedData:
         """Check the labels, then build ultralytics' train (augmented) and val (rectangular) datasets."""
         from twinkle_vision.yolo import offline
@@ -151,6 +212,8 @@ class YoloDataProcessor(DataProcessor):
         path, fingerprint = self.local_yaml(uri)
         data = load_yaml(path)
         counts = {split: check_labels(data[split], data["nc"]) for split in ("train", "val")}
+        if not path.startswith(self.cache_dir()):  # the user's own folder: ultralytics writes into a mirror
+            data = self.mirror(data, fingerprint)
         offline.prepare()
         from ultralytics.cfg import DEFAULT_CFG, get_cfg
         from ultralytics.data import build_yolo_dataset
@@ -167,3 +230,13 @@ class YoloDataProcessor(DataProcessor):
                    "val_images": counts["val"][0], "val_boxes": counts["val"][1],
                    "fingerprint_exclude": list(FINGERPRINT_EXCLUDE)}
         return PreparedData(train, val, spec, fingerprint, uri, size, details, collate_fn=train.collate_fn)
+
+
+def _link(source: str, link: str) -> None:
+    """A symbolic link to ``source`` (a copy where the filesystem has no links)."""
+    try:
+        os.symlink(os.path.abspath(source), link)
+    except OSError:
+        import shutil
+
+        shutil.copyfile(source, link)

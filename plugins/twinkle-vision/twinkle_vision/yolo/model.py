@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -166,7 +167,9 @@ class YoloDetector(Algorithm):
         """A fresh ultralytics ``DetectionValidator`` on the moving average."""
         from ultralytics.models.yolo.detect import DetectionValidator
 
-        self._validator = DetectionValidator(args=self.hyp())
+        # ultralytics would create runs/detect/val* in the current directory: its folder is the run's
+        save_dir = Path(self.trainer.default_root_dir) / "ultralytics" / "val"
+        self._validator = DetectionValidator(save_dir=save_dir, args=self.hyp())
         self._validator.device = self.device
         self._validator.data = {"names": dict(enumerate(self.data_spec.class_names)), "nc": self.data_spec.num_classes}
         self._validator.names = self._validator.data["names"]
