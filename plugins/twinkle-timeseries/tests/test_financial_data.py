@@ -13,7 +13,7 @@ from torch import nn
 from twinkle_core import Algorithm, RunStore, Trainer
 from twinkle_core.data import DataError, MissingColumnError
 from twinkle_timeseries import FinancialDataProcessor
-from twinkle_timeseries.data import OHLCVError
+from twinkle_timeseries.data import OHLCV, OHLCVError
 
 FEATURES = ["open", "high", "low", "close", "volume"]
 
@@ -92,8 +92,12 @@ def test_chronological_split_without_overlap_and_lookback_only_normalisation(sp5
     last_val = max(series.times[s + 34] for _, s in prepared.val.windows)
     assert last_train < np.datetime64("2012-01-01") <= first_val and last_val < np.datetime64("2015-01-01")
     assert prepared.details["test_windows"] > 0
-    x, y = prepared.train[100]
+    x, y, stamps = prepared.train[100]
     past, future = prepared.train.raw(100)
+    s, start = prepared.train.windows[100]
+    when = pd.DatetimeIndex(series.times[start:start + 35])
+    assert stamps.shape == (35, 5) and stamps[:, 2].tolist() == list(when.day_of_week)  # every bar's calendar
+    assert stamps[:, 4].tolist() == list(when.month) and stamps[:, 3].tolist() == list(when.day)
     assert torch.allclose(x.mean(dim=0), torch.zeros(5), atol=1e-5)  # z-scored by the look-back itself
     mean, std = past.mean(axis=0), past.std(axis=0)
     assert np.allclose(y.numpy(), np.clip((future - mean) / std, -5, 5), atol=1e-5)  # future uses past stats
@@ -152,3 +156,21 @@ def test_too_few_bars_and_unknown_timeframe(sp500_csv, tmp_path) -> None:
         FinancialDataProcessor().prepare(str(path))
     with pytest.raises(DataError, match="unknown timeframe '2d'; choose one of 1m, 5m"):
         FinancialDataProcessor(timeframe="2d")
+
+
+def test_amount_joins_the_default_features_when_every_file_has_it(sp500_csv, tmp_path) -> None:
+    frame = pd.read_csv(sp500_csv)
+    frame.columns = [c.lower() for c in frame.columns]
+    frame["Turnover"] = frame["close"] * frame["volume"]  # traded value, under another common name
+    folder = tmp_path / "bars"
+    folder.mkdir()
+    frame.to_csv(folder / "SPX.csv", index=False)
+    prepared = FinancialDataProcessor(lookback_window=30, pred_len=5).prepare(str(folder))
+    assert prepared.spec.extra["features"] == ["open", "high", "low", "close", "volume", "amount"]
+    assert prepared.spec.input_shape == (30, 6)
+    past, _ = prepared.train.raw(0)
+    assert past[0, 5] == pytest.approx(past[0, 3] * past[0, 4], rel=1e-3)  # unchanged by split adjustment
+    frame.drop(columns=["Turnover"]).to_csv(folder / "NDX.csv", index=False)  # one file without it
+    assert FinancialDataProcessor(lookback_window=30, pred_len=5).prepare(str(folder)).spec.input_shape == (30, 5)
+    with pytest.raises(MissingColumnError, match="has no 'amount' column"):
+        FinancialDataProcessor(lookback_window=30, pred_len=5, features=[*OHLCV, "amount"]).prepare(str(folder))

@@ -60,7 +60,7 @@ def trained(stocks, tmp_path_factory):
 def test_two_stages_in_one_fit_learn_tokens_and_their_sequence(trained) -> None:
     trainer, result, snapshots = trained
     model = trainer.algorithm
-    assert result.status == "finished" and result.monitor == "val_loss"
+    assert result.status == "finished" and result.monitor == "val_mase"
     epochs = snapshots.epochs
     assert not torch.equal(epochs[0]["tokenizer"], epochs[1]["tokenizer"])  # stage one trains the tokenizer …
     assert torch.equal(epochs[0]["predictor"], epochs[1]["predictor"])  # … alone
@@ -72,6 +72,21 @@ def test_two_stages_in_one_fit_learn_tokens_and_their_sequence(trained) -> None:
     assert metrics["val_loss"].iloc[-1] < 0.5 * model.uniform_ce  # well below a uniform guess (1.2–1.3 vs 4.16)
     assert metrics["val_loss"].iloc[-1] < metrics["val_loss"].iloc[1]  # the predictor stage lowers it
     assert trainer.algorithm.data_spec.extra["features"] == ["open", "high", "low", "close", "volume"]
+
+
+def test_validation_reports_forecast_error_against_persistence(trained) -> None:
+    """MAE, MASE and direction of the decoded forecast, persistence's MASE beside it; MASE picks the best."""
+    trainer, result, _ = trained
+    metrics = pd.read_csv(Path(result.run_dir) / "logs" / "metrics.csv").groupby("epoch").last()
+    for name in ("val_mae", "val_mase", "val_persistence_mase", "val_direction"):
+        assert np.isfinite(metrics[name]).all() and name in result.metrics
+    assert 0.0 <= metrics["val_direction"].min() and metrics["val_direction"].max() <= 1.0
+    assert metrics["val_persistence_mase"].nunique() == 1  # the same windows every epoch
+    assert 0.5 < metrics["val_persistence_mase"].iloc[0] < 5  # z-units: a 10-bar horizon drifts a few steps
+    assert result.best_metric == pytest.approx(metrics["val_mase"].min())
+    assert metrics["val_mase"].iloc[-1] < metrics["val_mase"].iloc[1]  # the predictor stage forecasts better
+    record = trainer.store.get(result.run_uri)
+    assert record.metrics["best_val_mase"] == pytest.approx(result.best_metric)  # what runs list shows
 
 
 def test_predict_returns_future_bars_and_a_png(trained, stocks, tmp_path) -> None:

@@ -47,6 +47,10 @@ TIMEFRAMES = {"1m": "1min", "5m": "5min", "15m": "15min", "30m": "30min", "1h": 
 TIME_COLUMNS = ("timestamp", "datetime", "date", "time")
 ADJ_COLUMNS = ("adj_close", "adj close", "adjusted_close", "adjclose")
 OHLCV = ("open", "high", "low", "close", "volume")
+AMOUNT_COLUMNS = ("amount", "turnover")
+"""Traded value per bar (price × volume), Kronos's sixth feature: modelled as ``amount`` when every file has it."""
+TIME_FEATURES = ("minute", "hour", "weekday", "day", "month")
+"""The calendar fields of each bar's timestamp that Kronos embeds (its timestamp embeddings)."""
 
 
 class OHLCVError(DataError):
@@ -59,6 +63,13 @@ def window_stats(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values.mean(axis=0), np.where(std > 1e-8, std, 1.0)
 
 
+def time_features(times: np.ndarray) -> np.ndarray:
+    """``(n, 5)`` int64 calendar fields of ``times`` (:data:`TIME_FEATURES`): minute 0–59, hour 0–23, weekday
+    0–6 (Monday 0), day of the month 1–31, month 1–12."""
+    index = pd.DatetimeIndex(times)
+    return np.stack([index.minute, index.hour, index.day_of_week, index.day, index.month], axis=1).astype(np.int64)
+
+
 def normalise(values: np.ndarray, mean: np.ndarray, std: np.ndarray, clip: float) -> np.ndarray:
     """Bars z-scored with (look-back) statistics and clipped to ±``clip``, as float32."""
     return np.clip((values - mean) / std, -clip, clip).astype(np.float32)
@@ -66,15 +77,24 @@ def normalise(values: np.ndarray, mean: np.ndarray, std: np.ndarray, clip: float
 
 @dataclass
 class Series:
-    """One symbol's cleaned bars (features in the processor's order) and their timestamps."""
+    """One symbol's cleaned bars (features in the processor's order), their timestamps and calendar fields."""
 
     symbol: str
     times: np.ndarray
     values: np.ndarray
 
+    @property
+    def stamps(self) -> np.ndarray:
+        """:func:`time_features` of :attr:`times` (computed once)."""
+        cached = self.__dict__.get("_stamps")
+        if cached is None:
+            cached = self.__dict__["_stamps"] = time_features(self.times)
+        return cached
+
 
 class WindowDataset(Dataset):
-    """``(look-back, forecast)`` windows z-scored with look-back statistics, as float32 tensors."""
+    """``(look-back, forecast, stamps)`` windows: the bars z-scored with look-back statistics (float32) and the
+    calendar fields of every bar of the window (int64, ``lookback + pred_len`` × 5; see :func:`time_features`)."""
 
     def __init__(self, series: list[Series], windows: list[tuple[int, int]], lookback: int, pred_len: int,
                  clip: float) -> None:
@@ -96,12 +116,14 @@ class WindowDataset(Dataset):
         """Mean and deviation of window ``i``'s look-back bars, per feature."""
         return window_stats(self.raw(i)[0])
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Look-back and future bars, both normalised with the look-back's statistics."""
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Look-back and future bars, both normalised with the look-back's statistics, and their stamps."""
         past, future = self.raw(i)
         mean, std = self.stats(i)
+        s, start = self.windows[i]
+        stamps = self.series[s].stamps[start : start + self.lookback + self.pred_len]
         return (torch.from_numpy(normalise(past, mean, std, self.clip)),
-                torch.from_numpy(normalise(future, mean, std, self.clip)))
+                torch.from_numpy(normalise(future, mean, std, self.clip)), torch.from_numpy(stamps))
 
 
 class FinancialDataProcessor(DataProcessor):
@@ -113,7 +135,7 @@ class FinancialDataProcessor(DataProcessor):
     def __init__(
         self,
         timeframe: str = "1d",
-        features: list[str] = list(OHLCV),  # noqa: B006 (copied below; the article passes a list)
+        features: list[str] | None = None,
         lookback_window: PositiveInt = 90,
         pred_len: PositiveInt = 10,
         val_start: str | None = None,
@@ -127,7 +149,9 @@ class FinancialDataProcessor(DataProcessor):
 
         Args:
             timeframe: one of ``1m 5m 15m 30m 1h 4h 1d 1w``.
-            features: columns to model, in order (``close`` is always required).
+            features: columns to model, in order (``close`` is always required). Default: open, high, low,
+                close, volume, and ``amount`` (traded value, also read from a ``turnover`` column) when every
+                file has it.
             lookback_window: bars the model sees. pred_len: bars it forecasts.
             val_start, test_start: ISO dates starting the validation and test periods.
             repair: fix what can be fixed (and count it) instead of raising.
@@ -137,7 +161,8 @@ class FinancialDataProcessor(DataProcessor):
         super().__init__()
         if timeframe not in TIMEFRAMES:
             raise DataError(f"unknown timeframe '{timeframe}'; choose one of {', '.join(TIMEFRAMES)}")
-        self.timeframe, self.features = timeframe, [f.lower() for f in features]
+        self.timeframe, self.auto_features = timeframe, features is None
+        self.features = list(OHLCV) if features is None else [f.lower() for f in features]
         if "close" not in self.features:
             raise DataError("features must include 'close'")
         self.lookback_window, self.pred_len = int(lookback_window), int(pred_len)
@@ -174,12 +199,16 @@ class FinancialDataProcessor(DataProcessor):
         else:
             raise MissingColumnError(f"'{source}' has no timestamp column ({', '.join(TIME_COLUMNS)})")
         frame.index = pd.DatetimeIndex(times.to_numpy())
+        amount = next((c for c in AMOUNT_COLUMNS if c in frame.columns), None)
+        if amount is not None and amount != "amount" and "amount" not in frame.columns:
+            frame = frame.rename(columns={amount: "amount"})
         missing = [f for f in self.features if f not in frame.columns]
         if missing:
             raise MissingColumnError(f"'{source}' has no {', '.join(repr(m) for m in missing)} column; its columns "
                                      f"are {', '.join(frame.columns)}")
         adj = next((c for c in ADJ_COLUMNS if c in frame.columns), None)
-        raw = frame[[c for c in OHLCV if c in frame.columns] + ([adj] if adj else [])]
+        columns = [*OHLCV, "amount"]
+        raw = frame[[c for c in columns if c in frame.columns] + ([adj] if adj else [])]
         data = raw.apply(pd.to_numeric, errors="coerce")
         text = data.isna() & raw.notna()  # a value that is there but is not a number
         if text.to_numpy().any():
@@ -197,9 +226,9 @@ class FinancialDataProcessor(DataProcessor):
                     data[column] = data[column] * factor
             if "volume" in data:
                 data["volume"] = data["volume"] / factor
-        rules = {"open": "first", "high": "max", "low": "min", "close": "last", "volume": "sum"}
-        bars = data[[c for c in OHLCV if c in data]].resample(TIMEFRAMES[self.timeframe]).agg(
-            {c: rules[c] for c in OHLCV if c in data}).dropna(subset=["close"])
+        rules = {"open": "first", "high": "max", "low": "min", "close": "last", "volume": "sum", "amount": "sum"}
+        kept = [c for c in columns if c in data]  # the traded value is unchanged by split adjustment
+        bars = data[kept].resample(TIMEFRAMES[self.timeframe]).agg({c: rules[c] for c in kept}).dropna(subset=["close"])
         return Series(symbol, bars.index.to_numpy(), bars[self.features].to_numpy(dtype=np.float64))
 
     def _check(self, data: pd.DataFrame, source: str) -> pd.DataFrame:
@@ -243,9 +272,14 @@ class FinancialDataProcessor(DataProcessor):
 
     # ----------------------------------------------------------- preparation
     def series(self, uri: str, reader: Reader | None = None) -> list[Series]:
-        """Every symbol's cleaned bars."""
+        """Every symbol's cleaned bars (with default features, ``amount`` joins when every file has it)."""
         self.repairs = {}
-        return [self.clean(symbol, frame, file) for symbol, frame, file in self.read(uri, reader)]
+        frames = self.read(uri, reader)
+        if self.auto_features:
+            has_amount = all(any(str(c).strip().lower() in AMOUNT_COLUMNS for c in frame.columns)
+                             for _, frame, _ in frames)
+            self.features = [*OHLCV, "amount"] if has_amount else list(OHLCV)
+        return [self.clean(symbol, frame, file) for symbol, frame, file in frames]
 
     def boundaries(self, series: list[Series]) -> tuple[np.datetime64, np.datetime64]:
         """The validation and test start times (given, or at 70 % and 85 % of the overall timeline)."""

@@ -3,8 +3,16 @@
 Epochs ``0 … tokenizer_epochs-1`` train the tokenizer (reconstruction + BSQ loss); the remaining epochs train
 the predictor on the frozen tokenizer's tokens (mean of the coarse and fine cross-entropies). Each stage has its
 own learning-rate schedule (warm-up, then cosine) inside one optimizer; a part outside its stage gets no
-gradient, so the optimizer leaves it alone. ``val_loss`` is always the predictor's token cross-entropy, so
-the best checkpoint is the best forecaster; ``val_recon_mse`` tracks the tokenizer.
+gradient, so the optimizer leaves it alone. ``val_loss`` is the predictor's token cross-entropy and
+``val_recon_mse`` tracks the tokenizer.
+
+Validation also forecasts every look-back window (the mean of ``val_samples`` sampled paths, seeded, so the
+figure is reproducible) and scores the close against the actual future, in each window's z-units:
+``val_mae``, ``val_mase`` (MAE over the mean absolute one-bar change inside the look-backs, as Hyndman's
+MASE), ``val_persistence_mase`` (the same for repeating the last close, side by side) and ``val_direction``
+(how often the forecast moves the way the close did). ``monitor_metric`` (default ``val_mase``) picks the
+best checkpoint. Bars carry timestamp embeddings (minute, hour, weekday, day, month) unless
+``time_embeddings=False``.
 
 Training windows are ``lookback_window + pred_len`` bars z-scored with the look-back's statistics (the
 :class:`~twinkle_timeseries.FinancialDataProcessor` windows); forecasting samples tokens after a context and
@@ -29,8 +37,9 @@ from torch import nn
 
 from twinkle_core import Algorithm
 from twinkle_core.data import DataSpec
-from twinkle_core.errors import TwinkleError
-from twinkle_core.errors import HyperparameterError
+from twinkle_core.errors import HyperparameterError, TwinkleError
+from twinkle_core.types import PositiveInt
+from twinkle_timeseries.kronos.scores import ForecastScores
 from twinkle_timeseries.kronos.network import KronosNetwork
 from twinkle_timeseries.kronos.predictor import KronosPredictor
 from twinkle_timeseries.kronos.tokenizer import KronosTokenizer
@@ -65,6 +74,9 @@ class KronosModel(Algorithm):
         tokenizer_epochs: int = 2,
         tokenizer_lr: float | None = None,
         warmup: float = 0.1,
+        time_embeddings: bool = True,
+        val_samples: PositiveInt = 4,
+        monitor_metric: Literal["val_mase", "val_mae", "val_direction", "val_loss"] = "val_mase",
     ) -> None:
         """Sizes, context and the two training stages.
 
@@ -79,6 +91,11 @@ class KronosModel(Algorithm):
                 tokenizer is kept as loaded (continuing a run on new data).
             tokenizer_lr: the tokenizer's peak learning rate (default: ``lr``).
             warmup: the share of each stage spent warming the learning rate up.
+            time_embeddings: add the embedding of each bar's minute, hour, weekday, day and month to its tokens.
+            val_samples: sampled paths averaged into each validation forecast.
+            monitor_metric: the validation figure that picks the best checkpoint (and that early stopping and
+                ``runs list`` show): ``val_mase``, ``val_mae``, ``val_direction`` (higher is better) or
+                ``val_loss`` (token cross-entropy).
         """
         super().__init__(task="time_series_forecasting")
         self.n_heads, self.d_model, self.n_layers, self.ff_dim = n_heads, d_model, n_layers, ff_dim
@@ -87,6 +104,8 @@ class KronosModel(Algorithm):
         self.tokenizer_ff_dim, self.tokenizer_layers = tokenizer_ff_dim, tokenizer_layers
         self.dropout, self.max_context = dropout, max_context
         self.tokenizer_epochs, self.tokenizer_lr, self.warmup = tokenizer_epochs, tokenizer_lr, warmup
+        self.time_embeddings, self.val_samples, self.monitor_metric = time_embeddings, val_samples, monitor_metric
+        self._scores: dict[str, ForecastScores] = {}
         if tokenizer_epochs < 0:
             raise HyperparameterError(f"tokenizer_epochs must be 0 or more, not {tokenizer_epochs}")
 
@@ -105,7 +124,7 @@ class KronosModel(Algorithm):
                                     self.tokenizer_layers, self.tokenizer_layers, self.s1_bits, self.s2_bits,
                                     self.dropout)
         predictor = KronosPredictor(self.s1_bits, self.s2_bits, self.d_model, self.n_heads, self.ff_dim,
-                                    self.n_layers, self.dropout)
+                                    self.n_layers, self.dropout, self.time_embeddings)
         return KronosNetwork(tokenizer, predictor)
 
     @property
@@ -157,29 +176,65 @@ class KronosModel(Algorithm):
         self.network.predictor.train(not tokenizer_stage)
 
     @staticmethod
-    def _sequence(batch: Any) -> torch.Tensor:
-        x, y = batch
-        return torch.cat([x, y], dim=1)
+    def _sequence(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The bars (look-back then future) of a batch, and their stamps when the batch has them."""
+        x, y, *rest = batch
+        return torch.cat([x, y], dim=1), (rest[0] if rest else None)
 
     def batch_loss(self, batch: Any) -> torch.Tensor:
-        """The current stage's loss on (look-back, future) windows."""
-        bars = self._sequence(batch)
+        """The current stage's loss on (look-back, future[, stamps]) windows."""
+        bars, stamps = self._sequence(batch)
         if self.stage == "tokenizer":
             loss, parts = self.network.tokenizer.loss(bars)
         else:
             coarse, fine = self.network.tokenizer.encode(bars)
-            loss, parts = self.network.predictor.loss(coarse, fine)
+            loss, parts = self.network.predictor.loss(coarse, fine, stamps)
         self.log_dict({f"train_{k}": v for k, v in parts.items()}, on_step=False, on_epoch=True,
                       batch_size=bars.shape[0])
         return loss
 
     def _evaluate(self, batch: Any, prefix: str) -> None:
-        bars = self._sequence(batch)
+        bars, stamps = self._sequence(batch)
         _, recon = self.network.tokenizer.loss(bars)
         coarse, fine = self.network.tokenizer.encode(bars)
-        loss, parts = self.network.predictor.loss(coarse, fine)
+        loss, parts = self.network.predictor.loss(coarse, fine, stamps)
         self.log(f"{prefix}_loss", loss, prog_bar=True, batch_size=bars.shape[0])
         self.log_dict({f"{prefix}_{k}": v for k, v in {**parts, **recon}.items()}, batch_size=bars.shape[0])
+        x, y = batch[0], batch[1]
+        scores = self._scores.setdefault(prefix, ForecastScores(self._close_index(), x.device))
+        forecast = self.forecast(x, y.shape[1], T=1.0, top_p=0.9, sample_count=self.val_samples,
+                                 seed=scores.batches, stamps=stamps)  # the same noise every epoch
+        scores.add(x, y, forecast)
+
+    def _log_scores(self, prefix: str) -> None:
+        scores = self._scores.pop(prefix, None)
+        if scores is None:
+            return
+        totals = scores.totals
+        if self.trainer.world_size > 1:  # every rank scored its share of the windows
+            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
+        self.log_dict({f"{prefix}_{k}": v for k, v in ForecastScores.figures(totals).items()})
+
+    def on_validation_epoch_start(self) -> None:
+        """Start the epoch's forecast scores afresh."""
+        self._scores.pop("val", None)
+
+    def on_validation_epoch_end(self) -> None:
+        """Log ``val_mae``, ``val_mase``, ``val_persistence_mase`` and ``val_direction`` over all windows."""
+        self._log_scores("val")
+
+    def on_test_epoch_end(self) -> None:
+        """The same figures for the test split (``test_mae``, ...)."""
+        self._log_scores("test")
+
+    def _close_index(self) -> int:
+        features = list(self.data_spec.extra.get("features", ())) if self.data_spec is not None else []
+        return features.index("close") if "close" in features else 0
+
+    @property
+    def monitor(self) -> tuple[str, Literal["min", "max"]]:
+        """``monitor_metric``, lower is better except for ``val_direction``."""
+        return self.monitor_metric, "max" if self.monitor_metric == "val_direction" else "min"
 
     @property
     def uniform_ce(self) -> float:
@@ -221,9 +276,11 @@ class KronosModel(Algorithm):
 
     # ---------------------------------------------------------------- forecasting
     def forecast(self, x: torch.Tensor, pred_len: int | None = None, T: float = 1.0, top_p: float = 0.9,
-                 sample_count: int = 1, seed: int | None = None) -> torch.Tensor:
+                 sample_count: int = 1, seed: int | None = None, stamps: torch.Tensor | None = None) -> torch.Tensor:
         """Forecast z-scored windows ``x`` (B, lookback, F): the mean of ``sample_count`` sampled paths.
 
+        ``stamps`` (B, lookback + pred_len, 5) are the calendar fields of the look-back's and the future's bars
+        (:func:`twinkle_timeseries.data.time_features`); without them no timestamp embedding is added.
         Returns (B, pred_len, F) in the same z-units (``pred_len`` defaults to the trained horizon).
         """
         pred_len = pred_len or self._trained_pred_len()
@@ -231,16 +288,18 @@ class KronosModel(Algorithm):
         was_training = self.network.training
         self.network.eval()
         try:
+            stamps = stamps[:, : x.shape[1] + pred_len].to(self.device) if stamps is not None else None
             paths = self.network.forecast(x.to(self.device), pred_len, T, top_p, sample_count, self.max_context,
-                                          generator)
+                                          generator, stamps)
         finally:
             self.network.train(was_training)
         return paths.mean(dim=1)
 
     def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        """Forecasts (z-units) of a batch of look-back windows (or ``(look-back, future)`` pairs)."""
-        x = batch[0] if isinstance(batch, (tuple, list)) else batch
-        return self.forecast(x)
+        """Forecasts (z-units) of a batch of look-back windows (or ``(look-back, future[, stamps])`` windows)."""
+        if isinstance(batch, (tuple, list)):
+            return self.forecast(batch[0], stamps=batch[2] if len(batch) > 2 else None)
+        return self.forecast(batch)
 
     def _trained_pred_len(self) -> int:
         spec = self.data_spec
@@ -259,7 +318,7 @@ class KronosModel(Algorithm):
             A DataFrame indexed by the future timestamps (business days for daily stock bars), one column per
             feature.
         """
-        from twinkle_timeseries.data import normalise, window_stats
+        from twinkle_timeseries.data import normalise, time_features, window_stats
         from twinkle_timeseries.kronos.frames import future_index
 
         spec = self.data_spec
@@ -275,8 +334,10 @@ class KronosModel(Algorithm):
         clip = float(spec.extra.get("clip", 5.0))
         x = torch.from_numpy(normalise(values, mean, std, clip))[None]
         pred_len = int(pred_len or self._trained_pred_len())
-        z = self.forecast(x, pred_len, T, top_p, sample_count, seed)[0].cpu().numpy().astype(np.float64)
         index = future_index(series.times, pred_len, processor.timeframe)
+        times = np.concatenate([series.times[-len(values):], index.to_numpy()])
+        stamps = torch.from_numpy(time_features(times))[None]
+        z = self.forecast(x, pred_len, T, top_p, sample_count, seed, stamps)[0].cpu().numpy().astype(np.float64)
         return pd.DataFrame(z * std + mean, index=index, columns=processor.features)
 
     @staticmethod

@@ -18,10 +18,12 @@ class KronosNetwork(nn.Module):
         super().__init__()
         self.tokenizer, self.predictor = tokenizer, predictor
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One training-shaped pass over bars (B, T, F): reconstruction, coarse and fine next-token logits."""
+    def forward(self, x: torch.Tensor, stamps: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One training-shaped pass over bars (B, T, F) (stamps (B, T, 5) optional): reconstruction, coarse and
+        fine next-token logits."""
         out = self.tokenizer(x)
-        coarse_logits, fine_logits = self.predictor(out.coarse[:, :-1], out.fine[:, :-1], out.coarse[:, 1:])
+        inputs = stamps[:, :-1] if stamps is not None else None
+        coarse_logits, fine_logits = self.predictor(out.coarse[:, :-1], out.fine[:, :-1], out.coarse[:, 1:], inputs)
         return out.reconstruction, coarse_logits, fine_logits
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
@@ -33,8 +35,9 @@ class KronosNetwork(nn.Module):
     @torch.no_grad()
     def forecast(self, x: torch.Tensor, pred_len: int, temperature: float = 1.0, top_p: float = 0.9,
                  sample_count: int = 1, max_context: int | None = None,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
-        """Sample future bars after z-scored contexts ``x`` (B, T, F).
+                 generator: torch.Generator | None = None, stamps: torch.Tensor | None = None) -> torch.Tensor:
+        """Sample future bars after z-scored contexts ``x`` (B, T, F); ``stamps`` (B, T + pred_len, 5) are the
+        calendar fields of the context's and the future's bars, when known.
 
         Returns (B, sample_count, pred_len, F) in the same z-units: each sample path's tokens are generated
         autoregressively (coarse, then fine) and decoded together with the context, whose decoder is causal.
@@ -43,8 +46,10 @@ class KronosNetwork(nn.Module):
         coarse, fine = self.tokenizer.encode(x)
         coarse = coarse.repeat_interleave(sample_count, dim=0)
         fine = fine.repeat_interleave(sample_count, dim=0)
+        if stamps is not None:
+            stamps = stamps.repeat_interleave(sample_count, dim=0)
         new_coarse, new_fine = self.predictor.generate(coarse, fine, pred_len, temperature, top_p, max_context,
-                                                       generator)
+                                                       generator, stamps)
         all_coarse, all_fine = torch.cat([coarse, new_coarse], dim=1), torch.cat([fine, new_fine], dim=1)
         if max_context is not None:
             all_coarse, all_fine = all_coarse[:, -max_context:], all_fine[:, -max_context:]
