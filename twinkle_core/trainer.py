@@ -20,6 +20,7 @@ from twinkle_core.data.processor import DataProcessor, PreparedData
 from twinkle_core.data.spec import DataSpec, ModelInput
 from twinkle_core.engine import continuation as cont
 from twinkle_core.engine.checkpoints import TWINKLE_KEY, load_checkpoint
+from twinkle_core.engine.curves import keep_history
 from twinkle_core.engine.ranks import is_global_zero
 from twinkle_core.engine.record import CheckpointRecord, class_path, restore_algorithm, restore_processor
 from twinkle_core.engine.result import FitResult
@@ -27,6 +28,8 @@ from twinkle_core.engine.run import RunSetup, run_lightning
 from twinkle_core.engine.selection import choose_processor, choose_strategy, resolve_algorithm, resolve_task
 from twinkle_core.engine.settings import TrainerSettings, check_names, route, trainer_settings
 from twinkle_core.errors import TwinkleError
+from twinkle_core.jobs.spec import current_job_dir
+from twinkle_core.jobs.spec import write_json as write_job_json
 from twinkle_core.exporting.base import ExportResult
 from twinkle_core.lookup import list_components
 from twinkle_core.operations import Operations
@@ -34,7 +37,7 @@ from twinkle_core.ops.memory import scale_batch
 from twinkle_core.ops.verify import save_data_manifest
 from twinkle_core.planning import DataLoadingDecider, Hardware, Plan, PlanContext, measure_example
 from twinkle_core.store.runs import RunStore
-from twinkle_core.uris import size_of
+from twinkle_core.uris import filesystem, join, size_of
 
 class Trainer(Operations):
     """Train a registered algorithm (or an :class:`Algorithm` subclass) on data at any URI.
@@ -89,6 +92,8 @@ class Trainer(Operations):
         self._prepared: PreparedData | None = None
         self._shared_data: dict[tuple[Any, ...], PreparedData] | None = None  # tune: prepared once for all trials
         self._detected: Hardware | None = None
+        self.reuse_run: str | None = None
+        """A run to train into instead of creating one (a job restarted before its first checkpoint)."""
         self.settings = self._check_hyperparameters()
 
     def variant(self, hyperparams: dict[str, Any], **kwargs: Any) -> Trainer:
@@ -254,7 +259,31 @@ class Trainer(Operations):
         return self.result
 
     def _record_run(self, uri: str, prepared: PreparedData, plan: Plan, routed: Any) -> Any:
-        """Create the run's catalogue row and write its plan, data record and data manifest (rank 0)."""
+        """Create the run's catalogue row and write its plan, data record and data manifest (rank 0); a restart
+        reopens its own run instead. In a job, ``run.json`` in the job folder names the run."""
+        same = self.continuation.parent_run if self.continuation is not None and self.continuation.same_run else None
+        reopen = same or self.reuse_run
+        record = self._reopen_run(reopen, plan) if reopen else self._create_run(uri, prepared, plan, routed)
+        folder = current_job_dir()
+        if folder is not None:
+            write_job_json(folder, "run.json", {"run": record.uri})
+        return record
+
+    def _reopen_run(self, run: str, plan: Plan) -> Any:
+        """The run ``run``, running again: earlier metric rows kept (up to the checkpoint), the new plan stored."""
+        record = self.store.get(run)
+        step = self.continuation.global_step if self.continuation is not None else 0
+        logs = self.store.path(record.id, "logs")
+        if self.continuation is None:  # restarted before any checkpoint: nothing logged so far is kept
+            fs, path = filesystem(join(logs, "metrics.csv"))
+            if fs.exists(path):
+                fs.rm(path)
+        else:
+            keep_history(logs, step)
+        self.store.write_json(record.id, "plan.json", plan.to_dict())
+        return self.store.update(record.id, status="running", error=None, finished=None, plan=plan.to_dict())
+
+    def _create_run(self, uri: str, prepared: PreparedData, plan: Plan, routed: Any) -> Any:
         parent = self.continuation.parent_run if self.continuation else None
         record = self.store.create_run(
             self.user,
@@ -274,6 +303,36 @@ class Trainer(Operations):
         self.store.write_json(record.id, "data.json", {"uri": uri, "fingerprint": prepared.fingerprint,
                                                         "spec": prepared.spec.to_dict(), **prepared.details})
         return record
+
+    def supervise(self, data: str | None = None, max_restarts: int = 3) -> FitResult:
+        """Like :meth:`fit`, in a worker process that is restarted when it dies (SIGKILL, the OOM killer, a
+        crash) — from the run's last checkpoint, exactly, up to ``max_restarts`` times; the run keeps one id
+        and each restart is an alert (kind ``restart``). See :mod:`twinkle_core.jobs.supervisor`.
+
+        The trainer must be declarative: a registered algorithm name, no configured processor instance, no
+        callbacks (a worker process rebuilds it from a :class:`~twinkle_core.jobs.Job`).
+
+        Raises:
+            TwinkleError: the trainer holds code a worker cannot rebuild; the training failed; the worker kept
+                dying (the run is then ``failed``).
+        """
+        from twinkle_core.jobs import Job, supervise
+
+        held = [name for name, value in (("an Algorithm class", not isinstance(self.algorithm_ref, str)),
+                                         ("a configured data processor", isinstance(self.data_processor, DataProcessor)),
+                                         ("callbacks", bool(self.callbacks)),
+                                         ("monitor()/set_budget_alert() rules", self.monitor_config is not None
+                                          or self.budget_config is not None)) if value]
+        if held:
+            raise TwinkleError(f"supervise() runs the job in a new process from data only, but this trainer holds "
+                               f"{', '.join(held)}; register the algorithm and pass names and hyperparameters, "
+                               "or call fit()")
+        job = Job(algorithm=str(self.algorithm_ref), data=self._data(data), task=self.task,
+                  hyperparams=dict(self.hyperparams), data_processor=self.data_processor,  # type: ignore[arg-type]
+                  resource_strategy=self.resource_strategy, user=self.user, project=self.project,
+                  home=self.store.home, max_restarts=max_restarts)
+        self.result = supervise(job, verbose=self.verbose)
+        return self.result
 
     def export(
         self,
@@ -305,6 +364,7 @@ class Trainer(Operations):
         hyperparams: dict[str, Any] | None = None,
         *,
         algorithm: str | type[Algorithm] | None = None,
+        same_run: bool = False,
         **options: Any,
     ) -> Trainer:
         """A trainer that continues from a run or checkpoint (see :mod:`twinkle_core.engine.continuation`).
@@ -318,10 +378,14 @@ class Trainer(Operations):
             algorithm: the checkpoint's algorithm: a registered name it must match, or — for a checkpoint of
                 an ``Algorithm`` subclass that is not registered — that class. A checkpoint naming a module
                 path that is neither registered nor passed here is refused before anything is imported.
+            same_run: with ``mode="resume"``, train on in the run that wrote the checkpoint (one run id: what an
+                automatic restart after a crash does) instead of a new child run.
             **options: ``Trainer`` keywords (``user``, ``project``, ``home``, ``verbose``) and more overrides.
         """
         if mode not in cont.MODES:
             raise TwinkleError(f"unknown mode '{mode}'; choose one of {', '.join(cont.MODES)}")
+        if same_run and mode != "resume":
+            raise TwinkleError(f"same_run=True resumes the run exactly; it does not combine with mode='{mode}'")
         trainer_keys = {"user", "project", "home", "verbose", "data_processor", "resource_strategy", "callbacks"}
         kwargs = {k: options.pop(k) for k in list(options) if k in trainer_keys}
         store = RunStore(kwargs.get("home"))
@@ -348,7 +412,11 @@ class Trainer(Operations):
             record=record,
             state_dict=ckpt["state_dict"],
             optimizer_states=ckpt.get("optimizer_states", []) if mode == "continue" else [],
+            global_step=int(ckpt.get("global_step", 0)),
+            same_run=same_run,
         )
+        if same_run and not record.run:
+            raise TwinkleError(f"checkpoint '{uri}' names no run to resume into; drop same_run=True")
         trainer.new_data = new_data or record.data_uri
         return trainer
 

@@ -44,14 +44,21 @@ def _training_options(func: Any) -> Any:
 
 @click.command()
 @_training_options
+@click.option("--max-restarts", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Restart the training process from its last checkpoint when it dies (0: train in this process).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def train(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epochs: int | None,
-          user: str | None, project: str | None, as_json: bool) -> None:
-    """Train ALGORITHM on --data as a new run; prints the plan, progress and the run URI."""
+          user: str | None, project: str | None, max_restarts: int, as_json: bool) -> None:
+    """Train ALGORITHM on --data as a new run; prints the plan, progress and the run URI.
+
+    The training runs in a worker process that is restarted from the run's last checkpoint (exactly: the same
+    data position and random state) if it is killed, up to --max-restarts times; each restart is recorded in
+    the run's alerts.
+    """
     from twinkle_core.trainer import Trainer
 
     trainer = Trainer(algorithm, task, _hyperparams(hp, epochs), user=user, project=project, verbose=not as_json)
-    result = trainer.fit(data=data)
+    result = trainer.supervise(data, max_restarts=max_restarts) if max_restarts else trainer.fit(data=data)
     if as_json:
         echo_json({"run": result.run_uri, "status": result.status, "metrics": result.metrics,
                    "best_checkpoint": result.best_checkpoint, "data_fingerprint": result.data_fingerprint})

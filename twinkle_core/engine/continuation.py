@@ -37,6 +37,9 @@ class Continuation:
         record: Twinkle's record in the checkpoint (algorithm, hyperparameters, data spec, run, ...).
         state_dict: the model weights.
         optimizer_states: the optimizers' states (``continue``).
+        global_step: the optimizer step the checkpoint was written at.
+        same_run: ``resume`` into the run that wrote the checkpoint (a restart after a crash) rather than a
+            new child run.
     """
 
     mode: str
@@ -44,6 +47,8 @@ class Continuation:
     record: CheckpointRecord
     state_dict: dict[str, Any] = field(repr=False, default_factory=dict)
     optimizer_states: list[dict[str, Any]] = field(repr=False, default_factory=list)
+    global_step: int = 0
+    same_run: bool = False
 
     @property
     def parent_run(self) -> str | None:

@@ -20,6 +20,38 @@ def read_metrics(csv_uri: str) -> Any:
         return pd.read_csv(handle)
 
 
+HISTORY = "metrics.before-restart.csv"
+"""Rows of earlier attempts of a restarted run, kept beside Lightning's ``metrics.csv`` until the run ends."""
+
+
+def keep_history(logs_uri: str, step: int) -> None:
+    """Before a run restarts from its checkpoint at ``step``, keep the rows logged up to it: Lightning's logger
+    starts ``metrics.csv`` afresh, and rows logged after the checkpoint are logged again by the new attempt."""
+    import pandas as pd
+
+    current = read_metrics(f"{logs_uri}/metrics.csv")
+    if current.empty:
+        return
+    kept = current[current["step"] <= step] if "step" in current else current
+    earlier = read_metrics(f"{logs_uri}/{HISTORY}")
+    merged = pd.concat([earlier, kept], ignore_index=True) if not earlier.empty else kept
+    atomic_write_bytes(f"{logs_uri}/{HISTORY}", merged.to_csv(index=False).encode())
+
+
+def merge_history(logs_uri: str) -> None:
+    """At the end of a restarted run: earlier attempts' rows, then the last attempt's, as one ``metrics.csv``."""
+    import pandas as pd
+
+    fs, path = filesystem(f"{logs_uri}/{HISTORY}")
+    if not fs.exists(path):
+        return
+    merged = pd.concat([read_metrics(f"{logs_uri}/{HISTORY}"), read_metrics(f"{logs_uri}/metrics.csv")],
+                       ignore_index=True)
+    merged = merged.drop_duplicates()  # a validation at the checkpoint's step, logged again after the restart
+    atomic_write_bytes(f"{logs_uri}/metrics.csv", merged.to_csv(index=False).encode())
+    fs.rm(path)
+
+
 def plot_curves(csv_uri: str, png_uri: str, title: str) -> bool:
     """Draw every ``*loss`` and validation metric against the step into ``png_uri``; False if no data."""
     import matplotlib

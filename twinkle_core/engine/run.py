@@ -28,7 +28,7 @@ from twinkle_core.algorithm import Algorithm, batch_size_of
 from twinkle_core.data.processor import PreparedData
 from twinkle_core.engine.checkpoints import TWINKLE_KEY, AtomicCheckpointIO
 from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
-from twinkle_core.engine.curves import plot_curves
+from twinkle_core.engine.curves import merge_history, plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
 from twinkle_core.engine.ranks import broadcast, close_group
 from twinkle_core.engine.record import CheckpointRecord
@@ -243,7 +243,7 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Any) -> tuple[L
     ckpt_path = continuation.checkpoint_uri if continuation and continuation.mode == "resume" else None
     if record is not None and continuation is not None and continuation.mode == "resume" and continuation.parent_run:
         parent = store.catalogue.get(continuation.parent_run.removeprefix("twinkle://"))
-        if parent is not None and parent.status == "running":
+        if parent is not None and parent.status == "running" and parent.id != record.id:
             store.update(parent.id, status="interrupted")
     while True:
         trainer = _lightning_trainer(setup, roles["all"], run_dir)
@@ -307,6 +307,7 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: dict[str, Any]) -> FitRe
     best_path = _uri(best.best_model_path, ckpt_dir)
     fs, last_local = filesystem(roles["last_path"])
     last_path = roles["last_path"] if fs.exists(last_local) else None
+    merge_history(store.path(record.id, "logs"))  # a restarted run: its earlier attempts' rows come first
     plot_curves(store.path(record.id, "logs", "metrics.csv"), store.path(record.id, "curves.png"),
                 f"{record.uri} · {record.algorithm}")
     measured = {

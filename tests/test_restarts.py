@@ -1,0 +1,125 @@
+"""Automatic fault recovery: a supervised job whose training process is SIGKILLed restarts by itself from its
+last checkpoint, into the same run, and ends with the weights of an uninterrupted run; a job that dies every
+time ends ``failed`` after ``max_restarts``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from twinkle_core import RunStore, Trainer
+from twinkle_core.errors import TwinkleError
+from twinkle_core.jobs import RESTART_KIND
+
+HP = {"max_epochs": 12, "batch_size": 16, "checkpoint_every_n_steps": 4, "seed": 3, "progress_bar": False}
+
+
+def _cli(home: Path, data: Path, *extra: str) -> subprocess.Popen[str]:
+    args = [sys.executable, "-m", "twinkle_core", "train", "tabular-mlp", "--data", str(data), "--project", "sup",
+            "--json", *extra, *(f"--hp={k}={v}" for k, v in HP.items())]
+    env = {**os.environ, "TWINKLE_HOME": str(home), "TWINKLE_USER": "tester", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _supervisor_state(home: Path) -> dict:
+    found = list((home / "jobs").glob("*/supervisor.json")) if (home / "jobs").exists() else []
+    if not found:
+        return {}
+    try:
+        return json.loads(found[0].read_text()) | {"folder": str(found[0].parent)}
+    except json.JSONDecodeError:  # written atomically, but the glob may race a rename on some filesystems
+        return {}
+
+
+def _wait_for(condition, timeout: float = 120.0, what: str = "the condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _weights(path: str) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["state_dict"]
+
+
+def test_a_killed_training_process_restarts_by_itself_and_ends_as_if_never_killed(tmp_path, cancer_csv) -> None:
+    home = tmp_path / "home"
+    job = _cli(home, cancer_csv)
+    state = _wait_for(lambda: (s := _supervisor_state(home)) and (Path(s["folder"]) / "run.json").exists() and s,
+                      what="the worker to create its run")
+    run = json.loads((Path(state["folder"]) / "run.json").read_text())["run"]
+    store = RunStore(str(home))
+    last = Path(store.path(store.get(run).id, "checkpoints", "last.ckpt"))
+    _wait_for(lambda: last.exists() and torch.load(last, weights_only=True)["global_step"] >= 8,
+              what="a mid-training checkpoint")
+    os.kill(state["worker_pid"], signal.SIGKILL)  # the test's only action: the restart is the supervisor's
+    out, err = job.communicate(timeout=300)
+    assert job.returncode == 0, err[-3000:]
+    result = json.loads(out)
+    assert result["run"] == run and result["status"] == "finished"
+    record = store.get(run)
+    restarts = [a for a in record.alerts if a["kind"] == RESTART_KIND]
+    assert len(restarts) == 1 and "killed by signal 9 (SIGKILL)" in restarts[0]["message"]
+    assert "from its last checkpoint" in restarts[0]["message"] and record.status == "finished"
+    assert len(store.list(project="sup")) == 1  # one run, one id
+    curves = pd.read_csv(Path(store.run_dir(record.id)) / "logs" / "metrics.csv")
+    assert set(curves["epoch"].dropna().astype(int)) == set(range(HP["max_epochs"]))  # both attempts' rows
+    assert curves["val_loss"].notna().sum() == HP["max_epochs"]  # one validation per epoch, none lost or doubled
+
+    reference = Trainer("tabular-mlp", hyperparams=HP, home=str(tmp_path / "reference"), verbose=False)
+    expected = _weights(reference.fit(str(cancer_csv)).last_checkpoint)
+    actual = _weights(str(last))
+    assert expected.keys() == actual.keys()
+    assert all(torch.equal(expected[k], actual[k]) for k in expected)  # exact resume: bit-identical weights
+
+
+def test_a_job_that_dies_every_time_ends_failed_after_max_restarts(tmp_path, cancer_csv) -> None:
+    home = tmp_path / "home"
+    job = _cli(home, cancer_csv, "--max-restarts", "2")
+    killed: set[int] = set()
+    while job.poll() is None:
+        state = _supervisor_state(home)
+        pid = state.get("worker_pid")
+        if pid and pid not in killed and (Path(state["folder"]) / "run.json").exists():
+            time.sleep(0.3)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            killed.add(pid)
+        time.sleep(0.05)
+    _, err = job.communicate()
+    assert job.returncode != 0 and len(killed) == 3  # the first attempt and two restarts
+    assert "gave up after 2 restart(s)" in err
+    store = RunStore(str(home))
+    (record,) = store.list(project="sup")
+    assert record.status == "failed" and "killed by signal 9" in record.error
+    kinds = [(a["kind"], a.get("action")) for a in record.alerts]
+    assert kinds == [(RESTART_KIND, "restart"), (RESTART_KIND, "restart"), (RESTART_KIND, "give up")]
+
+
+def test_an_error_raised_by_training_is_not_retried(twinkle_home, tmp_path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b,target\n1,2,x\n3,oops,y\n")
+    with pytest.raises(TwinkleError, match="NonNumericError|column 'b'"):
+        Trainer("tabular-mlp", hyperparams={"max_epochs": 1}, verbose=False).supervise(str(bad))
+    assert not list(Path(twinkle_home, "jobs").glob("*/supervisor.json"))[0].parent.joinpath("result.json").exists()
+
+
+def test_supervise_refuses_what_a_worker_cannot_rebuild(twinkle_home, cancer_csv) -> None:
+    trainer = Trainer("tabular-mlp", verbose=False)
+    trainer.monitor(metrics=["grad_norm"], alert_rules={"loss": "> 10"})
+    with pytest.raises(TwinkleError, match="monitor\\(\\)/set_budget_alert\\(\\) rules"):
+        trainer.supervise(str(cancer_csv))

@@ -1,0 +1,7 @@
+"""Jobs: training as declarative data (:class:`Job`), run by a worker process under a supervisor that restarts
+it from its last checkpoint when it dies (:func:`supervise`), or by every rank of a torchrun launch."""
+
+from twinkle_core.jobs.spec import Job, job_dir
+from twinkle_core.jobs.supervisor import RESTART_KIND, supervise
+
+__all__ = ["Job", "RESTART_KIND", "job_dir", "supervise"]

@@ -1,0 +1,113 @@
+""":func:`supervise`: run a :class:`Job` in a worker process and restart it from its last checkpoint when it dies.
+
+The worker (``python -m twinkle_core.jobs.worker JOB_DIR``) trains as ``Trainer.fit`` does and writes, into
+the job folder, ``run.json`` as soon as its run exists and ``result.json`` when it ends. When the worker
+dies — killed by a signal (SIGKILL, the OOM killer), or gone without leaving its run ``failed`` — the
+supervisor records a ``restart`` event in the run's alerts and starts a new worker, which resumes the same run
+(one id) exactly from its last checkpoint (the same data position and RNG state), or starts it again when no
+checkpoint was written yet. An error the training itself raised (bad data, a bug) is not retried: it would
+fail the same way. After ``max_restarts`` restarts the run ends ``failed`` with the last cause.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from twinkle_core.engine.result import FitResult
+from twinkle_core.errors import TwinkleError
+from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir, read_json, write_json
+from twinkle_core.store.runs import RunStore
+
+RESTART_KIND = "restart"
+"""The ``kind`` of the alert recorded for each automatic restart."""
+
+
+def describe_exit(returncode: int) -> str:
+    """``"killed by signal 9 (SIGKILL)"`` or ``"exited with status 3"``."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown"
+        return f"killed by signal {-returncode} ({name})"
+    return f"exited with status {returncode}"
+
+
+def supervise(job: Job, folder: str | None = None, verbose: bool = True, backoff_seconds: float = 1.0) -> FitResult:
+    """Run ``job`` to its end in worker processes, restarting a dead worker up to ``job.max_restarts`` times.
+
+    Args:
+        job: what to train.
+        folder: the job folder (default: a new one in the run store, see :func:`~twinkle_core.jobs.job_dir`).
+        verbose: let the worker print its plan and progress.
+        backoff_seconds: the wait before restart ``n`` is ``n × backoff_seconds``.
+
+    Returns:
+        The run's :class:`FitResult` (one run, whatever the number of restarts).
+
+    Raises:
+        TwinkleError: the training raised an error (its message), or the worker kept dying — the run is then
+            ``failed`` with the last cause, never left ``running``.
+    """
+    folder = folder or job_dir(job.home)
+    job.save(folder)
+    store = RunStore(job.home)
+    restarts = 0
+    while True:
+        returncode = _attempt(folder, restarts, verbose)
+        result = read_json(folder, "result.json")
+        if returncode == 0 and result is not None:
+            return FitResult.from_dict(result)
+        error = read_json(folder, "error.json")
+        run = (read_json(folder, "run.json") or {}).get("run")
+        record = store.get(run) if run else None
+        if error is not None and (record is None or record.status == "failed"):
+            raise TwinkleError(f"{error['type']}: {error['message']}")  # raised by the training: not retried
+        cause = describe_exit(returncode)
+        if record is None:
+            raise TwinkleError(f"the training process {cause} before it created its run; see its output above")
+        if restarts >= job.max_restarts:
+            message = f"the training process {cause}; gave up after {restarts} restart(s) (max_restarts)"
+            _event(store, record.id, record.uri, {"kind": RESTART_KIND, "action": "give up", "attempt": restarts,
+                                                  "message": message})
+            store.update(record.id, status="failed", error=message, finished=time.time())
+            raise TwinkleError(f"{record.uri}: {message}")
+        restarts += 1
+        last = store.path(record.id, "checkpoints", "last.ckpt")
+        source = "its last checkpoint" if os.path.exists(last) else "the start (no checkpoint yet)"
+        _event(store, record.id, record.uri, {
+            "kind": RESTART_KIND, "action": "restart", "attempt": restarts, "returncode": returncode,
+            "message": f"the training process {cause}; restart {restarts} of {job.max_restarts} from {source}"})
+        if verbose:
+            print(f"Twinkle: the training process {cause}; restarting {record.uri} from {source} "
+                  f"({restarts}/{job.max_restarts})", file=sys.stderr, flush=True)
+        time.sleep(backoff_seconds * restarts)
+
+
+def _attempt(folder: str, attempt: int, verbose: bool) -> int:
+    """Run one worker to its end; returns its exit status (negative: the signal that killed it)."""
+    env = {**os.environ, JOB_DIR_ENV: folder}
+    out = None if verbose else subprocess.DEVNULL
+    process = subprocess.Popen([sys.executable, "-m", "twinkle_core.jobs.worker", folder], env=env, stdout=out)
+    write_json(folder, "supervisor.json", {"supervisor_pid": os.getpid(), "worker_pid": process.pid,
+                                           "attempt": attempt, "started": time.time()})
+    try:
+        return process.wait()
+    except BaseException:  # the supervisor itself is stopped: stop the worker too, then say so
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        raise
+
+
+def _event(store: RunStore, run_id: str, uri: str, alert: dict[str, Any]) -> None:
+    """Append ``alert`` to the run's alerts (rank 0's supervisor is the only writer while no worker runs)."""
+    record = store.catalogue.get(run_id)
+    store.update(run_id, alerts=[*(record.alerts if record else []), {"run": uri, "time": time.time(), **alert}])

@@ -1,0 +1,57 @@
+"""A job's worker process: ``python -m twinkle_core.jobs.worker JOB_DIR`` (started by a supervisor or, on every
+rank, by ``twinkle launch``/torchrun).
+
+The first attempt trains the job as a new run; rank 0 writes ``run.json`` as soon as the run exists. A later
+attempt (a supervisor's restart, or torchrun's ``--max-restarts``) finds ``run.json`` and resumes that same run
+from its last checkpoint — or trains it again from the start when it has none. Rank 0 writes ``result.json``
+at the end, or ``error.json`` when training raised.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, read_json, write_json
+
+
+def run(folder: str) -> int:
+    """Train the job in ``folder``; returns the process exit status."""
+    from twinkle_core.engine.ranks import is_global_zero
+    from twinkle_core.trainer import Trainer
+
+    os.environ[JOB_DIR_ENV] = folder
+    job = Job.load(folder)
+    existing = (read_json(folder, "run.json") or {}).get("run")
+    try:
+        options = {"data_processor": job.data_processor, "resource_strategy": job.resource_strategy,
+                   "user": job.user, "project": job.project, "home": job.home}
+        if existing and _has_checkpoint(job, existing):
+            trainer = Trainer.from_checkpoint(existing, mode="resume", same_run=True, home=job.home)
+            result = trainer.fit()
+        else:
+            trainer = Trainer(job.algorithm, job.task, job.hyperparams, **options)
+            trainer.reuse_run = existing  # a restart before the first checkpoint: the same run, from the start
+            result = trainer.fit(job.data)
+    except Exception as err:  # noqa: BLE001 — reported to the supervisor, then re-raised for the traceback
+        if is_global_zero():
+            write_json(folder, "error.json", {"type": type(err).__name__, "message": str(err),
+                                              "traceback": traceback.format_exc()[-4000:]})
+        raise
+    if is_global_zero():
+        write_json(folder, "result.json", result.to_dict())
+    return 0
+
+
+def _has_checkpoint(job: Job, run_uri: str) -> bool:
+    from twinkle_core.store.runs import RunStore
+
+    store = RunStore(job.home)
+    return os.path.exists(store.path(store.get(run_uri).id, "checkpoints", "last.ckpt"))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m twinkle_core.jobs.worker JOB_DIR")
+    sys.exit(run(sys.argv[1]))
