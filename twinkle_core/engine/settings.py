@@ -23,7 +23,9 @@ class TrainerSettings:
         seed: seeds everything (weights, split, shuffling, dropout).
         precision: force a Lightning precision (default: the plan's).
         accelerator: force ``"cpu"`` or ``"cuda"`` (default: the plan's).
-        devices: force the number of devices (default: the plan's).
+        devices: force the number of devices per node (default: the plan's).
+        num_nodes: the machines taking part (default: the launcher's, else one); each needs its processes
+            started — ``twinkle launch`` prints the torchrun command per node.
         strategy: force the distribution: ``ddp``, ``fsdp2`` or a DeepSpeed ZeRO stage (default: the plan's).
         num_workers: force data-loader workers (default: the plan's).
         gradient_clip_val: clip gradients to this norm.
@@ -47,6 +49,7 @@ class TrainerSettings:
     precision: Literal["64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"] | None = None
     accelerator: Literal["cpu", "cuda", "gpu", "mps"] | None = None
     devices: PositiveInt | None = None
+    num_nodes: PositiveInt | None = None
     strategy: Literal["auto", "ddp", "fsdp2", "deepspeed_stage_2", "deepspeed_stage_3", "deepspeed_stage_3_offload"] | None = None
     num_workers: NonNegativeInt | None = None
     gradient_clip_val: PositiveFloat | None = None
@@ -88,6 +91,7 @@ class TrainerSettings:
             "precision": self.precision,
             "accelerator": self.accelerator,
             "devices": self.devices,
+            "num_nodes": self.num_nodes,
             "strategy": self.strategy,
             "num_workers": self.num_workers,
         }

@@ -9,16 +9,20 @@ at the end, or ``error.json`` when training raised.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import traceback
+from typing import Any
+
+import torch
 
 from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, read_json, write_json
 
 
 def run(folder: str) -> int:
     """Train the job in ``folder``; returns the process exit status."""
-    from twinkle_core.engine.ranks import is_global_zero
+    from twinkle_core.engine.ranks import global_rank, is_global_zero
     from twinkle_core.trainer import Trainer
 
     os.environ[JOB_DIR_ENV] = folder
@@ -41,7 +45,20 @@ def run(folder: str) -> int:
         raise
     if is_global_zero():
         write_json(folder, "result.json", result.to_dict())
+    rank = global_rank()  # every rank: what it ended with, so a job's ranks can be checked against each other
+    write_json(folder, f"rank-{rank}.json", {"rank": rank, "weights_md5": weights_digest(trainer.algorithm),
+                                             "run": result.run_uri, "status": result.status})
     return 0
+
+
+def weights_digest(module: Any) -> str:
+    """MD5 of a module's state (names, dtypes, shapes and bytes, in order): equal on ranks that agree."""
+    digest = hashlib.md5()
+    for name, tensor in (module.state_dict() if module is not None else {}).items():
+        value = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{value.dtype}:{tuple(value.shape)}".encode())
+        digest.update(value.view(-1).view(torch.uint8).numpy().tobytes() if value.numel() else b"")
+    return digest.hexdigest()
 
 
 def _has_checkpoint(job: Job, run_uri: str) -> bool:

@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from twinkle_core.planning.estimate import ModelFacts
+from twinkle_core.planning.estimate import ModelFacts, PlanningError
 from twinkle_core.planning.hardware import Hardware
 from twinkle_core.planning.plan import Decision
 
@@ -140,6 +140,17 @@ class DevicesDecider(Decider):
         c, hw = draft.context, draft.context.hardware
         draft.decide("accelerator", hw.accelerator,
                      f"{hw.devices}× {hw.device_name} available" if hw.accelerator != "cpu" else "no GPU found")
+        if hw.launcher:  # the processes exist already: the plan must match them
+            for name, value in (("devices", hw.processes_per_node), ("num_nodes", hw.nodes)):
+                wanted = c.overrides.get(name)
+                if wanted is not None and wanted != value:
+                    raise PlanningError(f"{name}={wanted} was asked for, but {hw.launcher} started {value} "
+                                        f"({'processes per node' if name == 'devices' else 'nodes'}); launch "
+                                        f"with {wanted} or drop {name}")
+            draft.decide("devices", hw.processes_per_node, f"{hw.launcher} started {hw.processes_per_node} "
+                                                           "process(es) on each node")
+            draft.decide("num_nodes", hw.nodes, f"{hw.launcher}: {hw.nodes} node(s)")
+            return
         if hw.accelerator == "cpu":
             draft.decide("devices", 1, "CPU training runs as one process")
         elif c.facts.parameters < SINGLE_DEVICE_PARAMS:
@@ -148,6 +159,10 @@ class DevicesDecider(Decider):
         else:
             draft.decide("devices", hw.devices, f"{human(c.facts.parameters)} parameters: use every device")
         draft.decide("num_nodes", hw.nodes, "TWINKLE_NUM_NODES" if hw.nodes > 1 else "one machine")
+        if draft.values["num_nodes"] > 1 and not os.environ.get("MASTER_ADDR"):
+            raise PlanningError(f"num_nodes={draft.values['num_nodes']} needs the processes of every node started "
+                                "together: run `twinkle launch ... --nodes N` and start its command on each node "
+                                "(or set MASTER_ADDR, MASTER_PORT and NODE_RANK on each)")
 
 
 class PrecisionDecider(Decider):

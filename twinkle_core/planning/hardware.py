@@ -20,8 +20,10 @@ class Hardware:
         fp16: whether the device has fast float16.
         cpu_count: usable CPU cores.
         memory_bytes: host memory.
-        nodes: machines taking part (``TWINKLE_NUM_NODES``, default 1).
+        nodes: machines taking part (the launcher's, else ``TWINKLE_NUM_NODES``, default 1).
         deepspeed: whether DeepSpeed is installed (the ``twinkle-core[deepspeed]`` extra).
+        launcher: the launcher that started this job's processes (``"torchrun"``, ``"slurm"``), if any.
+        processes_per_node: the processes it started on each node (0 without a launcher).
     """
 
     accelerator: str
@@ -34,6 +36,8 @@ class Hardware:
     memory_bytes: int
     nodes: int = 1
     deepspeed: bool = False
+    launcher: str | None = None
+    processes_per_node: int = 0
 
     @property
     def key(self) -> str:
@@ -56,7 +60,9 @@ class Hardware:
         deepspeed = importlib.util.find_spec("deepspeed") is not None
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
-        nodes = int(os.environ.get("TWINKLE_NUM_NODES", "1"))
+        launched = launched_world()
+        launcher, nodes, per_node = launched or (None, int(os.environ.get("TWINKLE_NUM_NODES", "1")), 0)
+        extra = {"launcher": launcher, "processes_per_node": per_node}
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(0)
             return cls(
@@ -70,5 +76,22 @@ class Hardware:
                 memory_bytes=memory,
                 nodes=nodes,
                 deepspeed=deepspeed,
+                **extra,
             )
-        return cls("cpu", 1, "cpu", memory, False, False, cpus, memory, nodes, deepspeed)
+        return cls("cpu", 1, "cpu", memory, False, False, cpus, memory, nodes, deepspeed, **extra)
+
+
+def launched_world() -> tuple[str, int, int] | None:
+    """``(launcher, nodes, processes per node)`` when torchrun or SLURM started this job's processes."""
+    env = os.environ
+    try:
+        if env.get("TORCHELASTIC_RUN_ID") and env.get("LOCAL_WORLD_SIZE") and env.get("WORLD_SIZE"):
+            per_node, world = int(env["LOCAL_WORLD_SIZE"]), int(env["WORLD_SIZE"])
+            return "torchrun", max(world // max(per_node, 1), 1), per_node
+        if env.get("SLURM_NTASKS") and env.get("SLURM_STEP_ID") and env.get("SLURM_JOB_NAME") not in ("bash",
+                                                                                                    "interactive"):
+            nodes = int(env.get("SLURM_NNODES", "1"))
+            return "slurm", nodes, max(int(env["SLURM_NTASKS"]) // max(nodes, 1), 1)
+    except ValueError:  # a malformed variable: not a launch Twinkle can read
+        return None
+    return None
