@@ -27,6 +27,7 @@ from torch.utils.data import IterableDataset
 from twinkle_core.algorithm import Algorithm, batch_size_of
 from twinkle_core.data.processor import PreparedData
 from twinkle_core.engine.checkpoints import TWINKLE_KEY, AtomicCheckpointIO
+from twinkle_core.engine.compression import ddp_strategy, measured_bytes
 from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
 from twinkle_core.engine.curves import merge_history, plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
@@ -145,8 +146,11 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Any) -> dict[str, Any]:
 
 def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: str) -> L.Trainer:
     plan, settings = setup.plan, setup.settings
+    kwargs = plan.lightning_kwargs()
+    if plan.strategy == "ddp":  # DDP through a hook that counts the bytes it all-reduces (and compresses them)
+        kwargs["strategy"] = ddp_strategy(plan.gradient_compression)
     return L.Trainer(
-        **plan.lightning_kwargs(),
+        **kwargs,
         max_epochs=settings.max_epochs,
         min_epochs=setup.algorithm.min_epochs,
         max_steps=settings.max_steps,
@@ -315,6 +319,7 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: dict[str, Any]) -> FitRe
         "seconds_per_sample": timer.seconds / timer.samples if timer.samples else None,
         "train_seconds": round(timer.seconds, 3),
         "peak_memory_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
+        **measured_bytes(trainer.strategy),
     }
     status = "failed" if trainer.interrupted else "stopped" if stopped else "finished"
     best_score = float(best.best_model_score) if best.best_model_score is not None else None

@@ -39,6 +39,8 @@ class TrainerSettings:
         gradient_checkpointing: recompute activations in backward (algorithms that support it).
         memory_limit_bytes: cap the memory a run may use (CUDA: a per-process fraction; CPU: the planner's
             estimate per step, enforced before each step).
+        gradient_compression: DDP's gradient all-reduce — ``"none"``, ``"powersgd"``, ``"bf16"``, ``"fp16"``
+            (default: the plan's — PowerSGD across nodes); see :mod:`twinkle_core.engine.compression`.
     """
 
     batch_size: PositiveInt = 32
@@ -60,6 +62,7 @@ class TrainerSettings:
     auto_batch_scaling: bool = False
     gradient_checkpointing: bool = False
     memory_limit_bytes: PositiveInt | None = None
+    gradient_compression: Literal["none", "powersgd", "bf16", "fp16", "1bit-adam"] | None = None
 
     def __post_init__(self) -> None:
         """Refuse limits that would train nothing or forever.
@@ -68,6 +71,11 @@ class TrainerSettings:
             HyperparameterError: ``max_epochs=0``, ``max_steps=0``, or no limit at all (``max_epochs=-1``
                 needs ``max_steps``).
         """
+        if self.gradient_compression == "1bit-adam":
+            raise HyperparameterError(
+                "gradient_compression='1bit-adam': DeepSpeed removed 1-bit Adam (0.19.8 has no OnebitAdam, 0/1 Adam or "
+                "1-bit LAMB). Its job — fewer bytes across nodes — is done today by DDP communication hooks: use "
+                "'powersgd' (rank-2 factors, with error feedback) or 'bf16'/'fp16' (half the bytes)")
         if self.max_epochs == 0:
             raise HyperparameterError("max_epochs=0 trains nothing: pass max_epochs >= 1 (or -1 with max_steps)")
         if self.max_steps == 0:
@@ -94,6 +102,7 @@ class TrainerSettings:
             "num_nodes": self.num_nodes,
             "strategy": self.strategy,
             "num_workers": self.num_workers,
+            "gradient_compression": self.gradient_compression,
         }
 
 

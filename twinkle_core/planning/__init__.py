@@ -3,6 +3,7 @@ to train. A strategy is a sequence of deciders, one per concern; a plugin replac
 
 from twinkle_core.planning.deciders import (
     BatchingDecider,
+    CompressionDecider,
     DataLoadingDecider,
     Decider,
     DevicesDecider,
@@ -19,6 +20,7 @@ from twinkle_core.planning.strategy import DefaultStrategy, ResourceStrategy
 
 __all__ = [
     "BatchingDecider",
+    "CompressionDecider",
     "DataLoadingDecider",
     "Decider",
     "Decision",

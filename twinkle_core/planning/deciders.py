@@ -218,6 +218,28 @@ class DistributionDecider(Decider):
                          "so FSDP2 shards as far as it can")
 
 
+class CompressionDecider(Decider):
+    """PowerSGD for DDP across nodes (gradients cross the slowest links every step); none within one node."""
+
+    concern = "compression"
+
+    def decide(self, draft: PlanDraft) -> None:
+        """Decide ``gradient_compression``."""
+        c, strategy = draft.context, str(draft.values.get("strategy", "auto"))
+        wanted = c.overrides.get("gradient_compression")
+        if wanted not in (None, "none") and strategy != "ddp":
+            raise PlanningError(f"gradient_compression={wanted!r} compresses DDP's all-reduce, but the plan's strategy "
+                                f"is {strategy!r}; drop gradient_compression or set strategy='ddp' with 2+ devices")
+        nodes = int(draft.values.get("num_nodes", 1))
+        if strategy != "ddp":
+            draft.decide("gradient_compression", "none", "no DDP all-reduce to compress")
+        elif nodes > 1:
+            draft.decide("gradient_compression", "powersgd", f"DDP across {nodes} nodes: PowerSGD sends rank-2 factors "
+                                                             "of each gradient matrix instead of the matrix")
+        else:
+            draft.decide("gradient_compression", "none", "one node: gradients stay on its fast links")
+
+
 class BatchingDecider(Decider):
     """The requested batch halved until activations and state fit 80 % of device memory, with gradient
     accumulation keeping the requested effective batch; a finished run's micro-batch is reused.

@@ -31,6 +31,8 @@ class Plan:
         effective_batch_size: samples per optimizer step (micro × accumulation × devices × nodes).
         data_loading: ``"in-memory"`` or ``"sharded"`` (streamed from shards: data larger than memory).
         num_workers: data-loader worker processes.
+        gradient_compression: DDP's gradient all-reduce: ``"none"``, ``"powersgd"``, ``"bf16"`` or ``"fp16"``
+            (see :mod:`twinkle_core.engine.compression`).
         torch_threads: intra-op threads per process.
         strategy_name: the resource strategy that made the plan.
         estimates: figures behind the choices (parameters, FLOPs, memory, steps, time).
@@ -50,6 +52,7 @@ class Plan:
     num_workers: int
     torch_threads: int
     strategy_name: str = "default"
+    gradient_compression: str = "none"
     estimates: dict[str, Any] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
     history_run: str | None = None

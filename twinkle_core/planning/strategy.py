@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from twinkle_core.planning.deciders import (
     BatchingDecider,
+    CompressionDecider,
     DataLoadingDecider,
     Decider,
     DevicesDecider,
@@ -56,6 +57,7 @@ class DefaultStrategy(ResourceStrategy):
         DevicesDecider(),
         PrecisionDecider(),
         DistributionDecider(),
+        CompressionDecider(),
         BatchingDecider(),
         DataLoadingDecider(),
         WorkersDecider(),
@@ -106,6 +108,7 @@ class DefaultStrategy(ResourceStrategy):
             num_workers=int(v["num_workers"]),
             torch_threads=int(v["torch_threads"]),
             strategy_name=self.name,
+            gradient_compression=str(v.get("gradient_compression", "none")),
             estimates=estimates,
             decisions=draft.decisions,
             history_run=context.history[0]["id"] if context.history else None,
