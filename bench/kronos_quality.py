@@ -14,11 +14,11 @@ temperature ``--temperature``, top_p=0.9). Figures, on the test windows:
 * from the fit itself: the validation MAE, MASE, persistence's MASE and direction that Kronos logs
   (z-units of each window's look-back; ``val_mase`` is the monitored metric).
 
-Writes ``bench/results/kronos_quality.json`` (``kronos_quality_no_time.json`` with ``--no-time-embeddings``)
-and ``bench/results/kronos_forecast.png`` (one test window).
+Writes ``bench/results/kronos_quality.json`` (``kronos_quality_time_on.json`` / ``_off.json`` with
+``--time-embeddings on|off``) and ``bench/results/kronos_forecast.png`` (one test window).
 
     python bench/kronos_quality.py [--seeds 3] [--epochs 8] [--tokenizer-epochs 5] [--samples 16]
-                                   [--no-time-embeddings]
+                                   [--time-embeddings auto|on|off]
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--stride", type=int, default=1)
-    parser.add_argument("--no-time-embeddings", action="store_true", help="train without timestamp embeddings")
+    parser.add_argument("--time-embeddings", choices=("auto", "on", "off"), default="auto",
+                        help="timestamp embeddings (auto: Kronos's default, off for daily bars)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     work = Path(tempfile.mkdtemp(prefix="twinkle-kronos-bench-"))
@@ -118,7 +119,8 @@ def main() -> None:
         trainer = Trainer("kronos-tiny", data_processor=processor, verbose=False, progress_bar=False,
                           hyperparams={"max_epochs": args.epochs, "tokenizer_epochs": args.tokenizer_epochs,
                                        "batch_size": args.batch_size, "seed": seed,
-                                       "time_embeddings": not args.no_time_embeddings})
+                                       "time_embeddings": {"auto": None, "on": True, "off": False}[
+                                           args.time_embeddings]})
         start = time.process_time()
         fit = trainer.fit(data=str(data))
         cpu_seconds = time.process_time() - start
@@ -133,7 +135,7 @@ def main() -> None:
                      "recon_mse": scored["recon_mse"], **report,
                      "mae_vs_persistence": report["mae"] / baselines["persistence"]["mae"]})
         print(json.dumps(runs[-1]), flush=True)
-        if seed == 0 and not args.no_time_embeddings:
+        if seed == 0 and args.time_embeddings == "auto":
             i = len(splits["test"]) // 2
             s, first = splits["test"].windows[i]
             series = splits["test"].series[s]
@@ -159,7 +161,7 @@ def main() -> None:
                     "torch_threads": torch.get_num_threads()},
     }
     RESULTS.mkdir(exist_ok=True)
-    name = "kronos_quality_no_time.json" if args.no_time_embeddings else "kronos_quality.json"
+    name = "kronos_quality.json" if args.time_embeddings == "auto" else f"kronos_quality_time_{args.time_embeddings}.json"
     (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
     print(f"{'':12} {'MAE':>7} {'×pers':>6} {'dir':>6} {'IC':>7} {'RankIC':>7} {'xRankIC':>8}")
     rows = {"kronos-tiny": {**summary}, **baselines}

@@ -123,3 +123,38 @@ def test_future_timestamps_follow_the_timeframe() -> None:
         pd.Timestamp("2024-01-12"), pd.Timestamp("2024-01-19")]
     hours = future_index(pd.DatetimeIndex(["2024-01-05 10:00"]).to_numpy(), 2, "1h")
     assert list(hours) == [pd.Timestamp("2024-01-05 11:00"), pd.Timestamp("2024-01-05 12:00")]
+
+
+def test_timestamp_embeddings_condition_generation_cached_and_windowed_alike() -> None:
+    from twinkle_timeseries.data import time_features
+
+    torch.manual_seed(0)
+    predictor = KronosPredictor(4, 3, 32, 4, 64, 2, time_embeddings=True).eval()
+    with torch.no_grad():
+        for table in predictor.time_embed.tables:
+            table.weight.normal_(0, 1.0)  # strong enough to change greedy choices
+    coarse, fine = torch.randint(0, 16, (3, 9)), torch.randint(0, 8, (3, 9))
+    import pandas as pd
+
+    hours = time_features(pd.date_range("2024-01-05 09:00", periods=15, freq="1h").to_numpy())
+    days = time_features(pd.date_range("2024-03-11", periods=15, freq="1D").to_numpy())
+    by_hour, by_day = (torch.from_numpy(s)[None].repeat(3, 1, 1) for s in (hours, days))
+    cached = predictor.generate(coarse, fine, 6, temperature=0, stamps=by_hour)
+    full = predictor._generate_windowed(coarse, fine, 6, 0, 1.0, 100, None, by_hour)
+    assert torch.equal(cached[0], full[0]) and torch.equal(cached[1], full[1])  # the stamps line up in both paths
+    assert not torch.equal(predictor.hidden(coarse, fine, stamps=by_hour[:, :9]),
+                           predictor.hidden(coarse, fine, stamps=by_day[:, :9]))
+    assert not torch.equal(cached[0], predictor.generate(coarse, fine, 6, temperature=0, stamps=by_day)[0]) or \
+        not torch.equal(cached[1], predictor.generate(coarse, fine, 6, temperature=0, stamps=by_day)[1])
+
+
+def test_timestamp_embeddings_default_to_intraday_bars_only() -> None:
+    daily = KronosTiny()
+    daily.configure_data(SPEC)
+    assert daily.network.predictor.time_embed is None and not daily.uses_time_embeddings
+    hourly = KronosTiny()
+    hourly.configure_data(DataSpec("time_series_forecasting", (30, 5), target_shape=(10, 5), extra={"timeframe": "1h"}))
+    assert hourly.network.predictor.time_embed is not None
+    forced = KronosTiny(time_embeddings=True)
+    forced.configure_data(SPEC)
+    assert forced.network.predictor.time_embed is not None
