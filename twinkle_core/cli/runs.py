@@ -130,6 +130,19 @@ def runs_list(user: str | None, project: str | None, as_json: bool) -> None:
     echo_table(rows, ["run", "algorithm", "status", "best", "created", "parent"], "No runs yet.")
 
 
+def utilisation_line(measured: dict[str, Any]) -> str:
+    """``utilisation: 812 samples/s, 1.9 GFLOP/s (MFU 4.1 % of ...), data wait 2.0 %`` ("" before it was measured)."""
+    if not measured.get("samples_per_second"):
+        return ""
+    mfu = measured.get("mfu")
+    share = f"MFU {100 * mfu:.1f} % of {measured.get('peak_source')}" if mfu is not None else \
+        str(measured.get("peak_source", "no peak known"))
+    tokens = f", {measured['tokens_per_second']:.0f} tokens/s" if measured.get("tokens_per_second") else ""
+    return (f"utilisation: {measured['samples_per_second']:.1f} samples/s per device{tokens}, "
+            f"{measured['achieved_flops_per_second'] / 1e9:.2f} GFLOP/s achieved ({share}), "
+            f"data wait {100 * measured.get('data_wait_fraction', 0):.1f} % of step time")
+
+
 @runs.command("show")
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -148,10 +161,13 @@ def runs_show(run: str, as_json: bool) -> None:
         if data.get(key) is not None:
             click.echo(f"{key:17} {data[key]}")
     click.echo(f"{'folder':17} {store.run_dir(record.id)}")
-    for key in ("hyperparams", "metrics"):
+    for key in ("hyperparams", "metrics", "measured"):
         click.echo(f"{key}:")
-        for name, value in sorted(data[key].items()):
-            click.echo(f"  {name:22} {value}")
+        for name, value in sorted((data.get(key) or {}).items()):
+            click.echo(f"  {name:24} {value}")
+    line = utilisation_line(data.get("measured") or {})
+    if line:
+        click.echo(line)
     if record.plan:
         from twinkle_core.planning.plan import Plan
 

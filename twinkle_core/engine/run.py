@@ -36,6 +36,7 @@ from twinkle_core.engine.record import CheckpointRecord
 from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.resume import ExactResume
 from twinkle_core.engine.settings import TrainerSettings
+from twinkle_core.engine.utilisation import Utilisation, tokens_per_sample
 from twinkle_core.errors import TwinkleError
 from twinkle_core.ops.budget import BudgetConfig, BudgetGuard, forecast
 from twinkle_core.ops.memory import MemoryGuard, apply_gpu_limit, facts_of
@@ -117,6 +118,7 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Any) -> dict[str, Any]:
         "resume": ExactResume(),
         "record": TwinkleRecord(setup.checkpoint_record),
         "timer": _Timer(),
+        "utilisation": Utilisation(),
         "last_path": last_path,
     }
     extra: list[L.Callback] = []
@@ -139,7 +141,8 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Any) -> dict[str, Any]:
         # a log file, not a terminal: one progress line per epoch instead of one per step
         extra.append(TQDMProgressBar(refresh_rate=max(1, int(setup.plan.estimates.get("optimizer_steps_per_epoch", 1))
                                                       * setup.plan.accumulate_grad_batches)))
-    roles["all"] = [roles["best"], roles["last"], roles["resume"], roles["record"], roles["timer"], *extra,
+    roles["all"] = [roles["best"], roles["last"], roles["resume"], roles["record"], roles["timer"],
+                    roles["utilisation"], *extra,
                     *setup.callbacks]
     return roles
 
@@ -320,6 +323,11 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: dict[str, Any]) -> FitRe
         "train_seconds": round(timer.seconds, 3),
         "peak_memory_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
         **measured_bytes(trainer.strategy),
+        **roles["utilisation"].figures(
+            float(plan.estimates.get("flops_per_sample") or 0), trainer.world_size, plan.accelerator,
+            torch.cuda.get_device_name() if plan.accelerator == "cuda" and torch.cuda.is_available() else "cpu",
+            plan.precision, plan.torch_threads,
+            tokens_per_sample(prepared.spec.input_shape, prepared.spec.input_dtype)),
     }
     status = "failed" if trainer.interrupted else "stopped" if stopped else "finished"
     best_score = float(best.best_model_score) if best.best_model_score is not None else None

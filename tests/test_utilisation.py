@@ -1,0 +1,66 @@
+"""Every run records its utilisation — throughput, achieved FLOP/s, MFU against the device's peak and the share
+of step time spent waiting for data — and ``twinkle runs show`` prints it."""
+
+from __future__ import annotations
+
+import time
+
+import lightning as L
+import torch
+from click.testing import CliRunner
+from torch.utils.data import DataLoader, Dataset
+
+from twinkle_core import RunStore, Trainer
+from twinkle_core.cli import main
+from twinkle_core.engine.utilisation import Utilisation, device_peak, tokens_per_sample
+
+
+def test_a_run_records_and_shows_its_utilisation(twinkle_home, cancer_csv) -> None:
+    result = Trainer("tabular-mlp", hyperparams={"max_epochs": 2}, project="util", verbose=False).fit(str(cancer_csv))
+    measured = RunStore().get(result.run_uri).measured
+    assert measured["samples_per_second"] > 0 and measured["job_samples_per_second"] == measured["samples_per_second"]
+    flops = result.plan.estimates["flops_per_sample"]
+    assert measured["achieved_flops_per_second"] == __import__("pytest").approx(
+        flops * measured["samples_per_second"], rel=1e-3)
+    assert 0 < measured["mfu"] <= 1 and measured["peak_source"].startswith("measured: fp32 matmul")
+    assert 0 <= measured["data_wait_fraction"] < 1
+    text = CliRunner().invoke(main, ["runs", "show", result.run_uri]).output
+    assert "utilisation:" in text and "MFU" in text and "data wait" in text
+
+
+class _Slow(Dataset):
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int):
+        time.sleep(0.01)  # a loader that cannot keep up
+        return torch.randn(4), torch.randn(1)
+
+
+class _Tiny(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_a_slow_loader_shows_as_data_wait(tmp_path) -> None:
+    meter = Utilisation()
+    trainer = L.Trainer(max_epochs=1, callbacks=[meter], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp_path))
+    trainer.fit(_Tiny(), DataLoader(_Slow(), batch_size=4))
+    figures = meter.figures(100.0, 1, "cpu", "cpu", "32-true", 1)
+    assert meter.steps == 10 and figures["data_wait_fraction"] > 0.5  # 4 × 10 ms per batch vs a tiny step
+
+
+def test_peaks_and_tokens() -> None:
+    assert device_peak("cuda", "NVIDIA H200", "bf16-mixed", 1) == (989e12, "datasheet: H200 dense bf16/fp16")
+    assert device_peak("cuda", "NVIDIA A100-SXM4-80GB", "32-true", 1)[0] == 156e12
+    assert device_peak("cuda", "Some New GPU", "bf16-mixed", 1)[0] is None
+    assert tokens_per_sample((128,), "int64") == 128 and tokens_per_sample((3, 32, 32), "float32") is None

@@ -1,0 +1,141 @@
+"""Utilisation, measured: throughput, achieved FLOP/s, model-FLOPs utilisation (MFU) and time spent waiting for data.
+
+:class:`Utilisation` (a Lightning callback) times each training step from ``on_train_batch_start`` to
+``on_train_batch_end`` (compute, including the backward and the optimizer step) and the gap before the next
+step starts (fetching the batch from the loader, mostly: the data wait). At the end of training
+:meth:`Utilisation.figures` turns that into:
+
+* ``samples_per_second`` (per process, and ``job_samples_per_second`` for the whole job) and, for integer-id
+  inputs, ``tokens_per_second``;
+* ``achieved_flops_per_second``: the model's measured FLOPs per sample (forward + backward, from
+  ``torch.utils.flop_counter`` at planning) × samples per second, per device;
+* ``mfu``: that over the device's peak — a table of datasheet dense peaks for known GPUs (by precision), or
+  on CPU a matmul timed on this machine with the run's threads (``peak_source`` says which);
+* ``data_wait_fraction``: the share of step time spent between steps.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import lightning as L
+import torch
+
+from twinkle_core.algorithm import batch_size_of
+
+GPU_PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    # dense (no sparsity) datasheet peaks; "32" is TF32 tensor cores where the GPU has them
+    "H200": {"16": 989.0, "32": 494.0},
+    "H100": {"16": 989.0, "32": 494.0},
+    "A100": {"16": 312.0, "32": 156.0},
+    "A10": {"16": 125.0, "32": 62.5},
+    "L40S": {"16": 362.0, "32": 183.0},
+    "L4": {"16": 121.0, "32": 60.0},
+    "V100": {"16": 125.0, "32": 15.7},
+    "T4": {"16": 65.0, "32": 8.1},
+    "RTX 4090": {"16": 165.0, "32": 82.6},
+    "RTX 3090": {"16": 71.0, "32": 35.6},
+}
+"""Peak dense TFLOP/s per GPU model, for 16-bit (bf16/fp16) and 32-bit (TF32) training."""
+
+_CPU_PEAK: dict[int, float] = {}
+
+
+def cpu_peak_flops(threads: int, size: int = 512, seconds: float = 0.2) -> float:
+    """FLOP/s of an fp32 ``size``² matmul on this machine with ``threads`` torch threads (measured once per process)."""
+    if threads in _CPU_PEAK:
+        return _CPU_PEAK[threads]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(size, size), torch.randn(size, size)
+        a @ b  # warm-up
+        runs, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            a @ b
+            runs += 1
+        elapsed = time.perf_counter() - start
+    finally:
+        torch.set_num_threads(before)
+    _CPU_PEAK[threads] = 2 * size**3 * runs / elapsed
+    return _CPU_PEAK[threads]
+
+
+def device_peak(accelerator: str, device_name: str, precision: str, threads: int) -> tuple[float | None, str]:
+    """The peak FLOP/s of one device for ``precision`` and where the figure comes from."""
+    if accelerator == "cpu":
+        return cpu_peak_flops(threads), f"measured: fp32 matmul 512² on {threads} thread(s)"
+    bits = "16" if precision.startswith(("16", "bf16")) else "32"
+    for model, peaks in GPU_PEAK_TFLOPS.items():
+        if model in device_name:
+            return peaks[bits] * 1e12, f"datasheet: {model} dense {'bf16/fp16' if bits == '16' else 'TF32'}"
+    return None, f"no peak known for {device_name}"
+
+
+class Utilisation(L.Callback):
+    """Times compute and the waits between training steps (see the module docstring)."""
+
+    def __init__(self) -> None:
+        """Start with nothing measured."""
+        self.compute_seconds = 0.0
+        self.wait_seconds = 0.0
+        self.samples = 0
+        self.steps = 0
+        self._start: float | None = None
+        self._end: float | None = None
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """The first fetch of an epoch (a loader's start-up) is not counted as a wait between steps."""
+        self._end = None
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int) -> None:
+        """A step starts: the time since the last one ended was spent getting this batch."""
+        now = time.perf_counter()
+        if self._end is not None:
+            self.wait_seconds += now - self._end
+        self._start = now
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, out: Any, batch: Any, idx: int) -> None:
+        """A step ends."""
+        now = time.perf_counter()
+        if self._start is not None:
+            self.compute_seconds += now - self._start
+            self.samples += batch_size_of(batch)
+            self.steps += 1
+        self._end = now
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Validation between steps is not a data wait."""
+        self._end = None
+
+    def figures(self, flops_per_sample: float, processes: int, accelerator: str, device_name: str, precision: str,
+                threads: int, tokens_per_sample: int | None = None) -> dict[str, Any]:
+        """The utilisation figures (per device unless named ``job_``), JSON-ready."""
+        busy = self.compute_seconds + self.wait_seconds
+        if not self.samples or busy <= 0:
+            return {}
+        rate = self.samples / busy
+        achieved = flops_per_sample * rate
+        peak, source = device_peak(accelerator, device_name, precision, threads)
+        out: dict[str, Any] = {
+            "samples_per_second": round(rate, 3),
+            "job_samples_per_second": round(rate * processes, 3),
+            "achieved_flops_per_second": float(f"{achieved:.4g}"),
+            "peak_flops_per_second": float(f"{peak:.4g}") if peak else None,
+            "peak_source": source,
+            "mfu": round(achieved / peak, 4) if peak else None,
+            "data_wait_fraction": round(self.wait_seconds / busy, 4),
+        }
+        if tokens_per_sample:
+            out["tokens_per_second"] = round(rate * tokens_per_sample, 1)
+        return out
+
+
+def tokens_per_sample(input_shape: tuple[int, ...], input_dtype: str) -> int | None:
+    """Tokens in one sample for integer-id inputs (sequence models); ``None`` otherwise."""
+    dtype = getattr(torch, input_dtype, None)
+    if isinstance(dtype, torch.dtype) and not dtype.is_floating_point and not dtype.is_complex:
+        return int(math.prod(input_shape))
+    return None
