@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import replace
 from typing import Any
 
@@ -35,7 +36,7 @@ from twinkle_core.lookup import list_components
 from twinkle_core.operations import Operations
 from twinkle_core.ops.memory import scale_batch
 from twinkle_core.ops.verify import save_data_manifest
-from twinkle_core.planning import DataLoadingDecider, Hardware, Plan, PlanContext, measure_example
+from twinkle_core.planning import DataLoadingDecider, Hardware, Plan, PlanContext, PlanningError, measure_example
 from twinkle_core.store.runs import RunStore
 from twinkle_core.uris import filesystem, join, size_of
 
@@ -231,6 +232,10 @@ class Trainer(Operations):
         plan = self._plan(prepared, algorithm)
         if self.settings.auto_batch_scaling:
             scale_batch(plan, algorithm, prepared.train, self.settings.memory_limit_bytes, prepared.collate_fn)
+        if plan.num_nodes > 1 and not self._hardware().launcher and not os.environ.get("MASTER_ADDR"):
+            raise PlanningError(f"num_nodes={plan.num_nodes} needs the processes of every node started together: run "
+                                "`twinkle launch ... --nodes N` and start its command on each node (or set "
+                                "MASTER_ADDR, MASTER_PORT and NODE_RANK on each)")
         lead = is_global_zero()  # one run per job: rank 0 creates it and writes everything
         if self.verbose and lead:
             print(plan.explain(), flush=True)

@@ -24,21 +24,7 @@ import lightning as L
 import torch
 
 from twinkle_core.algorithm import batch_size_of
-
-GPU_PEAK_TFLOPS: dict[str, dict[str, float]] = {
-    # dense (no sparsity) datasheet peaks; "32" is TF32 tensor cores where the GPU has them
-    "H200": {"16": 989.0, "32": 494.0},
-    "H100": {"16": 989.0, "32": 494.0},
-    "A100": {"16": 312.0, "32": 156.0},
-    "A10": {"16": 125.0, "32": 62.5},
-    "L40S": {"16": 362.0, "32": 183.0},
-    "L4": {"16": 121.0, "32": 60.0},
-    "V100": {"16": 125.0, "32": 15.7},
-    "T4": {"16": 65.0, "32": 8.1},
-    "RTX 4090": {"16": 165.0, "32": 82.6},
-    "RTX 3090": {"16": 71.0, "32": 35.6},
-}
-"""Peak dense TFLOP/s per GPU model, for 16-bit (bf16/fp16) and 32-bit (TF32) training."""
+from twinkle_core.planning.hardware import GPU_PEAK_TFLOPS, device_peak_table
 
 _CPU_PEAK: dict[int, float] = {}
 
@@ -68,10 +54,11 @@ def device_peak(accelerator: str, device_name: str, precision: str, threads: int
     if accelerator == "cpu":
         return cpu_peak_flops(threads), f"measured: fp32 matmul 512² on {threads} thread(s)"
     bits = "16" if precision.startswith(("16", "bf16")) else "32"
-    for model, peaks in GPU_PEAK_TFLOPS.items():
-        if model in device_name:
-            return peaks[bits] * 1e12, f"datasheet: {model} dense {'bf16/fp16' if bits == '16' else 'TF32'}"
-    return None, f"no peak known for {device_name}"
+    peak = device_peak_table(device_name, bits)
+    if peak is None:
+        return None, f"no peak known for {device_name}"
+    model = next(m for m in GPU_PEAK_TFLOPS if m in device_name)
+    return peak, f"datasheet: {model} dense {'bf16/fp16' if bits == '16' else 'TF32'}"
 
 
 class Utilisation(L.Callback):

@@ -8,6 +8,7 @@ from twinkle_core.planning.deciders import (
     Decider,
     DevicesDecider,
     DistributionDecider,
+    LayoutDecider,
     PlanContext,
     PlanDraft,
     PrecisionDecider,
@@ -15,6 +16,7 @@ from twinkle_core.planning.deciders import (
 )
 from twinkle_core.planning.estimate import ModelFacts, PlanningError, measure, measure_example
 from twinkle_core.planning.hardware import Hardware
+from twinkle_core.planning.layout import Layout, plan_layout
 from twinkle_core.planning.plan import Decision, Plan
 from twinkle_core.planning.strategy import DefaultStrategy, ResourceStrategy
 
@@ -28,6 +30,8 @@ __all__ = [
     "DevicesDecider",
     "DistributionDecider",
     "Hardware",
+    "Layout",
+    "LayoutDecider",
     "ModelFacts",
     "Plan",
     "PlanContext",
@@ -38,4 +42,5 @@ __all__ = [
     "WorkersDecider",
     "measure",
     "measure_example",
+    "plan_layout",
 ]

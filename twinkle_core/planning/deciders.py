@@ -99,6 +99,8 @@ class PlanDraft:
     context: PlanContext
     values: dict[str, Any] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
+    layout: Any = None
+    """The :class:`~twinkle_core.planning.layout.Layout` a :class:`LayoutDecider` chose, if any."""
 
     def decide(self, name: str, value: Any, reason: str) -> Any:
         """Record ``name = value`` for ``reason`` — unless the user fixed ``name``; returns the value kept."""
@@ -158,11 +160,7 @@ class DevicesDecider(Decider):
                                        "one device avoids communication")
         else:
             draft.decide("devices", hw.devices, f"{human(c.facts.parameters)} parameters: use every device")
-        draft.decide("num_nodes", hw.nodes, "TWINKLE_NUM_NODES" if hw.nodes > 1 else "one machine")
-        if draft.values["num_nodes"] > 1 and not os.environ.get("MASTER_ADDR"):
-            raise PlanningError(f"num_nodes={draft.values['num_nodes']} needs the processes of every node started "
-                                "together: run `twinkle launch ... --nodes N` and start its command on each node "
-                                "(or set MASTER_ADDR, MASTER_PORT and NODE_RANK on each)")
+        draft.decide("num_nodes", hw.nodes, f"{hw.nodes} machines" if hw.nodes > 1 else "one machine")
 
 
 class PrecisionDecider(Decider):
@@ -238,6 +236,34 @@ class CompressionDecider(Decider):
                                                              "of each gradient matrix instead of the matrix")
         else:
             draft.decide("gradient_compression", "none", "one node: gradients stay on its fast links")
+
+
+class LayoutDecider(Decider):
+    """For a training state larger than one device: the data × tensor × pipeline layout that fits, from memory
+    arithmetic (:mod:`twinkle_core.planning.layout`), recorded with the plan and explained factor by factor."""
+
+    concern = "layout"
+
+    def decide(self, draft: PlanDraft) -> None:
+        """Decide ``layout`` (only when the state does not fit one device)."""
+        from twinkle_core.planning.layout import plan_layout
+
+        c, hw = draft.context, draft.context.hardware
+        if c.facts.state_bytes < 0.8 * hw.device_memory_bytes or draft.workers <= 1:
+            return
+        mixed = str(draft.values.get("precision", "32-true")).endswith("mixed")
+        global_batch = c.effective_batch_size or c.batch_size * draft.workers
+        layout = plan_layout(c.facts.parameters, c.facts.activation_bytes_per_sample, c.facts.flops_per_sample,
+                             hw, global_batch, int(draft.values.get("micro_batch_size", 1)), mixed)
+        if layout is None:
+            draft.decide("layout", "none fits", f"no data × tensor × pipeline layout of {draft.workers} devices "
+                                                f"fits {nbytes(hw.device_memory_bytes)} each; add devices")
+            return
+        draft.layout = layout
+        engine = draft.values.get("strategy")
+        draft.decide("layout", layout.describe(), "; ".join(layout.reasons) + (
+            f". Twinkle's engine runs it as {engine} (data parallel, sharded); tensor and pipeline parallel run "
+            "where the model supplies its parallel plan" if layout.tensor * layout.pipeline > 1 else ""))
 
 
 class BatchingDecider(Decider):

@@ -24,6 +24,7 @@ class Hardware:
         deepspeed: whether DeepSpeed is installed (the ``twinkle-core[deepspeed]`` extra).
         launcher: the launcher that started this job's processes (``"torchrun"``, ``"slurm"``), if any.
         processes_per_node: the processes it started on each node (0 without a launcher).
+        interconnect: the links between devices and nodes, as described (``"nvlink+infiniband"``), if known.
     """
 
     accelerator: str
@@ -38,6 +39,18 @@ class Hardware:
     deepspeed: bool = False
     launcher: str | None = None
     processes_per_node: int = 0
+    interconnect: str | None = None
+
+    @classmethod
+    def cluster(cls, devices: int, device_memory: str | int, nodes: int = 1, interconnect: str | None = None,
+                device_name: str = "NVIDIA H100", bf16: bool = True, cpu_count: int = 64,
+                memory: str | int = "1TB") -> Hardware:
+        """A described cluster to plan for: ``Hardware.cluster(devices=8, device_memory="80GB", nodes=2)``.
+
+        ``devices`` is per node; sizes take bytes or ``"80GB"``/``"512GiB"``-style strings.
+        """
+        return cls("cuda", devices, device_name, parse_bytes(device_memory), bf16, True, cpu_count,
+                   parse_bytes(memory), nodes, interconnect=interconnect)
 
     @property
     def key(self) -> str:
@@ -95,3 +108,47 @@ def launched_world() -> tuple[str, int, int] | None:
     except ValueError:  # a malformed variable: not a launch Twinkle can read
         return None
     return None
+
+
+GPU_PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    # dense (no sparsity) datasheet peaks; "32" is TF32 tensor cores where the GPU has them
+    "H200": {"16": 989.0, "32": 494.0},
+    "H100": {"16": 989.0, "32": 494.0},
+    "A100": {"16": 312.0, "32": 156.0},
+    "A10": {"16": 125.0, "32": 62.5},
+    "L40S": {"16": 362.0, "32": 183.0},
+    "L4": {"16": 121.0, "32": 60.0},
+    "V100": {"16": 125.0, "32": 15.7},
+    "T4": {"16": 65.0, "32": 8.1},
+    "RTX 4090": {"16": 165.0, "32": 82.6},
+    "RTX 3090": {"16": 71.0, "32": 35.6},
+}
+"""Peak dense TFLOP/s per GPU model, for 16-bit (bf16/fp16) and 32-bit (TF32) training."""
+
+
+def device_peak_table(device_name: str, bits: str) -> float | None:
+    """The datasheet peak FLOP/s of a GPU model for ``bits`` (``"16"`` or ``"32"``), if known."""
+    for model, peaks in GPU_PEAK_TFLOPS.items():
+        if model in device_name:
+            return peaks[bits] * 1e12
+    return None
+
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20,
+          "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_bytes(value: str | int) -> int:
+    """``"80GB"`` → 80·10⁹, ``"512GiB"`` → 512·2³⁰, an int unchanged.
+
+    Raises:
+        ValueError: not a size; the message names the value.
+    """
+    if isinstance(value, int):
+        return value
+    text = str(value).strip().upper().replace(" ", "")
+    number = text.rstrip("KMGTIB")
+    unit = text[len(number):]
+    if unit not in _UNITS or not number:
+        raise ValueError(f"{value!r} is not a size; write e.g. 80GB or 512GiB")
+    return int(float(number) * _UNITS[unit])

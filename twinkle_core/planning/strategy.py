@@ -27,6 +27,7 @@ from twinkle_core.planning.deciders import (
     Decider,
     DevicesDecider,
     DistributionDecider,
+    LayoutDecider,
     PlanContext,
     PlanDraft,
     PrecisionDecider,
@@ -59,6 +60,7 @@ class DefaultStrategy(ResourceStrategy):
         DistributionDecider(),
         CompressionDecider(),
         BatchingDecider(),
+        LayoutDecider(),
         DataLoadingDecider(),
         WorkersDecider(),
     )
@@ -95,6 +97,8 @@ class DefaultStrategy(ResourceStrategy):
             "optimizer_steps": steps_per_epoch * context.max_epochs,
             **self._time(context, int(v["torch_threads"]), workers),
         }
+        if draft.layout is not None:
+            estimates["layout"] = draft.layout.to_dict()
         return Plan(
             accelerator=str(v["accelerator"]),
             devices=int(v["devices"]),

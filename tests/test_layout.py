@@ -1,0 +1,72 @@
+"""Plans for models that do not fit one device: a 12-billion-parameter transformer measured on the meta device
+(nothing allocated) gets a data × tensor × pipeline layout whose memory matches hand arithmetic."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from twinkle_core.planning import DefaultStrategy, Hardware, ModelFacts, PlanContext, measure, plan_layout
+
+GB = 10**9
+
+
+class GPT(nn.Module):
+    """A decoder-only transformer of the GPT-3 13B shape (40 layers, width 5120)."""
+
+    def __init__(self, vocab: int = 50304, width: int = 5120, layers: int = 40, heads: int = 40) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList(nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, batch_first=True,
+                                                               norm_first=True) for _ in range(layers))
+        self.head = nn.Linear(width, vocab, bias=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        hidden = self.embed(ids)
+        for block in self.blocks:
+            hidden = block(hidden)
+        return self.head(hidden)
+
+
+def test_a_12b_model_is_laid_out_from_memory_arithmetic_without_allocating() -> None:
+    with torch.device("meta"):
+        model, ids = GPT(), torch.randint(0, 50304, (2, 2048))
+    facts = measure(model, ids)
+    assert all(p.is_meta for p in model.parameters())  # nothing was allocated
+    assert 12.5e9 < facts.parameters < 13.5e9
+    cluster = Hardware.cluster(devices=8, device_memory="80GB", nodes=2, interconnect="nvlink+infiniband")
+    plan = DefaultStrategy().plan(PlanContext("gpt-13b", "language_modeling", facts, 10**12, 10**7, 1, 512, 1,
+                                              cluster))
+    layout = plan.estimates["layout"]
+    assert (layout["data"], layout["tensor"], layout["pipeline"]) == (8, 2, 1)
+    p, act = facts.parameters, facts.activation_bytes_per_sample
+    # by hand: bf16 weights and gradients split over tp·pp, fp32 master + Adam (12 B) also over dp, activations /tp
+    assert layout["memory"]["weights"] == int(2 * p / 2) and layout["memory"]["optimizer"] == int(12 * p / 16)
+    assert layout["memory"]["activations"] == int(act * 0.5 / 2)
+    unsplit = 2 * p + 2 * p + 12 * p / 16 + act * 0.5  # tp 1: over 80 % of 80 GB, so tp 2 was needed
+    assert unsplit > 64 * GB > layout["memory"]["total"]
+    assert layout["step_seconds"] == __import__("pytest").approx(
+        facts.flops_per_sample * 512 / (16 * 989e12 * 0.4), rel=1e-6)
+    text = plan.explain()
+    assert "dp 8 × tp 2 × pp 1 (ZeRO-1)" in text and "tensor parallel stays inside a node" in text
+
+
+def test_few_devices_per_node_need_pipeline_stages() -> None:
+    facts = ModelFacts(parameters=13 * 10**9, trainable=13 * 10**9, flops_per_sample=10**14,
+                       activation_bytes_per_sample=22 * GB, state_bytes=16 * 13 * 10**9)
+    one_gpu_nodes = Hardware.cluster(devices=1, device_memory="80GB", nodes=4)
+    layout = plan_layout(facts.parameters, facts.activation_bytes_per_sample, facts.flops_per_sample,
+                         one_gpu_nodes, global_batch=64)
+    assert layout is not None and (layout.data, layout.tensor, layout.pipeline) == (1, 1, 4)
+    assert layout.bubble == round(3 / (64 + 3), 4)  # 64 micro-batches of 1 through 4 stages
+    assert layout.memory["total"] == int(2 * 13e9 / 4) * 2 + int(12 * 13e9 / 4) + int(22 * GB * 0.5)
+    assert plan_layout(facts.parameters, facts.activation_bytes_per_sample, facts.flops_per_sample,
+                       Hardware.cluster(devices=1, device_memory="24GB", nodes=2), global_batch=64) is None
+
+
+def test_a_model_that_fits_gets_no_layout() -> None:
+    facts = ModelFacts(parameters=10**6, trainable=10**6, flops_per_sample=10**7, activation_bytes_per_sample=10**4,
+                       state_bytes=16 * 10**6)
+    plan = DefaultStrategy().plan(PlanContext("mlp", "tabular_classification", facts, 10**6, 1000, 32, None, 5,
+                                              Hardware.cluster(devices=8, device_memory="80GB")))
+    assert "layout" not in plan.estimates and all(d.name != "layout" for d in plan.decisions)
