@@ -211,6 +211,32 @@ class Algorithm(L.LightningModule):
         """
         return None
 
+    def pipeline_stages(self, stages: int) -> list[nn.Module]:
+        """The network cut into ``stages`` consecutive parts for pipeline parallel (``strategy="pipeline"``).
+
+        Default: an ``nn.Sequential`` network split between its children so that each part holds about the
+        same number of parameters. Override it for other networks (the parts must chain: each one's output is
+        the next one's input, and they must share the network's parameters).
+
+        Raises:
+            TwinkleError: the network is not a sequence of at least ``stages`` children.
+        """
+        network = self.model
+        if not isinstance(network, nn.Sequential) or len(network) < stages:
+            raise TwinkleError(
+                f"{type(self).__name__}'s network is not an nn.Sequential of {stages}+ layers, so it cannot be cut "
+                f"into {stages} pipeline stages; override pipeline_stages(stages) to return its parts in order"
+            )
+        sizes = [sum(p.numel() for p in child.parameters()) for child in network]
+        prefix = [sum(sizes[:i]) for i in range(len(sizes) + 1)]  # parameters before child i
+        bounds = [0]
+        for k in range(1, stages):  # each cut where the parameters before it come closest to k/stages of them
+            target = prefix[-1] * k / stages
+            allowed = range(bounds[-1] + 1, len(sizes) - (stages - k) + 1)
+            bounds.append(min(allowed, key=lambda i: abs(prefix[i] - target)))
+        bounds.append(len(network))
+        return [network[bounds[i]:bounds[i + 1]] for i in range(stages)]
+
     def export_module(self) -> nn.Module:
         """The module exporters trace: the network itself when :meth:`forward` is the default one."""
         if self.model is not None and type(self).forward is Algorithm.forward:

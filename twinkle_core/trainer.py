@@ -236,6 +236,9 @@ class Trainer(Operations):
             raise PlanningError(f"num_nodes={plan.num_nodes} needs the processes of every node started together: run "
                                 "`twinkle launch ... --nodes N` and start its command on each node (or set "
                                 "MASTER_ADDR, MASTER_PORT and NODE_RANK on each)")
+        if plan.strategy == "pipeline" and not self._hardware().launcher and int(os.environ.get("WORLD_SIZE", "1")) < 2:
+            raise PlanningError("strategy='pipeline' runs one stage per process, and this job has one process: start "
+                                "it with `twinkle launch ALGORITHM --devices N --hp strategy=pipeline --run`")
         lead = is_global_zero()  # one run per job: rank 0 creates it and writes everything
         if self.verbose and lead:
             print(plan.explain(), flush=True)

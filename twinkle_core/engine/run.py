@@ -31,6 +31,7 @@ from twinkle_core.engine.compression import ddp_strategy, measured_bytes
 from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
 from twinkle_core.engine.curves import merge_history, plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
+from twinkle_core.engine.pipeline import run_pipeline
 from twinkle_core.engine.ranks import broadcast, close_group
 from twinkle_core.engine.record import CheckpointRecord
 from twinkle_core.engine.result import FitResult
@@ -202,6 +203,14 @@ def run_lightning(setup: RunSetup) -> FitResult:
     accumulation (the effective batch stays) and continues from the last checkpoint — or from the start
     when there is none yet. Every rank returns the same result (rank 0's, broadcast).
     """
+    if setup.plan.strategy == "pipeline":  # one stage per process: a loop of its own (Lightning has none)
+        try:
+            return run_pipeline(setup)
+        except BaseException as err:
+            if setup.record is not None:
+                setup.store.update(setup.record.id, status="failed", error=f"{type(err).__name__}: {err}",
+                                   finished=time.time())
+            raise
     if setup.record is None:  # a rank other than 0
         scratch = tempfile.mkdtemp(prefix="twinkle-rank-")
         try:

@@ -26,7 +26,8 @@ class TrainerSettings:
         devices: force the number of devices per node (default: the plan's).
         num_nodes: the machines taking part (default: the launcher's, else one); each needs its processes
             started — ``twinkle launch`` prints the torchrun command per node.
-        strategy: force the distribution: ``ddp``, ``fsdp2`` or a DeepSpeed ZeRO stage (default: the plan's).
+        strategy: force the distribution: ``ddp``, ``fsdp2``, a DeepSpeed ZeRO stage, or ``pipeline`` (one stage
+            of the network per process, see :mod:`twinkle_core.engine.pipeline`) (default: the plan's).
         num_workers: force data-loader workers (default: the plan's).
         gradient_clip_val: clip gradients to this norm.
         checkpoint_every_n_steps: also checkpoint ``last.ckpt`` every N optimizer steps (mid-epoch).
@@ -52,7 +53,8 @@ class TrainerSettings:
     accelerator: Literal["cpu", "cuda", "gpu", "mps"] | None = None
     devices: PositiveInt | None = None
     num_nodes: PositiveInt | None = None
-    strategy: Literal["auto", "ddp", "fsdp2", "deepspeed_stage_2", "deepspeed_stage_3", "deepspeed_stage_3_offload"] | None = None
+    strategy: Literal["auto", "ddp", "fsdp2", "deepspeed_stage_2", "deepspeed_stage_3", "deepspeed_stage_3_offload",
+                      "pipeline"] | None = None
     num_workers: NonNegativeInt | None = None
     gradient_clip_val: PositiveFloat | None = None
     checkpoint_every_n_steps: PositiveInt | None = None
