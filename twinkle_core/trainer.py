@@ -226,7 +226,17 @@ class Trainer(Operations):
         return self._plan(prepared, algorithm)
 
     def fit(self, data: str | None = None) -> FitResult:
-        """Train on ``data`` (any URI; default: ``new_data`` of :meth:`from_checkpoint`) as a new run."""
+        """Train on ``data`` (any URI; default: ``new_data`` of :meth:`from_checkpoint`) as a new run.
+
+        With ``backend="ray"`` (or ``RAY_ADDRESS`` set) the run trains on Ray Train workers
+        (:mod:`twinkle_core.jobs.ray_backend`), restarted from its last checkpoint when one dies.
+        """
+        if self._on_ray() and self.continuation is None:
+            from twinkle_core.jobs.ray_backend import run_on_ray
+
+            self.result = run_on_ray(self._job(data, self.settings.max_restarts, "backend='ray'"),
+                                     self.settings.workers or 2)
+            return self.result
         uri = self._data(data)
         prepared, algorithm, (component, routed) = self._prepare(uri)
         plan = self._plan(prepared, algorithm)
@@ -324,7 +334,14 @@ class Trainer(Operations):
             TwinkleError: the trainer holds code a worker cannot rebuild; the training failed; the worker kept
                 dying (the run is then ``failed``).
         """
-        from twinkle_core.jobs import Job, supervise
+        from twinkle_core.jobs import supervise
+
+        self.result = supervise(self._job(data, max_restarts, "supervise()"), verbose=self.verbose)
+        return self.result
+
+    def _job(self, data: str | None, max_restarts: int, caller: str) -> Any:
+        """This trainer as a declarative :class:`~twinkle_core.jobs.Job` (refused when it holds code)."""
+        from twinkle_core.jobs import Job
 
         held = [name for name, value in (("an Algorithm class", not isinstance(self.algorithm_ref, str)),
                                          ("a configured data processor", isinstance(self.data_processor, DataProcessor)),
@@ -332,15 +349,21 @@ class Trainer(Operations):
                                          ("monitor()/set_budget_alert() rules", self.monitor_config is not None
                                           or self.budget_config is not None)) if value]
         if held:
-            raise TwinkleError(f"supervise() runs the job in a new process from data only, but this trainer holds "
+            raise TwinkleError(f"{caller} runs the job in other processes from data only, but this trainer holds "
                                f"{', '.join(held)}; register the algorithm and pass names and hyperparameters, "
-                               "or call fit()")
-        job = Job(algorithm=str(self.algorithm_ref), data=self._data(data), task=self.task,
-                  hyperparams=dict(self.hyperparams), data_processor=self.data_processor,  # type: ignore[arg-type]
-                  resource_strategy=self.resource_strategy, user=self.user, project=self.project,
-                  home=self.store.home, max_restarts=max_restarts)
-        self.result = supervise(job, verbose=self.verbose)
-        return self.result
+                               "or train in this process (backend='local')")
+        hyperparams = {k: v for k, v in self.hyperparams.items() if k not in ("backend", "workers")}
+        return Job(algorithm=str(self.algorithm_ref), data=self._data(data), task=self.task, hyperparams=hyperparams,
+                   data_processor=self.data_processor,  # type: ignore[arg-type]
+                   resource_strategy=self.resource_strategy, user=self.user, project=self.project,
+                   home=self.store.home, max_restarts=max_restarts)
+
+    def _on_ray(self) -> bool:
+        """Whether this fit goes to Ray Train (``backend="ray"``, or ``RAY_ADDRESS`` set) — not inside its workers."""
+        if os.environ.get("TWINKLE_LAUNCHER") == "ray":
+            return False
+        backend = self.settings.backend
+        return backend == "ray" or (backend is None and bool(os.environ.get("RAY_ADDRESS")))
 
     def export(
         self,

@@ -151,7 +151,13 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Any) -> dict[str, Any]:
 def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: str) -> L.Trainer:
     plan, settings = setup.plan, setup.settings
     kwargs = plan.lightning_kwargs()
-    if plan.strategy == "ddp":  # DDP through a hook that counts the bytes it all-reduces (and compresses them)
+    plugins: list[Any] = [AtomicCheckpointIO()]
+    if os.environ.get("TWINKLE_LAUNCHER") == "ray" and plan.strategy == "ddp":  # inside Ray Train's workers
+        from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment
+
+        kwargs["strategy"] = RayDDPStrategy()
+        plugins.append(RayLightningEnvironment())
+    elif plan.strategy == "ddp":  # DDP through a hook that counts the bytes it all-reduces (and compresses them)
         kwargs["strategy"] = ddp_strategy(plan.gradient_compression)
     return L.Trainer(
         **kwargs,
@@ -160,7 +166,7 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
         max_steps=settings.max_steps,
         logger=CSVLogger(save_dir=run_dir, name="logs", version=""),
         callbacks=callbacks,
-        plugins=[AtomicCheckpointIO()],
+        plugins=plugins,
         enable_progress_bar=settings.progress_bar and setup.verbose,
         enable_model_summary=setup.verbose,
         gradient_clip_val=settings.gradient_clip_val,

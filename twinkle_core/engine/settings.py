@@ -42,6 +42,11 @@ class TrainerSettings:
             estimate per step, enforced before each step).
         gradient_compression: DDP's gradient all-reduce — ``"none"``, ``"powersgd"``, ``"bf16"``, ``"fp16"``
             (default: the plan's — PowerSGD across nodes); see :mod:`twinkle_core.engine.compression`.
+        backend: ``"local"`` (this machine's processes) or ``"ray"`` (Ray Train workers, the
+            ``twinkle-core[ray]`` extra; default when ``RAY_ADDRESS`` names a cluster).
+        workers: Ray Train workers (``backend="ray"``; default 2).
+        max_restarts: restarts from the last checkpoint when a process of a Ray job dies (Ray's
+            ``FailureConfig``); ``twinkle train --max-restarts`` and ``twinkle launch`` take the same.
     """
 
     batch_size: PositiveInt = 32
@@ -65,6 +70,9 @@ class TrainerSettings:
     gradient_checkpointing: bool = False
     memory_limit_bytes: PositiveInt | None = None
     gradient_compression: Literal["none", "powersgd", "bf16", "fp16", "1bit-adam"] | None = None
+    backend: Literal["local", "ray"] | None = None
+    workers: PositiveInt | None = None
+    max_restarts: NonNegativeInt = 3
 
     def __post_init__(self) -> None:
         """Refuse limits that would train nothing or forever.

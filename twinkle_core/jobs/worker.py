@@ -31,6 +31,10 @@ def run(folder: str) -> int:
     try:
         options = {"data_processor": job.data_processor, "resource_strategy": job.resource_strategy,
                    "user": job.user, "project": job.project, "home": job.home}
+        restarted_by = "ray" if os.environ.get("TWINKLE_LAUNCHER") == "ray" else \
+            "torchrun" if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 else None
+        if existing and restarted_by and is_global_zero():  # the launcher restarted the job's processes
+            _restart_event(job, existing, restarted_by)
         if existing and _has_checkpoint(job, existing):
             trainer = Trainer.from_checkpoint(existing, mode="resume", same_run=True, home=job.home)
             result = trainer.fit()
@@ -59,6 +63,21 @@ def weights_digest(module: Any) -> str:
         digest.update(f"{name}:{value.dtype}:{tuple(value.shape)}".encode())
         digest.update(value.view(-1).view(torch.uint8).numpy().tobytes() if value.numel() else b"")
     return digest.hexdigest()
+
+
+def _restart_event(job: Job, run_uri: str, launcher: str) -> None:
+    """Record in the run that ``launcher`` restarted the job's processes (a process died)."""
+    import time
+
+    from twinkle_core.jobs.supervisor import RESTART_KIND
+    from twinkle_core.store.runs import RunStore
+
+    store = RunStore(job.home)
+    record = store.get(run_uri)
+    source = "its last checkpoint" if _has_checkpoint(job, run_uri) else "the start (no checkpoint yet)"
+    event = {"run": record.uri, "time": time.time(), "kind": RESTART_KIND, "action": "restart",
+             "message": f"{launcher} restarted the job's processes after one died; resuming from {source}"}
+    store.update(record.id, alerts=[*record.alerts, event])
 
 
 def _has_checkpoint(job: Job, run_uri: str) -> bool:
