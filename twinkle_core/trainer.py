@@ -231,7 +231,10 @@ class Trainer(Operations):
         With ``backend="ray"`` (or ``RAY_ADDRESS`` set) the run trains on Ray Train workers
         (:mod:`twinkle_core.jobs.ray_backend`), restarted from its last checkpoint when one dies.
         """
-        if self._on_ray() and self.continuation is None:
+        if self._on_ray() and self.continuation is not None:
+            raise TwinkleError("backend='ray' trains a job as a new run; continue or resume this checkpoint with "
+                               "backend='local' (a Ray job that loses a worker resumes by itself)")
+        if self._on_ray():
             from twinkle_core.jobs.ray_backend import run_on_ray
 
             self.result = run_on_ray(self._job(data, self.settings.max_restarts, "backend='ray'"),

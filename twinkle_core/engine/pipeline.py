@@ -53,6 +53,9 @@ def run_pipeline(setup: Any) -> FitResult:
             raise TwinkleError("strategy='pipeline' runs one stage per process, and this job has one process: start "
                                "it with `twinkle launch ALGORITHM --devices N --hp strategy=pipeline --run`")
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    if setup.continuation is not None and setup.continuation.mode == "resume":
+        raise TwinkleError("a pipeline run cannot resume exactly (its checkpoints hold no loader or RNG state); "
+                           "use Trainer.from_checkpoint(run, mode='continue')")
     rank, stages = dist.get_rank(), dist.get_world_size()
     if stages < 2:
         raise TwinkleError("strategy='pipeline' needs one process per stage: start it with `twinkle launch --devices N`")

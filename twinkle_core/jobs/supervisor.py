@@ -93,18 +93,30 @@ def _attempt(folder: str, attempt: int, verbose: bool) -> int:
     """Run one worker to its end; returns its exit status (negative: the signal that killed it)."""
     env = {**os.environ, JOB_DIR_ENV: folder}
     out = None if verbose else subprocess.DEVNULL
-    process = subprocess.Popen([sys.executable, "-m", "twinkle_core.jobs.worker", folder], env=env, stdout=out)
+    # its own process group: the ranks Lightning starts for a multi-device job go with it when it dies
+    process = subprocess.Popen([sys.executable, "-m", "twinkle_core.jobs.worker", folder], env=env, stdout=out,
+                               start_new_session=True)
     write_json(folder, "supervisor.json", {"supervisor_pid": os.getpid(), "worker_pid": process.pid,
                                            "attempt": attempt, "started": time.time()})
     try:
-        return process.wait()
-    except BaseException:  # the supervisor itself is stopped: stop the worker too, then say so
-        process.terminate()
+        returncode = process.wait()
+    except BaseException:  # the supervisor itself is stopped: stop the worker's group too, then say so
+        _signal_group(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            process.kill()
+            _signal_group(process.pid, signal.SIGKILL)
         raise
+    if returncode != 0:
+        _signal_group(process.pid, signal.SIGKILL)  # ranks left waiting on a dead rank 0
+    return returncode
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _event(store: RunStore, run_id: str, uri: str, alert: dict[str, Any]) -> None:
