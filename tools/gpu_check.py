@@ -1,5 +1,6 @@
-"""GPU smoke checks for a machine with CUDA: the engine's mixed precision, Kronos, and the distribution
-strategies (FSDP2, DDP over NCCL, DeepSpeed when installed) on the GPU.
+"""GPU smoke checks for a machine with CUDA: the engine's mixed precision and measured MFU, Kronos, and the
+distribution strategies (FSDP2, DDP over NCCL with and without bf16/PowerSGD gradient compression, DeepSpeed
+when installed) on the GPU.
 
 Not part of the test suite (CI has no GPU). Run on a CUDA machine after installing twinkle-core and the
 plugins; ``BARS`` is a folder of daily OHLCV CSVs (one per symbol). Prints one JSON line per check and
@@ -36,9 +37,14 @@ def check_resnet(work: Path) -> dict:
     result = trainer.fit(data=str(data))
     seconds = time.perf_counter() - start
     exported = trainer.export(format="onnx")
+    from twinkle_core import RunStore
+
+    measured = RunStore().get(result.run_uri).measured
     return {"accelerator": result.plan.accelerator, "precision": result.plan.precision,
             "micro_batch": result.plan.micro_batch_size, "val_accuracy": result.metrics.get("val_accuracy"),
-            "fit_seconds": round(seconds, 1), "export": str(exported)[:300]}
+            "fit_seconds": round(seconds, 1), "export": str(exported)[:300],
+            "utilisation": {k: measured.get(k) for k in ("samples_per_second", "achieved_flops_per_second", "mfu",
+                                                         "peak_source", "data_wait_fraction")}}
 
 
 def check_kronos(bars: Path) -> dict:
@@ -73,14 +79,16 @@ def check_strategies(work: Path) -> dict:
     csv = work / "cancer.csv"
     load_breast_cancer(as_frame=True).frame.to_csv(csv, index=False)
     gpus = torch.cuda.device_count()
-    strategies = ["fsdp2"] + (["ddp"] if gpus > 1 else []) + (
-        ["deepspeed_stage_2"] if importlib.util.find_spec("deepspeed") else [])
+    strategies = ["fsdp2", "ddp"] + (["deepspeed_stage_2"] if importlib.util.find_spec("deepspeed") else [])
     out: dict = {"gpus": gpus}
-    for strategy in strategies:
-        result = Trainer("tabular-mlp", verbose=False, project=f"gpu-{strategy}", progress_bar=False,
-                         hyperparams={"strategy": strategy, "devices": gpus, "max_epochs": 5}).fit(str(csv))
-        out[strategy] = {"status": result.status, "val_accuracy": result.best_metric,
-                         "precision": result.plan.precision, "devices": result.plan.devices}
+    runs = [(s, None) for s in strategies] + [("ddp", kind) for kind in ("bf16", "powersgd")]  # NCCL comm hooks
+    for strategy, compression in runs:
+        hp = {"strategy": strategy, "devices": gpus, "max_epochs": 5, "gradient_compression": compression}
+        result = Trainer("tabular-mlp", verbose=False, project=f"gpu-{strategy}-{compression}", progress_bar=False,
+                         hyperparams={k: v for k, v in hp.items() if v is not None}).fit(str(csv))
+        out[f"{strategy}{'-' + compression if compression else ''}"] = {
+            "status": result.status, "val_accuracy": result.best_metric, "precision": result.plan.precision,
+            "devices": result.plan.devices, "compression": result.plan.gradient_compression}
     return out
 
 
