@@ -87,3 +87,27 @@ def close_group() -> None:
 
     dist.barrier()
     dist.destroy_process_group()
+
+
+def init_elastic_group(backend: str) -> bool:
+    """Under torchrun, create the default process group on a store prefix of its own for this restart.
+
+    torchrun keeps one rendezvous store for the whole job; a group restarted by ``--max-restarts`` that joins
+    it again finds the keys of the attempt before and waits forever (measured with gloo). Each attempt
+    therefore uses ``twinkle/attempt-<TORCHELASTIC_RESTART_COUNT>``. Returns whether it created the group
+    (Lightning then uses it); outside torchrun, or when a group exists, it does nothing.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    env = os.environ
+    if dist.is_initialized() or not env.get("TORCHELASTIC_RUN_ID") or not env.get("MASTER_ADDR"):
+        return False
+    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+    agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # the agent serves the store at MASTER_PORT
+    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), world, is_master=rank == 0 and not agent,
+                          timeout=datetime.timedelta(minutes=10), multi_tenant=not agent)
+    prefixed = dist.PrefixStore(f"twinkle/attempt-{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+    dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world)
+    return True

@@ -32,7 +32,7 @@ from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
 from twinkle_core.engine.curves import merge_history, plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
 from twinkle_core.engine.pipeline import run_pipeline
-from twinkle_core.engine.ranks import broadcast, close_group
+from twinkle_core.engine.ranks import broadcast, close_group, init_elastic_group
 from twinkle_core.engine.record import CheckpointRecord
 from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.resume import ExactResume
@@ -217,6 +217,8 @@ def run_lightning(setup: RunSetup) -> FitResult:
                 setup.store.update(setup.record.id, status="failed", error=f"{type(err).__name__}: {err}",
                                    finished=time.time())
             raise
+    if setup.plan.strategy in ("ddp", "fsdp2"):  # a torchrun restart joins on a store prefix of its own
+        init_elastic_group("nccl" if setup.plan.accelerator == "cuda" else "gloo")
     if setup.record is None:  # a rank other than 0
         scratch = tempfile.mkdtemp(prefix="twinkle-rank-")
         try:
