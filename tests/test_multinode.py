@@ -94,3 +94,14 @@ def test_torchrun_restarts_a_killed_rank_and_the_run_resumes(tmp_path, cancer_cs
     assert len(restarts) == 1 and "torchrun restarted the job's processes" in restarts[0]["message"]
     ranks = [json.loads((folder / f"rank-{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["weights_md5"] == ranks[1]["weights_md5"]
+
+
+def test_nodes_without_a_launcher_are_a_named_error(twinkle_home, cancer_csv) -> None:
+    from click.testing import CliRunner
+
+    from twinkle_core.cli import main
+
+    result = CliRunner().invoke(main, ["train", "tabular-mlp", "--data", str(cancer_csv), "--nodes", "2",
+                                       "--devices", "1", "--epochs", "1", "--max-restarts", "0"])
+    assert result.exit_code == 1 and "num_nodes=2 needs the processes of every node started together" in result.output
+    assert "Traceback" not in result.output and RunStore().list() == []

@@ -46,9 +46,13 @@ def _training_options(func: Any) -> Any:
 @_training_options
 @click.option("--max-restarts", type=click.IntRange(min=0), default=3, show_default=True,
               help="Restart the training process from its last checkpoint when it dies (0: train in this process).")
+@click.option("--nodes", type=click.IntRange(min=1), help="Machines taking part (start each with `twinkle launch`, "
+                                                          "torchrun or SLURM); shorthand for --hp num_nodes=N.")
+@click.option("--devices", type=click.IntRange(min=1), help="Devices (processes) per machine; --hp devices=M.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def train(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epochs: int | None,
-          user: str | None, project: str | None, max_restarts: int, as_json: bool) -> None:
+          user: str | None, project: str | None, max_restarts: int, nodes: int | None, devices: int | None,
+          as_json: bool) -> None:
     """Train ALGORITHM on --data as a new run; prints the plan, progress and the run URI.
 
     The training runs in a worker process that is restarted from the run's last checkpoint (exactly: the same
@@ -57,7 +61,9 @@ def train(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epoc
     """
     from twinkle_core.trainer import Trainer
 
-    trainer = Trainer(algorithm, task, _hyperparams(hp, epochs), user=user, project=project, verbose=not as_json)
+    values = _hyperparams(hp, epochs)
+    values.update({k: v for k, v in (("num_nodes", nodes), ("devices", devices)) if v is not None})
+    trainer = Trainer(algorithm, task, values, user=user, project=project, verbose=not as_json)
     result = trainer.supervise(data, max_restarts=max_restarts) if max_restarts else trainer.fit(data=data)
     if as_json:
         echo_json({"run": result.run_uri, "status": result.status, "metrics": result.metrics,

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from twinkle_core.errors import TwinkleError
 from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, read_json, write_json
 
 
@@ -42,10 +43,12 @@ def run(folder: str) -> int:
             trainer = Trainer(job.algorithm, job.task, job.hyperparams, **options)
             trainer.reuse_run = existing  # a restart before the first checkpoint: the same run, from the start
             result = trainer.fit(job.data)
-    except Exception as err:  # noqa: BLE001 — reported to the supervisor, then re-raised for the traceback
+    except Exception as err:  # noqa: BLE001 — reported to the supervisor; a bug also keeps its traceback
         if is_global_zero():
             write_json(folder, "error.json", {"type": type(err).__name__, "message": str(err),
                                               "traceback": traceback.format_exc()[-4000:]})
+        if isinstance(err, TwinkleError):  # a named error says what to fix: no traceback
+            return 1
         raise
     if is_global_zero():
         write_json(folder, "result.json", result.to_dict())
