@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -45,7 +46,7 @@ def test_a_12b_model_is_laid_out_from_memory_arithmetic_without_allocating() -> 
     assert layout["memory"]["activations"] == int(act * 0.5 / 2)
     unsplit = 2 * p + 2 * p + 12 * p / 16 + act * 0.5  # tp 1: over 80 % of 80 GB, so tp 2 was needed
     assert unsplit > 64 * GB > layout["memory"]["total"]
-    assert layout["step_seconds"] == __import__("pytest").approx(
+    assert layout["step_seconds"] == pytest.approx(
         facts.flops_per_sample * 512 / (16 * 989e12 * 0.4), rel=1e-6)
     text = plan.explain()
     assert "dp 8 × tp 2 × pp 1 (ZeRO-1)" in text and "tensor parallel stays inside a node" in text

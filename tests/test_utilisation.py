@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import lightning as L
+import pytest
 import torch
 from click.testing import CliRunner
 from torch.utils.data import DataLoader, Dataset
@@ -20,7 +21,7 @@ def test_a_run_records_and_shows_its_utilisation(twinkle_home, cancer_csv) -> No
     measured = RunStore().get(result.run_uri).measured
     assert measured["samples_per_second"] > 0 and measured["job_samples_per_second"] == measured["samples_per_second"]
     flops = result.plan.estimates["flops_per_sample"]
-    assert measured["achieved_flops_per_second"] == __import__("pytest").approx(
+    assert measured["achieved_flops_per_second"] == pytest.approx(
         flops * measured["samples_per_second"], rel=1e-3)
     assert 0 < measured["mfu"] <= 1 and measured["peak_source"].startswith("measured: fp32 matmul")
     assert 0 <= measured["data_wait_fraction"] < 1

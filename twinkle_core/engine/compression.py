@@ -18,6 +18,8 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
+from lightning.pytorch.strategies import DDPStrategy
+from torch.nn.parallel import DistributedDataParallel
 
 COMPRESSIONS = ("none", "powersgd", "bf16", "fp16")
 POWERSGD_RANK = 2
@@ -80,20 +82,20 @@ def counted_hook(state: CountingState, bucket: dist.GradBucket) -> torch.futures
     return hook(state.inner, bucket)
 
 
-def ddp_strategy(kind: str) -> Any:
-    """Lightning's DDP strategy with the counting hook for ``kind`` registered (on CPU/gloo too).
+class CountingDDPStrategy(DDPStrategy):
+    """Lightning's DDP strategy registering its communication hook on any backend.
 
-    Lightning registers communication hooks on CUDA only (a torch 1.8 limit); torch's DDP takes them on any
-    backend, so the hook is registered on the wrapped model directly.
+    Lightning registers hooks on CUDA only (a torch 1.8 limit); torch's DDP takes them on gloo too, so the hook
+    goes on the wrapped model directly.
     """
-    from lightning.pytorch.strategies import DDPStrategy
-    from torch.nn.parallel import DistributedDataParallel
 
-    class CountingDDPStrategy(DDPStrategy):
-        def _register_ddp_hooks(self) -> None:
-            if isinstance(self.model, DistributedDataParallel):
-                self.model.register_comm_hook(self._ddp_comm_state, self._ddp_comm_hook)
+    def _register_ddp_hooks(self) -> None:
+        if isinstance(self.model, DistributedDataParallel):
+            self.model.register_comm_hook(self._ddp_comm_state, self._ddp_comm_hook)
 
+
+def ddp_strategy(kind: str) -> Any:
+    """Lightning's DDP strategy with the counting hook for ``kind`` registered (on CPU/gloo too)."""
     if kind == "powersgd":
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 

@@ -24,7 +24,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, TQDMProg
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import IterableDataset
 
-from twinkle_core.algorithm import Algorithm, batch_size_of
+from twinkle_core.algorithm import Algorithm
 from twinkle_core.data.processor import PreparedData
 from twinkle_core.engine.checkpoints import TWINKLE_KEY, AtomicCheckpointIO
 from twinkle_core.engine.compression import ddp_strategy, measured_bytes
@@ -79,22 +79,6 @@ class TwinkleRecord(L.Callback):
         checkpoint[TWINKLE_KEY] = self.record
 
 
-class _Timer(L.Callback):
-    """Measures training time (without validation) for the plan's history."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.samples = 0
-        self._start = 0.0
-
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int) -> None:
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, out: Any, batch: Any, idx: int) -> None:
-        self.seconds += time.perf_counter() - self._start
-        self.samples += batch_size_of(batch)
-
-
 class _DropAdverts(logging.Filter):
     """Drops Lightning's promotional tips from its log; real messages pass."""
 
@@ -118,8 +102,7 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Any) -> dict[str, Any]:
         "last": ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1, enable_version_counter=False),
         "resume": ExactResume(),
         "record": TwinkleRecord(setup.checkpoint_record),
-        "timer": _Timer(),
-        "utilisation": Utilisation(),
+        "utilisation": Utilisation(),  # step times for the plan's history and the run's utilisation
         "last_path": last_path,
     }
     extra: list[L.Callback] = []
@@ -142,8 +125,7 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Any) -> dict[str, Any]:
         # a log file, not a terminal: one progress line per epoch instead of one per step
         extra.append(TQDMProgressBar(refresh_rate=max(1, int(setup.plan.estimates.get("optimizer_steps_per_epoch", 1))
                                                       * setup.plan.accumulate_grad_batches)))
-    roles["all"] = [roles["best"], roles["last"], roles["resume"], roles["record"], roles["timer"],
-                    roles["utilisation"], *extra,
+    roles["all"] = [roles["best"], roles["last"], roles["resume"], roles["record"], roles["utilisation"], *extra,
                     *setup.callbacks]
     return roles
 
@@ -327,7 +309,7 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: dict[str, Any]) -> FitRe
     if trainer.interrupted:
         store.update(record.id, status="failed", error="interrupted", finished=time.time())
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
-    best, timer = roles["best"], roles["timer"]
+    best, meter = roles["best"], roles["utilisation"]
     best_path = _uri(best.best_model_path, ckpt_dir)
     fs, last_local = filesystem(roles["last_path"])
     last_path = roles["last_path"] if fs.exists(last_local) else None
@@ -336,11 +318,11 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: dict[str, Any]) -> FitRe
                 f"{record.uri} · {record.algorithm}")
     measured = {
         "micro_batch_size": plan.micro_batch_size,
-        "seconds_per_sample": timer.seconds / timer.samples if timer.samples else None,
-        "train_seconds": round(timer.seconds, 3),
+        "seconds_per_sample": meter.compute_seconds / meter.samples if meter.samples else None,
+        "train_seconds": round(meter.compute_seconds, 3),
         "peak_memory_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
         **measured_bytes(trainer.strategy),
-        **roles["utilisation"].figures(
+        **meter.figures(
             float(plan.estimates.get("flops_per_sample") or 0), trainer.world_size, plan.accelerator,
             torch.cuda.get_device_name() if plan.accelerator == "cuda" and torch.cuda.is_available() else "cpu",
             plan.precision, plan.torch_threads,

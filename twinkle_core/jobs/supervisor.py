@@ -16,11 +16,11 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
 
 from twinkle_core.engine.result import FitResult
 from twinkle_core.errors import TwinkleError
 from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir, read_json, write_json
+from twinkle_core.ops.notify import run_notifier
 from twinkle_core.store.runs import RunStore
 
 RESTART_KIND = "restart"
@@ -73,14 +73,13 @@ def supervise(job: Job, folder: str | None = None, verbose: bool = True, backoff
             raise TwinkleError(f"the training process {cause} before it created its run; see its output above")
         if restarts >= job.max_restarts:
             message = f"the training process {cause}; gave up after {restarts} restart(s) (max_restarts)"
-            _event(store, record.id, record.uri, {"kind": RESTART_KIND, "action": "give up", "attempt": restarts,
-                                                  "message": message})
+            run_notifier(store, record.id, record.uri, None)(
+                {"kind": RESTART_KIND, "action": "give up", "attempt": restarts, "message": message})
             store.update(record.id, status="failed", error=message, finished=time.time())
             raise TwinkleError(f"{record.uri}: {message}")
         restarts += 1
-        last = store.path(record.id, "checkpoints", "last.ckpt")
-        source = "its last checkpoint" if os.path.exists(last) else "the start (no checkpoint yet)"
-        _event(store, record.id, record.uri, {
+        source = "its last checkpoint" if store.last_checkpoint(record.id) else "the start (no checkpoint yet)"
+        run_notifier(store, record.id, record.uri, None)({
             "kind": RESTART_KIND, "action": "restart", "attempt": restarts, "returncode": returncode,
             "message": f"the training process {cause}; restart {restarts} of {job.max_restarts} from {source}"})
         if verbose:
@@ -118,8 +117,3 @@ def _signal_group(pid: int, signum: int) -> None:
     except (ProcessLookupError, PermissionError):
         pass
 
-
-def _event(store: RunStore, run_id: str, uri: str, alert: dict[str, Any]) -> None:
-    """Append ``alert`` to the run's alerts (rank 0's supervisor is the only writer while no worker runs)."""
-    record = store.catalogue.get(run_id)
-    store.update(run_id, alerts=[*(record.alerts if record else []), {"run": uri, "time": time.time(), **alert}])

@@ -24,6 +24,7 @@ from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, read_json, write_json
 def run(folder: str) -> int:
     """Train the job in ``folder``; returns the process exit status."""
     from twinkle_core.engine.ranks import global_rank, is_global_zero
+    from twinkle_core.store.runs import RunStore
     from twinkle_core.trainer import Trainer
 
     os.environ[JOB_DIR_ENV] = folder
@@ -34,9 +35,10 @@ def run(folder: str) -> int:
                    "user": job.user, "project": job.project, "home": job.home}
         restarted_by = "ray" if os.environ.get("TWINKLE_LAUNCHER") == "ray" else \
             "torchrun" if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 else None
+        store = RunStore(job.home)
         if existing and restarted_by and is_global_zero():  # the launcher restarted the job's processes
-            _restart_event(job, existing, restarted_by)
-        if existing and _has_checkpoint(job, existing):
+            _restart_event(store, existing, restarted_by)
+        if existing and store.last_checkpoint(store.get(existing).id):
             trainer = Trainer.from_checkpoint(existing, mode="resume", same_run=True, home=job.home)
             result = trainer.fit()
         else:
@@ -68,26 +70,16 @@ def weights_digest(module: Any) -> str:
     return digest.hexdigest()
 
 
-def _restart_event(job: Job, run_uri: str, launcher: str) -> None:
+def _restart_event(store: Any, run_uri: str, launcher: str) -> None:
     """Record in the run that ``launcher`` restarted the job's processes (a process died)."""
-    import time
-
     from twinkle_core.jobs.supervisor import RESTART_KIND
-    from twinkle_core.store.runs import RunStore
+    from twinkle_core.ops.notify import run_notifier
 
-    store = RunStore(job.home)
     record = store.get(run_uri)
-    source = "its last checkpoint" if _has_checkpoint(job, run_uri) else "the start (no checkpoint yet)"
-    event = {"run": record.uri, "time": time.time(), "kind": RESTART_KIND, "action": "restart",
-             "message": f"{launcher} restarted the job's processes after one died; resuming from {source}"}
-    store.update(record.id, alerts=[*record.alerts, event])
-
-
-def _has_checkpoint(job: Job, run_uri: str) -> bool:
-    from twinkle_core.store.runs import RunStore
-
-    store = RunStore(job.home)
-    return os.path.exists(store.path(store.get(run_uri).id, "checkpoints", "last.ckpt"))
+    source = "its last checkpoint" if store.last_checkpoint(record.id) else "the start (no checkpoint yet)"
+    run_notifier(store, record.id, record.uri, None)(
+        {"kind": RESTART_KIND, "action": "restart",
+         "message": f"{launcher} restarted the job's processes after one died; resuming from {source}"})
 
 
 if __name__ == "__main__":

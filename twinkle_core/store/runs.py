@@ -78,6 +78,12 @@ class RunStore:
         """The fsspec URL of a file inside a run's folder."""
         return join(self.run_dir(run_id), *parts)
 
+    def last_checkpoint(self, run_id: str) -> str | None:
+        """The URL of the run's ``last.ckpt`` when it has written one (what a restart resumes from)."""
+        url = self.path(run_id, "checkpoints", "last.ckpt")
+        fs, path = filesystem(url)
+        return url if fs.exists(path) else None
+
     def write_json(self, run_id: str, name: str, data: Any) -> str:
         """Write ``data`` as JSON into the run's folder, atomically; returns its URL."""
         url = self.path(run_id, name)
