@@ -21,7 +21,7 @@ export YOLO_OFFLINE := 1
 export YOLO_AUTOINSTALL := 0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test bench lock clean
+.PHONY: install system demo test bench lock clean
 
 install: $(STAMP)
 
@@ -36,7 +36,12 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml) $(CONSTRAINTS)
 demo: $(STAMP)
 	TWINKLE_HOME=$${TWINKLE_HOME:-$(CACHE)/twinkle-home} OMP_NUM_THREADS=1 $(BIN)/python examples/demo.py
 
-test: $(STAMP)
+# Debian packages the tests drive: chromium (the dashboard's browser test, through Playwright).
+system:
+	@command -v chromium >/dev/null || { echo "Installing Debian's chromium for the browser test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) system
 	$(BIN)/lint-imports
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests plugins
 

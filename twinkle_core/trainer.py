@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 import lightning as L
@@ -348,9 +348,7 @@ class Trainer(Operations):
 
         held = [name for name, value in (("an Algorithm class", not isinstance(self.algorithm_ref, str)),
                                          ("a configured data processor", isinstance(self.data_processor, DataProcessor)),
-                                         ("callbacks", bool(self.callbacks)),
-                                         ("monitor()/set_budget_alert() rules", self.monitor_config is not None
-                                          or self.budget_config is not None)) if value]
+                                         ("callbacks", bool(self.callbacks))) if value]
         if held:
             raise TwinkleError(f"{caller} runs the job in other processes from data only, but this trainer holds "
                                f"{', '.join(held)}; register the algorithm and pass names and hyperparameters, "
@@ -359,7 +357,9 @@ class Trainer(Operations):
         return Job(algorithm=str(self.algorithm_ref), data=self._data(data), task=self.task, hyperparams=hyperparams,
                    data_processor=self.data_processor,  # type: ignore[arg-type]
                    resource_strategy=self.resource_strategy, user=self.user, project=self.project,
-                   home=self.store.home, max_restarts=max_restarts)
+                   home=self.store.home, max_restarts=max_restarts,
+                   monitor=asdict(self.monitor_config) if self.monitor_config is not None else None,
+                   budget=asdict(self.budget_config) if self.budget_config is not None else None)
 
     def _on_ray(self) -> bool:
         """Whether this fit goes to Ray Train (``backend="ray"``, or ``RAY_ADDRESS`` set) — not inside its workers."""

@@ -15,6 +15,7 @@ from twinkle_core.cli.launch import COMMANDS as LAUNCH_COMMANDS
 from twinkle_core.cli.listing import add_component_groups, plugins
 from twinkle_core.cli.ops import COMMANDS as OPS_COMMANDS
 from twinkle_core.cli.runs import COMMANDS
+from twinkle_core.cli.service import COMMANDS as SERVICE_COMMANDS
 from twinkle_core.errors import TwinkleError
 
 
@@ -37,7 +38,7 @@ def main() -> None:
 
 main.add_command(plugins)
 add_component_groups(main)
-for _command in (*COMMANDS, *OPS_COMMANDS, *LAUNCH_COMMANDS):
+for _command in (*COMMANDS, *OPS_COMMANDS, *LAUNCH_COMMANDS, *SERVICE_COMMANDS):
     main.add_command(_command)
 
 

@@ -37,6 +37,7 @@ from twinkle_core.engine.record import CheckpointRecord
 from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.resume import ExactResume
 from twinkle_core.engine.settings import TrainerSettings
+from twinkle_core.engine.stopping import StopOnSigterm, StoppedBySignal
 from twinkle_core.engine.utilisation import Utilisation, tokens_per_sample
 from twinkle_core.errors import TwinkleError
 from twinkle_core.ops.budget import BudgetConfig, BudgetGuard, forecast
@@ -103,6 +104,7 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Any) -> dict[str, Any]:
         "resume": ExactResume(),
         "record": TwinkleRecord(setup.checkpoint_record),
         "utilisation": Utilisation(),  # step times for the plan's history and the run's utilisation
+        "sigterm": StopOnSigterm(last_path),  # SIGTERM: a checkpoint after this batch, then the run is stopped
         "last_path": last_path,
     }
     extra: list[L.Callback] = []
@@ -126,13 +128,14 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Any) -> dict[str, Any]:
         extra.append(TQDMProgressBar(refresh_rate=max(1, int(setup.plan.estimates.get("optimizer_steps_per_epoch", 1))
                                                       * setup.plan.accumulate_grad_batches)))
     roles["all"] = [roles["best"], roles["last"], roles["resume"], roles["record"], roles["utilisation"], *extra,
-                    *setup.callbacks]
+                    *setup.callbacks, roles["sigterm"]]
     return roles
 
 
 def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: str) -> L.Trainer:
     plan, settings = setup.plan, setup.settings
     kwargs = plan.lightning_kwargs()
+    log_every = max(1, min(50, plan.estimates.get("optimizer_steps_per_epoch", 50)))
     plugins: list[Any] = [AtomicCheckpointIO()]
     if os.environ.get("TWINKLE_LAUNCHER") == "ray" and plan.strategy == "ddp":  # inside Ray Train's workers
         from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment
@@ -146,14 +149,15 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
         max_epochs=settings.max_epochs,
         min_epochs=setup.algorithm.min_epochs,
         max_steps=settings.max_steps,
-        logger=CSVLogger(save_dir=run_dir, name="logs", version=""),
+        # rows reach metrics.csv as they are logged, so a dashboard's curves grow live
+        logger=CSVLogger(save_dir=run_dir, name="logs", version="", flush_logs_every_n_steps=log_every),
         callbacks=callbacks,
         plugins=plugins,
         enable_progress_bar=settings.progress_bar and setup.verbose,
         enable_model_summary=setup.verbose,
         gradient_clip_val=settings.gradient_clip_val,
         val_check_interval=settings.val_check_interval,
-        log_every_n_steps=max(1, min(50, plan.estimates.get("optimizer_steps_per_epoch", 50))),
+        log_every_n_steps=log_every,
         default_root_dir=run_dir,
         use_distributed_sampler=False,  # the engine's samplers split the data between ranks themselves
     )
@@ -218,6 +222,9 @@ def run_lightning(setup: RunSetup) -> FitResult:
     try:
         with _quiet(setup.verbose):
             trainer, roles = _train(setup, store.run_dir(record.id), store.path(record.id, "checkpoints"), notify)
+    except StoppedBySignal as err:  # asked to stop: resumable from the checkpoint it just saved
+        store.update(record.id, status="stopped", error=str(err), finished=time.time())
+        raise
     except BaseException as err:
         store.update(record.id, status="failed", error=f"{type(err).__name__}: {err}", finished=time.time())
         raise

@@ -37,6 +37,8 @@ class Job(BaseModel):
     project: str | None = None
     home: str | None = None
     max_restarts: int = Field(default=3, ge=0, description="restarts from the last checkpoint after a crash")
+    monitor: dict[str, Any] | None = Field(default=None, description="Trainer.monitor(**monitor)")
+    budget: dict[str, Any] | None = Field(default=None, description="Trainer.set_budget_alert(**budget)")
 
     def save(self, folder: str) -> str:
         """Write ``job.json`` into ``folder`` (atomically); returns its path."""

@@ -4,7 +4,8 @@ rank, by ``twinkle launch``/torchrun).
 The first attempt trains the job as a new run; rank 0 writes ``run.json`` as soon as the run exists. A later
 attempt (a supervisor's restart, or torchrun's ``--max-restarts``) finds ``run.json`` and resumes that same run
 from its last checkpoint — or trains it again from the start when it has none. Rank 0 writes ``result.json``
-at the end, or ``error.json`` when training raised.
+at the end, ``error.json`` when training raised, or ``stopped.json`` when SIGTERM stopped it after a checkpoint
+(exit status 143).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, read_json, write_json
 def run(folder: str) -> int:
     """Train the job in ``folder``; returns the process exit status."""
     from twinkle_core.engine.ranks import global_rank, is_global_zero
+    from twinkle_core.engine.stopping import StoppedBySignal
     from twinkle_core.store.runs import RunStore
     from twinkle_core.trainer import Trainer
 
@@ -39,12 +41,16 @@ def run(folder: str) -> int:
         if existing and restarted_by and is_global_zero():  # the launcher restarted the job's processes
             _restart_event(store, existing, restarted_by)
         if existing and store.last_checkpoint(store.get(existing).id):
-            trainer = Trainer.from_checkpoint(existing, mode="resume", same_run=True, home=job.home)
+            trainer = _rules(Trainer.from_checkpoint(existing, mode="resume", same_run=True, home=job.home), job)
             result = trainer.fit()
         else:
-            trainer = Trainer(job.algorithm, job.task, job.hyperparams, **options)
+            trainer = _rules(Trainer(job.algorithm, job.task, job.hyperparams, **options), job)
             trainer.reuse_run = existing  # a restart before the first checkpoint: the same run, from the start
             result = trainer.fit(job.data)
+    except StoppedBySignal as err:  # SIGTERM: stopped after saving a checkpoint, to be resumed
+        if is_global_zero():
+            write_json(folder, "stopped.json", {"step": err.step, "checkpoint": err.checkpoint, "message": str(err)})
+        return 143
     except Exception as err:  # noqa: BLE001 — reported to the supervisor; a bug also keeps its traceback
         if is_global_zero():
             write_json(folder, "error.json", {"type": type(err).__name__, "message": str(err),
@@ -58,6 +64,15 @@ def run(folder: str) -> int:
     write_json(folder, f"rank-{rank}.json", {"rank": rank, "weights_md5": weights_digest(trainer.algorithm),
                                              "run": result.run_uri, "status": result.status})
     return 0
+
+
+def _rules(trainer: Any, job: Job) -> Any:
+    """The job's monitor and budget rules, applied to ``trainer`` (every attempt)."""
+    if job.monitor is not None:
+        trainer.monitor(**job.monitor)
+    if job.budget is not None:
+        trainer.set_budget_alert(**job.budget)
+    return trainer
 
 
 def weights_digest(module: Any) -> str:

@@ -1,0 +1,333 @@
+"""The service's API with FastAPI's TestClient: every endpoint, auth on and off, two users who cannot see each
+other's jobs, runs or models, path and URI traversal refused without reading a file, size caps, CSRF, the queue's
+claims, leases and limits."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from twinkle_core.errors import TwinkleError
+from twinkle_core.serve import Accounts, JobQueue, ServerConfig, create_app
+from twinkle_core.serve.config import DataAccessError, check_data_uri
+
+JOB = {"algorithm": "tabular-mlp", "hyperparams": {"max_epochs": 2, "progress_bar": False}}
+
+
+@pytest.fixture()
+def home(tmp_path: Path, cancer_csv: Path) -> Path:
+    home = tmp_path / "home"
+    (home / "datasets").mkdir(parents=True)
+    shutil.copy(cancer_csv, home / "datasets" / "cancer.csv")
+    return home
+
+
+@pytest.fixture()
+def service(home: Path) -> dict:
+    config = ServerConfig(home=str(home), max_queued_per_user=5)
+    accounts = Accounts(config.db_path)
+    tokens = {name: accounts.add_user(name, admin=name == "root") for name in ("alice", "bob", "root")}
+    client = TestClient(create_app(config))
+    return {"config": config, "client": client, "tokens": tokens, "accounts": accounts,
+            "data": str(home / "datasets" / "cancer.csv"), "home": home}
+
+
+def auth(service: dict, name: str) -> dict:
+    return {"Authorization": f"Bearer {service['tokens'][name]}"}
+
+
+def submit(service: dict, name: str, **extra) -> dict:
+    response = service["client"].post("/api/v1/jobs", headers=auth(service, name),
+                                      json={**JOB, "data": service["data"], **extra})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def test_tokens_are_required_and_only_their_hash_is_stored(service: dict) -> None:
+    client = service["client"]
+    assert client.get("/api/v1/health").json() == {"status": "ok"}  # liveness needs no token
+    for path in ("/api/v1/me", "/api/v1/jobs", "/api/v1/runs", "/api/v1/models", "/api/v1/algorithms", "/api/v1/server"):
+        response = client.get(path)
+        assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer", path
+    assert client.get("/api/v1/me", headers={"Authorization": "Bearer tw_wrong"}).status_code == 401
+    assert client.get("/api/v1/me", headers={"Authorization": "Basic abc"}).status_code == 401
+    assert client.get("/api/v1/me", headers=auth(service, "alice")).json() == {"name": "alice", "admin": False}
+    raw = Path(service["config"].db_path).read_bytes() + b"".join(
+        p.read_bytes() for p in Path(service["config"].db_path).parent.glob("*-wal"))
+    assert not any(token.encode() in raw for token in service["tokens"].values())
+    with pytest.raises(TwinkleError, match="exists"):
+        service["accounts"].add_user("alice")
+    with pytest.raises(TwinkleError, match="not allowed"):
+        service["accounts"].add_user("../evil")
+    new = service["accounts"].new_token("bob")
+    assert client.get("/api/v1/me", headers=auth(service, "bob")).status_code == 401  # the old token is dead
+    assert client.get("/api/v1/me", headers={"Authorization": f"Bearer {new}"}).json()["name"] == "bob"
+
+
+def test_a_submitted_job_is_checked_like_a_trainer_and_queued_with_why_it_waits(service: dict) -> None:
+    client = service["client"]
+    job = submit(service, "alice", priority=5)
+    assert job["state"] == "queued" and job["user"] == "alice" and job["priority"] == 5
+    assert "no worker is running" in job["pending_reason"]
+    assert job["transitions"][0]["state"] == "queued" and job["transitions"][0]["reason"] == "submitted"
+    assert client.get(f"/api/v1/jobs/{job['id']}", headers=auth(service, "alice")).json()["id"] == job["id"]
+    bad = {"/api/v1/jobs": [
+        ({**JOB, "algorithm": "tabular-mpl", "data": service["data"]}, 400, "did you mean 'tabular-mlp'"),
+        ({**JOB, "data": service["data"], "hyperparams": {"max_epochs": "many"}}, 400, "max_epochs"),
+        ({**JOB, "data": service["data"], "hyperparams": {"no_such": 1}}, 400, "no_such"),
+        ({**JOB, "data": service["data"], "code": "import os"}, 422, "extra"),
+        ({**JOB, "data": service["data"], "monitor": {"alert_rules": {"val_loss": "sometimes"}}}, 400, "val_loss"),
+        ({**JOB, "data": service["data"], "monitor": {"webhook": "http://x"}}, 422, "webhook"),
+        ({**JOB, "data": service["data"], "priority": 1000}, 422, "priority"),
+        ({**JOB, "data": "/etc/passwd"}, 403, "not under a data root"),
+    ]}
+    for body, status, words in bad["/api/v1/jobs"]:
+        response = client.post("/api/v1/jobs", headers=auth(service, "alice"), json=body)
+        assert response.status_code == status and words in response.text, (body, response.text)
+    audit = client.get("/api/v1/audit", headers=auth(service, "root")).json()
+    assert [a["action"] for a in audit] == ["submit"] and audit[0]["job"] == job["id"]
+
+
+def test_the_per_user_queue_limit_answers_429(service: dict) -> None:
+    for _ in range(5):
+        submit(service, "alice")
+    response = service["client"].post("/api/v1/jobs", headers=auth(service, "alice"), json={**JOB, "data": service["data"]})
+    assert response.status_code == 429 and "5 queued jobs" in response.text
+    submit(service, "bob")  # another user's queue is their own
+
+
+def test_two_users_see_only_their_own_jobs_runs_and_models(service: dict, home: Path) -> None:
+    client = service["client"]
+    mine, theirs = submit(service, "alice"), submit(service, "bob")
+    # a run and a published model of bob's, as a worker and `twinkle publish` would leave them
+    from twinkle_core import RunStore
+
+    store = RunStore(str(home))
+    record = store.create_run("bob", "default", algorithm="tabular-mlp", task="tabular_classification")
+    Path(store.path(record.id, "plan.json")).write_text("{}")
+    (home / "models" / "bobs-model").mkdir(parents=True)
+    (home / "models" / "bobs-model" / "model.json").write_text(json.dumps({"run": record.uri, "algorithm": "tabular-mlp"}))
+    (home / "models" / "bobs-model" / "model.ckpt").write_bytes(b"weights")
+    alice, bob = auth(service, "alice"), auth(service, "bob")
+    assert [j["id"] for j in client.get("/api/v1/jobs", headers=alice).json()] == [mine["id"]]
+    assert client.get("/api/v1/jobs?user=bob", headers=alice).json() == []
+    for path in (f"/api/v1/jobs/{theirs['id']}", f"/api/v1/jobs/{theirs['id']}/logs", f"/api/v1/jobs/{theirs['id']}/metrics",
+                 f"/api/v1/jobs/{theirs['id']}/events", f"/api/v1/runs/{record.id}", f"/api/v1/runs/{record.id}/files",
+                 f"/api/v1/runs/{record.id}/metrics", f"/api/v1/runs/{record.id}/files/plan.json",
+                 "/api/v1/models/bobs-model", "/api/v1/models/bobs-model/files/model.ckpt"):
+        assert client.get(path, headers=alice).status_code == 404, path  # as if it did not exist
+    assert client.post(f"/api/v1/jobs/{theirs['id']}/cancel", headers=alice).status_code == 404
+    assert client.get("/api/v1/runs", headers=alice).json() == [] and client.get("/api/v1/models", headers=alice).json() == []
+    assert client.get("/api/v1/audit", headers=alice).status_code == 403
+    # bob sees his; the admin sees everyone's
+    assert [r["uri"] for r in client.get("/api/v1/runs", headers=bob).json()] == [record.uri]
+    assert client.get(f"/api/v1/runs/{record.id}/files/plan.json", headers=bob).json() == {}
+    assert [f["path"] for f in client.get(f"/api/v1/runs/{record.id}/files", headers=bob).json()] == ["plan.json"]
+    assert client.get("/api/v1/models/bobs-model/files/model.ckpt", headers=bob).content == b"weights"
+    assert [m["name"] for m in client.get("/api/v1/models", headers=bob).json()] == ["bobs-model"]
+    assert len(client.get("/api/v1/jobs", headers=auth(service, "root")).json()) == 2
+    assert client.get(f"/api/v1/jobs/{theirs['id']}", headers=auth(service, "root")).status_code == 200
+    # cancelling a queued job ends it now; the audit log has both actions
+    cancelled = client.post(f"/api/v1/jobs/{mine['id']}/cancel", headers=alice).json()
+    assert cancelled["state"] == "cancelled" and "cancelled by alice" in cancelled["reason"]
+    actions = [(a["action"], a["user"]) for a in client.get("/api/v1/audit", headers=auth(service, "root")).json()]
+    assert actions == [("cancel", "alice"), ("submit", "bob"), ("submit", "alice")]
+
+
+def test_path_and_uri_traversal_is_refused_and_reads_nothing(service: dict, home: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    client = service["client"]
+    from twinkle_core import RunStore
+
+    store = RunStore(str(home))
+    record = store.create_run("alice", "default", algorithm="tabular-mlp", task="tabular_classification")
+    Path(store.path(record.id, "plan.json")).write_text("{}")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret")
+    os.symlink(secret, store.path(record.id, "link.txt"))  # a link inside the run that leads out
+    opened: list[str] = []
+    real_open = open
+
+    def watching_open(file, *args, **kwargs):  # noqa: ANN001, ANN202
+        if str(file).endswith(("secret.txt", "passwd", "catalogue.sqlite")):
+            opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", watching_open)
+    alice = auth(service, "alice")
+    base = f"/api/v1/runs/{record.id}/files/"
+    for attempt in ("../../../../catalogue.sqlite", "..%2f..%2f..%2f..%2fcatalogue.sqlite", "%2e%2e/%2e%2e/x",
+                    "link.txt", "/etc/passwd", "%2fetc%2fpasswd", "checkpoints/../../run1/plan.json", "a\\..\\..\\x",
+                    "plan.json%00.txt", "checkpoints%2f..%2f..%2f..%2fbob%2fdefault%2frun1%2fplan.json"):
+        response = client.get(base + attempt, headers=alice)
+        assert 400 <= response.status_code < 500 and b"secret" not in response.content, (attempt, response.status_code)
+    for attempt in ("..", "../bob", "%2e%2e"):
+        assert 400 <= client.get(f"/api/v1/models/{attempt}/files/model.json", headers=alice).status_code < 500
+        assert 400 <= client.get(f"/api/v1/runs/alice/default/{attempt}/files/plan.json", headers=alice).status_code < 500
+    assert opened == []
+    assert client.get(base + "plan.json", headers=alice).status_code == 200
+    # data URIs: only under the data roots, never into the store, never through a link that leads out
+    (home / "datasets" / "escape").symlink_to(home / "runs")
+    for uri, words in (("/etc/passwd", "not under a data root"), ("relative/cancer.csv", "relative"),
+                       (f"{home}/datasets/../runs/alice/default/run1/plan.json", "not under a data root"),
+                       (f"{home}/datasets/escape/alice/default/run1/plan.json", "not under a data root"),
+                       ("twinkle://bob/default/run1", "run store"), ("s3://other-bucket/data", "not under a data root"),
+                       ("file:///etc/shadow", "not under a data root"), ("http://169.254.169.254/latest", "data root"),
+                       (f"{home}/datasets/x\x00y", "control")):
+        with pytest.raises(DataAccessError, match=words):
+            check_data_uri(uri, service["config"])
+        response = client.post("/api/v1/jobs", headers=alice, json={**JOB, "data": uri})
+        assert response.status_code in (403, 422), (uri, response.text)
+    roots = ServerConfig(home=str(home), data_roots=[str(home), "s3://team-data/sets"])
+    with pytest.raises(DataAccessError, match="inside the server's run store"):  # a root that contains the store
+        check_data_uri(f"{home}/runs/bob/default/run1/plan.json", roots)
+    assert check_data_uri("s3://team-data/sets/digits", roots) == "s3://team-data/sets/digits"
+    with pytest.raises(DataAccessError):
+        check_data_uri("s3://team-data/sets/../private", roots)
+    with pytest.raises(DataAccessError):
+        check_data_uri("s3://team-data/setsevil/x", roots)
+
+
+def test_request_bodies_are_size_capped(service: dict) -> None:
+    big = {**JOB, "data": service["data"], "hyperparams": {"x": "a" * (2 << 20)}}
+    response = service["client"].post("/api/v1/jobs", headers=auth(service, "alice"), json=big)
+    assert response.status_code == 413
+
+
+def test_auth_off_is_the_local_admin_and_refused_off_loopback(home: Path, cancer_csv: Path) -> None:
+    with pytest.raises(TwinkleError, match="without auth"):
+        ServerConfig(home=str(home), host="0.0.0.0", auth=False)
+    ServerConfig(home=str(home), host="0.0.0.0", auth=True)  # allowed: tokens are required
+    client = TestClient(create_app(ServerConfig(home=str(home), auth=False)))
+    me = client.get("/api/v1/me").json()
+    assert me["admin"] is True
+    job = client.post("/api/v1/jobs", json={**JOB, "data": str(home / "datasets" / "cancer.csv")})
+    assert job.status_code == 201 and job.json()["user"] == me["name"]
+    assert client.get("/").status_code == 200  # the dashboard needs no login either
+
+
+def test_algorithms_server_logs_metrics_and_events_endpoints(service: dict) -> None:
+    client, alice = service["client"], auth(service, "alice")
+    names = [a["name"] for a in client.get("/api/v1/algorithms", headers=alice).json()]
+    assert "tabular-mlp" in names
+    form = client.get("/api/v1/algorithms/tabular-mlp", headers=alice).json()
+    params = {p["name"]: p for p in form["hyperparameters"]}
+    assert params["optimizer"]["choices"] == ["adamw", "adam", "sgd"] and "max_epochs" in params
+    assert client.get("/api/v1/algorithms/nope", headers=alice).status_code == 400
+    info = client.get("/api/v1/server", headers=alice).json()
+    assert info["auth"] is True and info["jobs"]["queued"] == 0 and info["max_queued_per_user"] == 5
+    job = submit(service, "alice")
+    assert client.get(f"/api/v1/jobs/{job['id']}/logs", headers=alice).json() == {"text": "", "offset": 0, "next_offset": 0}
+    assert client.get(f"/api/v1/jobs/{job['id']}/metrics", headers=alice).json() == {"run": None, "rows": []}
+    client.post(f"/api/v1/jobs/{job['id']}/cancel", headers=alice)
+    with client.stream("GET", f"/api/v1/jobs/{job['id']}/events", headers=alice) as stream:
+        text = "".join(stream.iter_text())
+    assert "event: state" in text and "event: end" in text and '"cancelled"' in text
+    ids = [line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("id: ")]
+    with client.stream("GET", f"/api/v1/jobs/{job['id']}/events", headers={**alice, "Last-Event-ID": ids[0]}) as stream:
+        resumed = "".join(stream.iter_text())
+    assert resumed.count("event: state") == text.count("event: state") - 1  # continues after the given event
+    assert client.get("/openapi.json").json()["paths"]["/api/v1/jobs"]["post"]
+
+
+def test_the_dashboard_logs_in_with_a_cookie_and_its_forms_need_the_csrf_token(service: dict) -> None:
+    client = service["client"]
+    assert client.get("/", follow_redirects=False).headers["location"] == "/login"
+    assert client.post("/login", data={"token": "tw_wrong"}).status_code == 401
+    response = client.post("/login", data={"token": service["tokens"]["alice"]}, follow_redirects=False)
+    cookie = response.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+    page = client.get("/submit?algorithm=tabular-mlp").text
+    assert 'name="hp_max_epochs"' in page and 'name="hp_optimizer"' in page
+    csrf = page.split('name="csrf" value="')[1].split('"')[0]
+    form = {"algorithm": "tabular-mlp", "data": service["data"], "hp_max_epochs": "2"}
+    assert client.post("/submit", data=form).status_code == 403  # no CSRF token
+    assert client.post("/submit", data={**form, "csrf": "forged"}).status_code == 403
+    created = client.post("/submit", data={**form, "csrf": csrf}, follow_redirects=False)
+    assert created.status_code == 303
+    job_id = created.headers["location"].rsplit("/", 1)[1]
+    page = client.get(f"/jobs/{job_id}").text
+    assert "sse-connect" in page and 'id="cancel"' in page and "tabular-mlp" in page
+    bad = client.post("/submit", data={**form, "csrf": csrf, "hp_max_epochs": "many"})
+    assert bad.status_code == 400 and "max_epochs" in bad.text
+    # the cookie reads the API but cannot write through it (only the CSRF-checked forms can)
+    assert client.get("/api/v1/me").json()["name"] == "alice"
+    assert client.post(f"/api/v1/jobs/{job_id}/cancel").status_code == 403
+    assert client.post(f"/jobs/{job_id}/cancel", data={}).status_code == 403
+    assert client.post(f"/jobs/{job_id}/cancel", data={"csrf": csrf}, follow_redirects=False).status_code == 303
+    assert client.get(f"/api/v1/jobs/{job_id}").json()["state"] == "cancelled"
+    for page_path in ("/", "/runs", "/?state=cancelled", "/static/vendor/htmx.min.js", "/static/app.js"):
+        assert client.get(page_path).status_code == 200, page_path
+    other = submit(service, "bob")
+    assert client.get(f"/jobs/{other['id']}").status_code == 404
+    client.post("/logout", data={"csrf": csrf})
+    assert client.get("/", follow_redirects=False).status_code == 303
+
+
+# ---------------------------------------------------------------------- the queue itself
+def test_claims_follow_priority_then_age_and_respect_the_running_limit(tmp_path: Path) -> None:
+    queue = JobQueue(str(tmp_path / "q.sqlite"), max_running_per_user=1)
+    low = queue.submit("alice", {"n": 1}, priority=0)
+    high = queue.submit("alice", {"n": 2}, priority=9)
+    other = queue.submit("bob", {"n": 3}, priority=0)
+    assert queue.claim("w1", 30).id == high.id
+    assert queue.claim("w2", 30).id == other.id  # alice is at her limit: bob's job goes first
+    assert queue.claim("w3", 30) is None
+    waiting = queue.get(low.id)
+    assert "alice has 1 job(s) running, the per-user limit is 1" in queue.pending_reason(waiting, workers=3)
+    assert queue.release(high.id, "w1", "finished", "done")
+    assert queue.claim("w3", 30).id == low.id
+
+
+def test_an_expired_lease_requeues_the_job_and_the_old_worker_changes_nothing(tmp_path: Path) -> None:
+    queue = JobQueue(str(tmp_path / "q.sqlite"))
+    job = queue.submit("alice", {"n": 1})
+    assert queue.claim("w1", 0.2).id == job.id
+    time.sleep(0.3)
+    again = queue.claim("w2", 30)  # w1 missed its lease: the job is w2's now
+    assert again.id == job.id and again.attempts == 2 and again.restarts == 1
+    assert not queue.heartbeat(job.id, "w1", 30)  # w1 learns it lost the job
+    assert not queue.release(job.id, "w1", "finished", "late")  # and cannot end it
+    assert queue.release(job.id, "w2", "finished", "done")
+    states = [t["state"] for t in queue.get(job.id).transitions]
+    assert states == ["queued", "running", "queued", "running", "finished"]
+    assert "stopped renewing its lease" in queue.get(job.id).transitions[2]["reason"]
+
+
+def test_concurrent_workers_never_claim_a_job_twice(tmp_path: Path) -> None:
+    path = str(tmp_path / "q.sqlite")
+    queue = JobQueue(path)
+    for n in range(40):
+        queue.submit("alice" if n % 2 else "bob", {"n": n})
+    claimed: list[str] = []
+
+    def worker(name: str) -> None:
+        mine = JobQueue(path)
+        while (job := mine.claim(name, 30)) is not None:
+            claimed.append(job.id)
+            mine.release(job.id, name, "finished", "done")
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(claimed) == 40 and len(set(claimed)) == 40
+    assert queue.counts()["finished"] == 40
+
+
+def test_a_server_restart_requeues_what_was_running(tmp_path: Path) -> None:
+    queue = JobQueue(str(tmp_path / "q.sqlite"))
+    running, waiting = queue.submit("alice", {"n": 1}), queue.submit("alice", {"n": 2})
+    queue.claim("w1", 30)
+    orphans = queue.recover("the server restarted")
+    assert [o.id for o in orphans] == [running.id]
+    assert queue.get(running.id).state == "queued" and queue.get(waiting.id).state == "queued"
+    assert queue.get(running.id).restarts == 0  # not a crash of the job

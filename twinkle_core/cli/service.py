@@ -1,0 +1,201 @@
+"""``twinkle serve``, ``twinkle users``, ``twinkle submit`` and ``twinkle jobs``: the service from the command
+line. The client commands reach the server at ``--server`` (``$TWINKLE_SERVER``) with ``--token``
+(``$TWINKLE_TOKEN``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+from typing import Any
+
+import click
+
+from twinkle_core.cli.output import echo_json, echo_table
+from twinkle_core.cli.runs import _hyperparams
+
+
+def _home(home: str | None) -> str:
+    from twinkle_core.uris import twinkle_home
+
+    return home or twinkle_home()
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (not loopback: auth must be on).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option("--workers", type=click.IntRange(min=0), help="Local worker processes (default: what the machine holds).")
+@click.option("--home", help="The run store (default $TWINKLE_HOME).")
+@click.option("--no-auth", is_flag=True, help="No tokens: every request is the local user (loopback only).")
+@click.option("--data-root", "data_roots", multiple=True, metavar="PATH|URI",
+              help="Where jobs may read data; repeatable (default: <home>/datasets).")
+@click.option("--max-running-per-user", type=click.IntRange(min=1), help="Jobs of one user running at once.")
+@click.option("--max-queued-per-user", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--max-wall-clock", type=click.FloatRange(min=0, min_open=True), help="Seconds any job may run.")
+@click.option("--lease", "lease_seconds", type=click.FloatRange(min=0.5, min_open=True), default=30.0,
+              show_default=True, help="Seconds a worker may miss before its job is given to another.")
+@click.option("--grace", "grace_seconds", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds between SIGTERM and SIGKILL when a job is stopped.")
+@click.option("--poll", "poll_seconds", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="How often an idle worker looks for a job.")
+@click.option("--ray-address", help="Hand jobs with resources.backend='ray' to this Ray cluster.")
+def serve(host: str, port: int, workers: int | None, home: str | None, no_auth: bool, data_roots: tuple[str, ...],
+          max_running_per_user: int | None, max_queued_per_user: int, max_wall_clock: float | None,
+          lease_seconds: float, grace_seconds: float, poll_seconds: float, ray_address: str | None) -> None:
+    """Serve training jobs: the API at /api/v1, the dashboard at /, local workers."""
+    from twinkle_core.serve import ServerConfig
+    from twinkle_core.serve.server import serve as run_server
+
+    config = ServerConfig(home=os.path.abspath(_home(home)) if "://" not in _home(home) else _home(home), host=host,
+                          port=port, auth=not no_auth, workers=workers, data_roots=list(data_roots),
+                          max_running_per_user=max_running_per_user, max_queued_per_user=max_queued_per_user,
+                          max_wall_clock_seconds=max_wall_clock, lease_seconds=lease_seconds,
+                          grace_seconds=grace_seconds, poll_seconds=poll_seconds, ray_address=ray_address)
+    run_server(config, announce=lambda text: click.echo(text, err=True))
+
+
+# ---------------------------------------------------------------------- users
+@click.group()
+def users() -> None:
+    """Users of 'twinkle serve' and their tokens (run on the server's machine)."""
+
+
+def _accounts(home: str | None) -> Any:
+    from twinkle_core.serve import Accounts, ServerConfig
+
+    return Accounts(ServerConfig(home=os.path.abspath(_home(home))).db_path)
+
+
+@users.command("add")
+@click.argument("name")
+@click.option("--admin", is_flag=True, help="May see and cancel every user's jobs and read the audit log.")
+@click.option("--home", help="The server's run store (default $TWINKLE_HOME).")
+def users_add(name: str, admin: bool, home: str | None) -> None:
+    """Add a user and print their token (shown once: only its hash is stored)."""
+    token = _accounts(home).add_user(name, admin)
+    click.echo(token)
+    click.echo(f"Added {name}{' (admin)' if admin else ''}. Keep the token: it is not shown again.", err=True)
+
+
+@users.command("token")
+@click.argument("name")
+@click.option("--home", help="The server's run store (default $TWINKLE_HOME).")
+def users_token(name: str, home: str | None) -> None:
+    """Give a user a new token (the old one stops working)."""
+    click.echo(_accounts(home).new_token(name))
+
+
+@users.command("remove")
+@click.argument("name")
+@click.option("--home", help="The server's run store (default $TWINKLE_HOME).")
+def users_remove(name: str, home: str | None) -> None:
+    """Remove a user (their jobs and runs stay)."""
+    _accounts(home).remove_user(name)
+
+
+@users.command("list")
+@click.option("--home", help="The server's run store (default $TWINKLE_HOME).")
+def users_list(home: str | None) -> None:
+    """List users (never their tokens)."""
+    rows = [{**u, "created": dt.datetime.fromtimestamp(u["created"]).strftime("%Y-%m-%d %H:%M")}
+            for u in _accounts(home).users()]
+    echo_table(rows, ["name", "admin", "created"], "No users yet: twinkle users add NAME")
+
+
+# ---------------------------------------------------------------------- client commands
+def _client_options(func: Any) -> Any:
+    func = click.option("--server", envvar="TWINKLE_SERVER", help="The server URL ($TWINKLE_SERVER).")(func)
+    return click.option("--token", envvar="TWINKLE_TOKEN", help="Your API token ($TWINKLE_TOKEN).")(func)
+
+
+def _client(server: str | None, token: str | None) -> Any:
+    from twinkle_core.client import Client
+
+    return Client(server, token)
+
+
+@click.command()
+@click.argument("algorithm")
+@click.option("--data", "-d", required=True, help="The data URI (under one of the server's data roots).")
+@click.option("--task", "-t", help="The task (default: the algorithm's).")
+@click.option("--hp", "hp", multiple=True, metavar="KEY=VALUE", help="A hyperparameter; repeatable.")
+@click.option("--epochs", type=int, help="Shorthand for --hp max_epochs=N.")
+@click.option("--project", default="default", show_default=True)
+@click.option("--priority", type=click.IntRange(-100, 100), default=0, show_default=True, help="Higher runs first.")
+@click.option("--max-restarts", type=click.IntRange(0, 20), default=3, show_default=True)
+@click.option("--wall-clock", type=click.FloatRange(min=0, min_open=True), help="Seconds it may run.")
+@click.option("--wait", "wait_", is_flag=True, help="Follow its output until it ends; exit 1 unless it finished.")
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
+@_client_options
+def submit(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epochs: int | None, project: str,
+           priority: int, max_restarts: int, wall_clock: float | None, wait_: bool, as_json: bool,
+           server: str | None, token: str | None) -> None:
+    """Submit a training job to a Twinkle server."""
+    job = _client(server, token).submit(algorithm, data, _hyperparams(hp, epochs), task=task, project=project,
+                                        priority=priority, max_restarts=max_restarts, wall_clock_limit=wall_clock)
+    if as_json and not wait_:
+        echo_json(job.data)
+        return
+    click.echo(f"Submitted job {job.id} ({job.data['state']}{': ' + job.data['pending_reason'] if job.data.get('pending_reason') else ''})")
+    if wait_:
+        for text in job.logs(follow=True):
+            click.echo(text, nl=False)
+        result = job.result()
+        click.echo(f"Job {job.id} {result['state']}: {result['reason'] or ''} {result['run'] or ''}".rstrip())
+        if result["state"] != "finished":
+            sys.exit(1)
+
+
+@click.group()
+def jobs() -> None:
+    """Jobs on a Twinkle server: list, show, cancel, logs."""
+
+
+@jobs.command("list")
+@click.option("--state", help="Only jobs in this state.")
+@click.option("--user", help="Only this user's jobs (admins).")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@_client_options
+def jobs_list(state: str | None, user: str | None, limit: int, as_json: bool, server: str | None,
+              token: str | None) -> None:
+    """List jobs, newest first."""
+    rows = _client(server, token).jobs(state, user, limit)
+    if as_json:
+        echo_json(rows)
+        return
+    table = [{"id": r["id"], "state": r["state"], "algorithm": r["request"]["algorithm"], "user": r["user"],
+              "submitted": dt.datetime.fromtimestamp(r["created"]).strftime("%Y-%m-%d %H:%M:%S"),
+              "run": r.get("run"), "why": r.get("pending_reason") or r.get("reason")} for r in rows]
+    echo_table(table, ["id", "state", "algorithm", "user", "submitted", "run", "why"], "No jobs.")
+
+
+@jobs.command("show")
+@click.argument("job_id")
+@_client_options
+def jobs_show(job_id: str, server: str | None, token: str | None) -> None:
+    """Show a job: its request, state, transitions and result (JSON)."""
+    echo_json(_client(server, token).job(job_id).data)
+
+
+@jobs.command("cancel")
+@click.argument("job_id")
+@_client_options
+def jobs_cancel(job_id: str, server: str | None, token: str | None) -> None:
+    """Cancel a job (a running one saves a checkpoint and stops)."""
+    state = _client(server, token).job(job_id).cancel()
+    click.echo(f"Job {job_id}: {'cancel requested (it stops at a checkpoint)' if state == 'running' else state}")
+
+
+@jobs.command("logs")
+@click.argument("job_id")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
+@_client_options
+def jobs_logs(job_id: str, follow: bool, server: str | None, token: str | None) -> None:
+    """Print a job's output."""
+    for text in _client(server, token).job(job_id).logs(follow=follow):
+        click.echo(text, nl=False)
+
+
+COMMANDS = [serve, users, submit, jobs]
+"""The commands this module adds to ``twinkle``."""

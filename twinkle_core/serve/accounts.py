@@ -1,0 +1,183 @@
+""":class:`Accounts`: the service's users, their tokens, browser sessions and the audit log (SQLite, beside the
+job table).
+
+A token is 32 random bytes (``tw_`` + URL-safe base64), shown once when the user is added; only its SHA-256 is
+stored, so the database gives nobody a usable token. A browser logs in with the token and gets a random
+session id in an HttpOnly, SameSite cookie; each session has its own CSRF token for the dashboard's forms.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from twinkle_core.errors import TwinkleError
+
+USER_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+"""A user name: lower-case letters, digits, ``_`` and ``-``, starting with a letter (it names a store folder)."""
+SESSION_SECONDS = 12 * 3600
+"""How long a dashboard login lasts."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS users (
+    name TEXT PRIMARY KEY,
+    token_sha256 TEXT NOT NULL UNIQUE,
+    admin INTEGER NOT NULL DEFAULT 0,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sessions (
+    id_sha256 TEXT PRIMARY KEY,
+    user TEXT NOT NULL,
+    csrf TEXT NOT NULL,
+    expires REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time REAL NOT NULL,
+    user TEXT NOT NULL,
+    action TEXT NOT NULL,
+    job TEXT,
+    client TEXT,
+    detail TEXT
+);
+"""
+
+
+@dataclass(frozen=True)
+class User:
+    """Who makes a request."""
+
+    name: str
+    admin: bool = False
+    csrf: str | None = None
+    """The session's CSRF token (browser sessions only)."""
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class Accounts:
+    """Users, sessions and the audit log in the SQLite file ``path``."""
+
+    def __init__(self, path: str) -> None:
+        """Open (and create) the tables."""
+        self.path = path
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with self._connect() as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(_SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    # ------------------------------------------------------------------ users
+    def add_user(self, name: str, admin: bool = False) -> str:
+        """Add ``name`` and return its new token (shown once; only its hash is kept).
+
+        Raises:
+            TwinkleError: the name is not a valid user name, or the user exists.
+        """
+        if not USER_NAME.match(name):
+            raise TwinkleError(f"user name {name!r} is not allowed: use 1–32 lower-case letters, digits, '_' or '-', "
+                               "starting with a letter")
+        token = "tw_" + secrets.token_urlsafe(32)
+        try:
+            with self._connect() as conn:
+                conn.execute("INSERT INTO users (name, token_sha256, admin, created) VALUES (?, ?, ?, ?)",
+                             (name, _digest(token), int(admin), time.time()))
+        except sqlite3.IntegrityError:
+            raise TwinkleError(f"user {name!r} exists; give them a new token with 'twinkle users token {name}'") \
+                from None
+        return token
+
+    def new_token(self, name: str) -> str:
+        """Replace ``name``'s token (the old one stops working); returns the new one."""
+        token = "tw_" + secrets.token_urlsafe(32)
+        with self._connect() as conn:
+            changed = conn.execute("UPDATE users SET token_sha256 = ? WHERE name = ?", (_digest(token), name)).rowcount
+            conn.execute("DELETE FROM sessions WHERE user = ?", (name,))
+        if not changed:
+            raise TwinkleError(f"no user {name!r}; add one with 'twinkle users add {name}'")
+        return token
+
+    def remove_user(self, name: str) -> None:
+        """Remove ``name`` (their jobs and runs stay)."""
+        with self._connect() as conn:
+            conn.execute("DELETE FROM users WHERE name = ?", (name,))
+            conn.execute("DELETE FROM sessions WHERE user = ?", (name,))
+
+    def users(self) -> list[dict[str, Any]]:
+        """Every user (name, admin, created) — never a token."""
+        with self._connect() as conn:
+            return [{"name": r["name"], "admin": bool(r["admin"]), "created": r["created"]}
+                    for r in conn.execute("SELECT name, admin, created FROM users ORDER BY name")]
+
+    def by_token(self, token: str) -> User | None:
+        """The user holding ``token``, or ``None``."""
+        if not token or len(token) > 200:
+            return None
+        with self._connect() as conn:
+            found = conn.execute("SELECT name, admin FROM users WHERE token_sha256 = ?", (_digest(token),)).fetchone()
+        return User(found["name"], bool(found["admin"])) if found else None
+
+    # ------------------------------------------------------------------ browser sessions
+    def open_session(self, user: User) -> str:
+        """A new session id for ``user`` (the cookie's value)."""
+        session = secrets.token_urlsafe(32)
+        with self._connect() as conn:
+            conn.execute("DELETE FROM sessions WHERE expires < ?", (time.time(),))
+            conn.execute("INSERT INTO sessions (id_sha256, user, csrf, expires) VALUES (?, ?, ?, ?)",
+                         (_digest(session), user.name, secrets.token_urlsafe(24), time.time() + SESSION_SECONDS))
+        return session
+
+    def by_session(self, session: str) -> User | None:
+        """The user of a live session id (with its CSRF token), or ``None``."""
+        if not session or len(session) > 200:
+            return None
+        with self._connect() as conn:
+            found = conn.execute(
+                "SELECT s.user, s.csrf, u.admin FROM sessions s JOIN users u ON u.name = s.user "
+                "WHERE s.id_sha256 = ? AND s.expires >= ?", (_digest(session), time.time())).fetchone()
+        return User(found["user"], bool(found["admin"]), found["csrf"]) if found else None
+
+    def close_session(self, session: str) -> None:
+        """Log a session out."""
+        with self._connect() as conn:
+            conn.execute("DELETE FROM sessions WHERE id_sha256 = ?", (_digest(session),))
+
+    @staticmethod
+    def csrf_ok(user: User, given: str | None) -> bool:
+        """Whether a form's CSRF token is the session's."""
+        return bool(user.csrf and given and hmac.compare_digest(user.csrf, given))
+
+    # ------------------------------------------------------------------ audit
+    def audit(self, user: str, action: str, job: str | None = None, client: str | None = None,
+              **detail: Any) -> None:
+        """Append to the audit log."""
+        with self._connect() as conn:
+            conn.execute("INSERT INTO audit (time, user, action, job, client, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                         (time.time(), user, action, job, client, json.dumps(detail, default=str)))
+
+    def audit_log(self, limit: int = 200, user: str | None = None) -> list[dict[str, Any]]:
+        """The newest audit entries."""
+        with self._connect() as conn:
+            rows = conn.execute("SELECT * FROM audit " + ("WHERE user = ? " if user else "") +
+                                "ORDER BY id DESC LIMIT ?", (user, limit) if user else (limit,)).fetchall()
+        return [{**dict(r), "detail": json.loads(r["detail"] or "{}")} for r in rows]

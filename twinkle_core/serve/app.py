@@ -1,0 +1,125 @@
+""":func:`create_app`: the service's FastAPI application — the REST API under ``/api/v1`` (OpenAPI at
+``/openapi.json``, docs at ``/docs``) and the dashboard at ``/``.
+
+Who asks: an ``Authorization: Bearer`` token (clients, the CLI) or a dashboard session cookie (HttpOnly,
+SameSite=Strict; the API takes the cookie for reading only, so no cross-site form can act through it). With
+auth off (loopback only) every request is the local user, an admin. A missing or wrong token is 401; another
+user's job, run or model is 404, as if it did not exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+
+from twinkle_core.errors import TwinkleError
+from twinkle_core.serve.accounts import Accounts, User
+from twinkle_core.serve.config import DataAccessError, ServerConfig
+from twinkle_core.serve.queue import JobQueue, QueueFullError
+
+SESSION_COOKIE = "twinkle_session"
+"""The dashboard's session cookie."""
+
+
+@dataclass
+class Service:
+    """What every request handler needs: the configuration, the queue and the accounts."""
+
+    config: ServerConfig
+    queue: JobQueue
+    accounts: Accounts
+
+    def workers_alive(self) -> int:
+        """Workers that beat within the lease time."""
+        return len(self.queue.workers(self.config.lease_seconds))
+
+
+def service(request: Request) -> Service:
+    """The :class:`Service` of the app handling ``request``."""
+    return request.app.state.service
+
+
+def _local_user() -> User:
+    from twinkle_core.store.runs import default_user
+
+    return User(default_user(), admin=True)
+
+
+def optional_user(request: Request, svc: Annotated[Service, Depends(service)]) -> User | None:
+    """The caller, from a Bearer token or (for reading) the session cookie; ``None`` when not logged in."""
+    if not svc.config.auth:
+        return _local_user()
+    header = request.headers.get("authorization", "")
+    if header:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise HTTPException(401, "use 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
+        user = svc.accounts.by_token(token.strip())
+        if user is None:
+            raise HTTPException(401, "unknown token; ask an admin for one ('twinkle users add NAME')",
+                                headers={"WWW-Authenticate": "Bearer"})
+        return user
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie:
+        return svc.accounts.by_session(cookie)
+    return None
+
+
+def current_user(request: Request, user: Annotated[User | None, Depends(optional_user)]) -> User:
+    """The caller; 401 without credentials. A cookie alone may only read (``GET``): writing needs the token."""
+    if user is None:
+        raise HTTPException(401, "log in: send 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
+    if user.csrf is not None and request.method not in ("GET", "HEAD"):
+        raise HTTPException(403, "a browser session may only read the API; the dashboard's forms act for it")
+    return user
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    """The application serving ``config`` (its database and store are created on first use)."""
+    from twinkle_core.serve.api import router
+    from twinkle_core.serve.dashboard import mount_dashboard
+
+    app = FastAPI(title="Twinkle", version=_version(), summary="Training as a service: jobs, runs and models",
+                  max_body_size=config.max_body_bytes)
+    app.state.service = Service(config, JobQueue(config.db_path, config.max_running_per_user),
+                                Accounts(config.db_path))
+    app.include_router(router, prefix="/api/v1")
+    mount_dashboard(app)
+
+    @app.exception_handler(QueueFullError)
+    def _full(request: Request, err: QueueFullError) -> JSONResponse:
+        return JSONResponse({"detail": str(err)}, status_code=429)
+
+    @app.exception_handler(DataAccessError)
+    def _denied(request: Request, err: DataAccessError) -> JSONResponse:
+        return JSONResponse({"detail": str(err)}, status_code=403)
+
+    @app.exception_handler(TwinkleError)
+    def _named(request: Request, err: TwinkleError) -> JSONResponse:
+        return JSONResponse({"detail": str(err)}, status_code=400)
+
+    return app
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("twinkle-core")
+    except PackageNotFoundError:
+        return "0"
+
+
+def client_address(request: Request) -> str | None:
+    """The caller's address (for the audit log)."""
+    return request.client.host if request.client else None
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with anything JSON cannot hold turned into text."""
+    import json
+
+    return json.loads(json.dumps(value, default=str))

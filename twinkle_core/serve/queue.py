@@ -1,0 +1,396 @@
+""":class:`JobQueue`: the service's job table — SQLite in WAL mode, safe for many processes, surviving ``kill -9``.
+
+A job is a row: its request (JSON), its owner, its state and the worker holding it. Workers **claim** the
+best queued job inside ``BEGIN IMMEDIATE`` (one writer at a time, so a job is never claimed twice) and hold it
+by a **lease** they renew with :meth:`JobQueue.heartbeat`. A worker that dies stops renewing; the next claim
+finds the lease expired and puts the job back in the queue, to be resumed exactly from its last checkpoint.
+Every change of state is a row in ``transitions`` with its time and reason, and every worker's last beat is in
+``workers``, so the queue can say why a job waits (:meth:`JobQueue.pending_reason`).
+
+States: ``queued → running → finished | failed | cancelled | stopped`` (a running job may also go back to
+``queued``: its worker died, or the server stopped it to restart).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from twinkle_core.errors import TwinkleError
+
+STATES = ("queued", "running", "finished", "failed", "cancelled", "stopped")
+"""Every job state; the last four are final."""
+FINAL_STATES = frozenset(("finished", "failed", "cancelled", "stopped"))
+"""States a job never leaves."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    user TEXT NOT NULL,
+    state TEXT NOT NULL,
+    priority INTEGER NOT NULL DEFAULT 0,
+    request TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    started REAL,
+    finished REAL,
+    worker TEXT,
+    lease_until REAL,
+    pid INTEGER,
+    host TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    restarts INTEGER NOT NULL DEFAULT 0,
+    used_seconds REAL NOT NULL DEFAULT 0,
+    cancel_requested TEXT,
+    run TEXT,
+    reason TEXT,
+    result TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (state, priority, seq);
+CREATE INDEX IF NOT EXISTS jobs_user ON jobs (user, state);
+CREATE TABLE IF NOT EXISTS transitions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    job TEXT NOT NULL,
+    time REAL NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT,
+    worker TEXT
+);
+CREATE INDEX IF NOT EXISTS transitions_job ON transitions (job, seq);
+CREATE TABLE IF NOT EXISTS workers (
+    id TEXT PRIMARY KEY,
+    pid INTEGER,
+    host TEXT,
+    started REAL,
+    beat REAL,
+    job TEXT
+);
+"""
+
+
+@dataclass
+class JobRow:
+    """One job as stored (``request`` is the submitted JSON, parsed)."""
+
+    id: str
+    seq: int
+    user: str
+    state: str
+    priority: int
+    request: dict[str, Any]
+    created: float
+    updated: float
+    started: float | None = None
+    finished: float | None = None
+    worker: str | None = None
+    lease_until: float | None = None
+    pid: int | None = None
+    host: str | None = None
+    attempts: int = 0
+    restarts: int = 0
+    used_seconds: float = 0.0
+    cancel_requested: str | None = None
+    run: str | None = None
+    reason: str | None = None
+    result: dict[str, Any] | None = None
+    transitions: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def final(self) -> bool:
+        """Whether the job has ended."""
+        return self.state in FINAL_STATES
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (what the API returns)."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _row(values: sqlite3.Row) -> JobRow:
+    data = dict(values)
+    data["request"] = json.loads(data["request"])
+    data["result"] = json.loads(data["result"]) if data["result"] else None
+    return JobRow(**data)
+
+
+class JobQueue:
+    """The job table in the SQLite file ``path`` (created with its folder on first use).
+
+    Args:
+        path: the database file.
+        max_running_per_user: jobs of one user that may run at once (``None``: no limit).
+    """
+
+    def __init__(self, path: str, max_running_per_user: int | None = None) -> None:
+        """Open (and create) the table."""
+        self.path = path
+        self.max_running_per_user = max_running_per_user
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with self._connect() as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(_SCHEMA)
+
+    # ------------------------------------------------------------------ plumbing
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA busy_timeout=60000")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction that holds SQLite's write lock from its first statement (``BEGIN IMMEDIATE``)."""
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @staticmethod
+    def _transition(conn: sqlite3.Connection, job: str, state: str, reason: str | None, worker: str | None = None,
+                    now: float | None = None) -> None:
+        conn.execute("INSERT INTO transitions (job, time, state, reason, worker) VALUES (?, ?, ?, ?, ?)",
+                     (job, now or time.time(), state, reason, worker))
+
+    # ------------------------------------------------------------------ submit and read
+    def submit(self, user: str, request: dict[str, Any], priority: int = 0, max_queued: int | None = None) -> JobRow:
+        """Queue a job for ``user``; returns it.
+
+        Raises:
+            QueueFullError: ``user`` already has ``max_queued`` jobs waiting.
+        """
+        now = time.time()
+        job_id = uuid.uuid4().hex[:12]
+        with self._write() as conn:
+            if max_queued is not None:
+                waiting = conn.execute("SELECT COUNT(*) FROM jobs WHERE user = ? AND state = 'queued'",
+                                       (user,)).fetchone()[0]
+                if waiting >= max_queued:
+                    raise QueueFullError(f"{user} already has {waiting} queued jobs (the server's limit is "
+                                         f"{max_queued}); wait for some to start or cancel one")
+            seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
+            conn.execute(
+                "INSERT INTO jobs (id, seq, user, state, priority, request, created, updated) "
+                "VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)",
+                (job_id, seq, user, priority, json.dumps(request), now, now))
+            self._transition(conn, job_id, "queued", "submitted", now=now)
+        return self.get(job_id)  # type: ignore[return-value]
+
+    def get(self, job_id: str, transitions: bool = True) -> JobRow | None:
+        """The job ``job_id`` (with its transitions), or ``None``."""
+        with self._connect() as conn:
+            found = conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if found is None:
+                return None
+            job = _row(found)
+            if transitions:
+                job.transitions = [dict(r) for r in conn.execute(
+                    "SELECT seq, time, state, reason, worker FROM transitions WHERE job = ? ORDER BY seq", (job_id,))]
+        return job
+
+    def list(self, user: str | None = None, state: str | None = None, algorithm: str | None = None,
+             limit: int = 200, offset: int = 0) -> list[JobRow]:
+        """Jobs, newest first, filtered by owner, state and algorithm."""
+        clauses, args = [], []
+        for column, value in (("user", user), ("state", state)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                args.append(value)
+        if algorithm is not None:
+            clauses.append("json_extract(request, '$.algorithm') = ?")
+            args.append(algorithm)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        with self._connect() as conn:
+            rows = conn.execute(f"SELECT * FROM jobs {where} ORDER BY seq DESC LIMIT ? OFFSET ?",  # noqa: S608
+                                (*args, limit, offset)).fetchall()
+        return [_row(r) for r in rows]
+
+    def transitions_after(self, job_id: str, seq: int) -> list[dict[str, Any]]:
+        """The job's transitions with a sequence number above ``seq``."""
+        with self._connect() as conn:
+            return [dict(r) for r in conn.execute(
+                "SELECT seq, time, state, reason, worker FROM transitions WHERE job = ? AND seq > ? ORDER BY seq",
+                (job_id, seq))]
+
+    def counts(self) -> dict[str, int]:
+        """Jobs per state."""
+        with self._connect() as conn:
+            found = dict(conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
+        return {state: found.get(state, 0) for state in STATES}
+
+    # ------------------------------------------------------------------ workers
+    def worker_beat(self, worker: str, job: str | None, pid: int | None = None) -> None:
+        """Record that ``worker`` is alive (and which job it holds)."""
+        now = time.time()
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO workers (id, pid, host, started, beat, job) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET beat = excluded.beat, job = excluded.job, "
+                "pid = COALESCE(excluded.pid, workers.pid)",
+                (worker, pid, socket.gethostname(), now, now, job))
+
+    def worker_gone(self, worker: str) -> None:
+        """Remove ``worker`` from the table (it stopped)."""
+        with self._write() as conn:
+            conn.execute("DELETE FROM workers WHERE id = ?", (worker,))
+
+    def workers(self, stale_after: float) -> list[dict[str, Any]]:
+        """Workers that beat within the last ``stale_after`` seconds."""
+        with self._connect() as conn:
+            return [dict(r) for r in conn.execute("SELECT * FROM workers WHERE beat >= ? ORDER BY id",
+                                                  (time.time() - stale_after,))]
+
+    # ------------------------------------------------------------------ claiming and leases
+    def claim(self, worker: str, lease_seconds: float) -> JobRow | None:
+        """Requeue jobs whose lease expired, then give ``worker`` the best queued job it may run (highest
+        priority, then oldest; skipping users at their running limit) under a lease; ``None`` when none."""
+        now = time.time()
+        with self._write() as conn:
+            self._requeue_expired(conn, now)
+            limit = self.max_running_per_user
+            busy = "" if limit is None else (
+                "AND user NOT IN (SELECT user FROM jobs WHERE state = 'running' GROUP BY user HAVING COUNT(*) >= ?)")
+            found = conn.execute(
+                f"SELECT id FROM jobs WHERE state = 'queued' {busy} ORDER BY priority DESC, seq LIMIT 1",  # noqa: S608
+                () if limit is None else (limit,)).fetchone()
+            if found is None:
+                return None
+            conn.execute(
+                "UPDATE jobs SET state = 'running', worker = ?, lease_until = ?, host = ?, pid = NULL, "
+                "attempts = attempts + 1, started = COALESCE(started, ?), updated = ?, reason = NULL WHERE id = ?",
+                (worker, now + lease_seconds, socket.gethostname(), now, now, found["id"]))
+            job = conn.execute("SELECT attempts FROM jobs WHERE id = ?", (found["id"],)).fetchone()
+            self._transition(conn, found["id"], "running", f"claimed by {worker} (attempt {job['attempts']})", worker,
+                             now)
+        return self.get(found["id"])
+
+    def _requeue_expired(self, conn: sqlite3.Connection, now: float) -> None:
+        for job in conn.execute("SELECT id, worker FROM jobs WHERE state = 'running' AND lease_until < ?",
+                                (now,)).fetchall():
+            reason = (f"worker {job['worker']} stopped renewing its lease (it died); the job resumes from its "
+                      "last checkpoint")
+            self._back_to_queue(conn, job["id"], reason, now, crashed=True)
+
+    def _back_to_queue(self, conn: sqlite3.Connection, job_id: str, reason: str, now: float, crashed: bool) -> None:
+        conn.execute(
+            "UPDATE jobs SET state = 'queued', worker = NULL, lease_until = NULL, pid = NULL, reason = ?, "
+            "restarts = restarts + ?, updated = ? WHERE id = ?", (reason, 1 if crashed else 0, now, job_id))
+        self._transition(conn, job_id, "queued", reason, now=now)
+
+    def heartbeat(self, job_id: str, worker: str, lease_seconds: float) -> bool:
+        """Renew ``worker``'s lease on ``job_id``; ``False`` when the worker no longer holds it (stop the job)."""
+        with self._write() as conn:
+            changed = conn.execute(
+                "UPDATE jobs SET lease_until = ?, updated = ? WHERE id = ? AND worker = ? AND state = 'running'",
+                (time.time() + lease_seconds, time.time(), job_id, worker)).rowcount
+        return changed == 1
+
+    def set_process(self, job_id: str, worker: str, pid: int, run: str | None = None) -> None:
+        """Record the job's training process (its process group) and run, while ``worker`` holds it."""
+        with self._write() as conn:
+            conn.execute("UPDATE jobs SET pid = ?, run = COALESCE(?, run) WHERE id = ? AND worker = ?",
+                         (pid, run, job_id, worker))
+
+    def set_run(self, job_id: str, run: str) -> None:
+        """Record the run the job trains."""
+        with self._write() as conn:
+            conn.execute("UPDATE jobs SET run = ? WHERE id = ?", (run, job_id))
+
+    def release(self, job_id: str, worker: str, state: str, reason: str, *, used_seconds: float = 0.0,
+                result: dict[str, Any] | None = None, run: str | None = None, crashed: bool = False) -> bool:
+        """End ``worker``'s hold on ``job_id``: a final state, or ``queued`` again (to resume). Applies only
+        while ``worker`` still holds the job — a worker that lost its lease changes nothing. Returns whether
+        it applied."""
+        if state not in STATES or state == "running":
+            raise ValueError(f"cannot release a job into state {state!r}")
+        now = time.time()
+        with self._write() as conn:
+            held = conn.execute("SELECT 1 FROM jobs WHERE id = ? AND worker = ? AND state = 'running'",
+                                (job_id, worker)).fetchone()
+            if held is None:
+                return False
+            conn.execute("UPDATE jobs SET used_seconds = used_seconds + ?, run = COALESCE(?, run) WHERE id = ?",
+                         (used_seconds, run, job_id))
+            if state == "queued":
+                self._back_to_queue(conn, job_id, reason, now, crashed)
+            else:
+                conn.execute(
+                    "UPDATE jobs SET state = ?, reason = ?, result = ?, finished = ?, updated = ?, worker = NULL, "
+                    "lease_until = NULL, pid = NULL WHERE id = ?",
+                    (state, reason, json.dumps(result) if result is not None else None, now, now, job_id))
+                self._transition(conn, job_id, state, reason, worker, now)
+        return True
+
+    def request_cancel(self, job_id: str, by: str) -> JobRow:
+        """Cancel ``job_id``: a queued job now; a running one is asked to stop (its worker sends SIGTERM, waits
+        the grace period, then SIGKILL). A job that has ended is returned unchanged."""
+        now = time.time()
+        with self._write() as conn:
+            job = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if job is not None and job["state"] == "queued":
+                reason = f"cancelled by {by} before it started"
+                conn.execute("UPDATE jobs SET state = 'cancelled', reason = ?, finished = ?, updated = ?, "
+                             "cancel_requested = ? WHERE id = ?", (reason, now, now, by, job_id))
+                self._transition(conn, job_id, "cancelled", reason, now=now)
+            elif job is not None and job["state"] == "running":
+                conn.execute("UPDATE jobs SET cancel_requested = ?, updated = ? WHERE id = ?", (by, now, job_id))
+        return self.get(job_id)  # type: ignore[return-value]
+
+    def recover(self, reason: str) -> list[JobRow]:
+        """Put every ``running`` job back in the queue (the server restarted: nobody holds them any more);
+        returns them as they were, so their processes can be stopped."""
+        now = time.time()
+        with self._write() as conn:
+            orphans = [_row(r) for r in conn.execute("SELECT * FROM jobs WHERE state = 'running'").fetchall()]
+            for job in orphans:
+                self._back_to_queue(conn, job.id, reason, now, crashed=False)
+            conn.execute("DELETE FROM workers")
+        return orphans
+
+    # ------------------------------------------------------------------ why a job waits
+    def pending_reason(self, job: JobRow, workers: int) -> str | None:
+        """Why a queued job has not started, in words (``None`` for a job that is not queued)."""
+        if job.state != "queued":
+            return None
+        with self._connect() as conn:
+            running = conn.execute("SELECT COUNT(*) FROM jobs WHERE state = 'running'").fetchone()[0]
+            mine = conn.execute("SELECT COUNT(*) FROM jobs WHERE state = 'running' AND user = ?",
+                                (job.user,)).fetchone()[0]
+            ahead = conn.execute(
+                "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND (priority > ? OR (priority = ? AND seq < ?))",
+                (job.priority, job.priority, job.seq)).fetchone()[0]
+        parts = []
+        if job.reason and job.reason != "submitted":
+            parts.append(f"requeued: {job.reason}")
+        limit = self.max_running_per_user
+        if limit is not None and mine >= limit:
+            parts.append(f"{job.user} has {mine} job(s) running, the per-user limit is {limit}")
+        elif workers == 0:
+            parts.append("no worker is running (start the server with --workers N)")
+        elif running >= workers:
+            parts.append(f"all {workers} worker(s) are busy; {ahead} job(s) are ahead of it")
+        elif ahead:
+            parts.append(f"{ahead} job(s) are ahead of it")
+        else:
+            parts.append("next: a worker is about to claim it")
+        return "; ".join(parts)
+
+
+class QueueFullError(TwinkleError):
+    """A user has as many queued jobs as the server allows."""

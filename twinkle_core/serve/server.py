@@ -1,0 +1,170 @@
+"""``twinkle serve``: the API (uvicorn) in this process, and a pool of local worker processes that it keeps
+at strength (a worker that dies is replaced).
+
+Start-up order makes a restart lose nothing: take the server lock (one server per store), wait until every
+worker of a previous server has let go of its job (they hold ``workers.lock`` shared; a server killed with
+SIGKILL takes its workers with it, each stopping its job at a checkpoint first), put the jobs those workers
+held back in the queue, then start new workers. On SIGTERM/SIGINT the API stops, then the workers stop their
+jobs (SIGTERM, a checkpoint, back in the queue) and exit.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from twinkle_core.errors import TwinkleError
+from twinkle_core.serve.config import ServerConfig
+from twinkle_core.serve.queue import JobQueue
+
+
+def default_workers() -> tuple[int, str]:
+    """How many jobs this machine can run at once, and why: one per GPU; on CPUs, one per 4 cores and 8 GiB."""
+    from twinkle_core.planning import Hardware
+
+    hardware = Hardware.detect()
+    if hardware.accelerator == "cuda" and hardware.devices:
+        return hardware.devices, f"one worker per GPU ({hardware.devices} × {hardware.device_name})"
+    by_memory = max(1, hardware.memory_bytes // (8 << 30))
+    count = max(1, min(hardware.cpu_count // 4, by_memory))
+    return count, (f"{hardware.cpu_count} CPU cores and {hardware.memory_bytes / (1 << 30):.0f} GiB: one job per "
+                   "4 cores and 8 GiB")
+
+
+class WorkerPool:
+    """``count`` worker processes, replaced when one dies, stopped together."""
+
+    def __init__(self, config: ServerConfig, count: int, config_path: str) -> None:
+        """Nothing starts before :meth:`start`."""
+        self.config, self.count, self.config_path = config, count, config_path
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._gpus = _gpu_count()
+
+    def start(self) -> None:
+        """Start the workers and the thread that keeps them at strength."""
+        for index in range(self.count):
+            self._spawn(index)
+        self._thread = threading.Thread(target=self._keep, name="twinkle-workers", daemon=True)
+        self._thread.start()
+
+    def _spawn(self, index: int) -> None:
+        name = f"w{index + 1}-{os.getpid()}"
+        env = dict(os.environ)
+        if self._gpus and self.count <= self._gpus:
+            env["CUDA_VISIBLE_DEVICES"] = str(index)  # one GPU per worker
+        log = open(os.path.join(self.config.state_dir, f"worker-{index + 1}.log"), "ab")  # noqa: SIM115
+        self.processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "twinkle_core.serve.worker", self.config_path, name],
+            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+
+    def _keep(self) -> None:
+        while not self._stop.wait(1.0):
+            for name, process in list(self.processes.items()):
+                if process.poll() is not None and not self._stop.is_set():
+                    index = int(name[1:].split("-")[0]) - 1
+                    sys.stderr.write(f"Twinkle: worker {name} exited ({process.returncode}); starting another\n")
+                    del self.processes[name]
+                    self._spawn(index)
+
+    def pids(self) -> dict[str, int]:
+        """Worker name → process id."""
+        return {name: p.pid for name, p in self.processes.items()}
+
+    def stop(self) -> None:
+        """SIGTERM every worker (each stops its job at a checkpoint and requeues it), wait, then SIGKILL."""
+        self._stop.set()
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.config.grace_seconds + 15
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _gpu_count() -> int:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+        return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    except (OSError, subprocess.SubprocessError):
+        return 0
+
+
+def prepare(config: ServerConfig) -> tuple[Any, JobQueue]:
+    """Take the server lock, wait for a previous server's workers, requeue what they held.
+
+    Returns:
+        The held lock file (keep it open while serving) and the queue.
+
+    Raises:
+        TwinkleError: another ``twinkle serve`` uses this store.
+    """
+    os.makedirs(config.state_dir, exist_ok=True)
+    lock = open(os.path.join(config.state_dir, "server.lock"), "a+")  # noqa: SIM115 — held while serving
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise TwinkleError(f"another 'twinkle serve' is running on the store {config.home} (its lock: "
+                           f"{os.path.join(config.state_dir, 'server.lock')}); stop it first") from None
+    with open(os.path.join(config.state_dir, "workers.lock"), "a") as workers:
+        deadline = time.monotonic() + config.grace_seconds + 30
+        while True:  # the previous server's workers finish stopping their jobs first
+            try:
+                fcntl.flock(workers, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TwinkleError("workers of a previous server still hold their jobs; stop them "
+                                       "(see 'twinkle jobs list') and start again") from None
+                time.sleep(0.2)
+        queue = JobQueue(config.db_path, config.max_running_per_user)
+        for job in queue.recover("the server restarted while it ran; it resumes from its last checkpoint"):
+            if job.pid:
+                try:
+                    os.killpg(job.pid, signal.SIGKILL)  # a training process that outlived its worker
+                except (ProcessLookupError, PermissionError):
+                    pass
+        fcntl.flock(workers, fcntl.LOCK_UN)
+    return lock, queue
+
+
+def serve(config: ServerConfig, announce: Any = print) -> None:
+    """Run the service until SIGTERM/SIGINT (see the module's description)."""
+    import uvicorn
+
+    from twinkle_core.serve.app import create_app
+
+    lock, _queue = prepare(config)
+    count, why = (config.workers, "--workers") if config.workers is not None else default_workers()
+    config_path = os.path.join(config.state_dir, "config.json")
+    with open(config_path, "w", encoding="utf-8") as handle:
+        handle.write(config.model_dump_json(indent=2))
+    pool = WorkerPool(config, count, config_path)
+    app = create_app(config)
+    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
+                                           timeout_graceful_shutdown=3, access_log=False))
+    received: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal it shut down on: let it land here
+        signal.signal(signum, lambda sig, frame: received.append(sig))
+    pool.start()
+    announce(f"Twinkle serves http://{config.host}:{config.port}/ (API /api/v1, docs /docs) with {count} "
+             f"worker(s) — {why}; auth {'on' if config.auth else 'off'}; store {config.home}")
+    try:
+        server.run()
+    finally:
+        announce("Twinkle: stopping the workers (running jobs save a checkpoint and go back to the queue)")
+        pool.stop()
+        lock.close()

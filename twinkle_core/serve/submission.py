@@ -1,0 +1,104 @@
+""":class:`JobRequest`: what a client submits — declarative JSON, validated with pydantic (unknown fields are
+refused), the same fields as :class:`~twinkle_core.Trainer`. Never code, never a pickle.
+
+:func:`check_request` then checks it the way ``Trainer`` would before anything is queued: the algorithm is
+registered, the task is its, every hyperparameter name and type is right, the monitor rules parse, the budget is
+priced — each failure a named error.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from twinkle_core.errors import TwinkleError
+
+Scalar = str | int | float | bool | None
+Value = Scalar | list[Scalar] | dict[str, Scalar]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")]
+
+
+class Resources(BaseModel):
+    """What the job may use (each is a Trainer setting; ``None``: the plan decides)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    accelerator: Literal["cpu", "cuda", "gpu"] | None = None
+    devices: int | None = Field(default=None, ge=1, le=1024)
+    num_nodes: int | None = Field(default=None, ge=1, le=1024)
+    backend: Literal["local", "ray"] | None = Field(default=None, description="ray: on the server's Ray cluster")
+    workers: int | None = Field(default=None, ge=1, le=1024, description="Ray Train workers (backend='ray')")
+
+
+class MonitorRules(BaseModel):
+    """``Trainer.monitor(...)``: metrics to watch and alert rules (no webhook: the server sends no requests)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metrics: list[Annotated[str, StringConstraints(max_length=100)]] = Field(default_factory=list, max_length=50)
+    alert_rules: dict[str, str | dict[str, str] | list[str | dict[str, str]]] = Field(default_factory=dict)
+    action: Literal["log", "stop"] = "log"
+
+
+class Budget(BaseModel):
+    """``Trainer.set_budget_alert(...)``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_gpu_hours: float | None = Field(default=None, gt=0, lt=1e6)
+    max_cpu_hours: float | None = Field(default=None, gt=0, lt=1e6)
+    max_cost: float | None = Field(default=None, gt=0, lt=1e9)
+    cloud_provider: Annotated[str, StringConstraints(max_length=40)] = "local"
+    instance_type: Annotated[str, StringConstraints(max_length=80)] | None = None
+
+
+class JobRequest(BaseModel):
+    """A training job as a client submits it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    algorithm: Name = Field(description="a registered algorithm name (GET /api/v1/algorithms)")
+    data: Annotated[str, StringConstraints(min_length=1, max_length=2048)] = Field(
+        description="the data URI (a path or URI under one of the server's data roots)")
+    task: Name | None = None
+    hyperparams: dict[Annotated[str, StringConstraints(max_length=100)], Value] = Field(default_factory=dict,
+                                                                                        max_length=200)
+    data_processor: Name | None = None
+    resource_strategy: Name | None = None
+    project: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")] = "default"
+    priority: int = Field(default=0, ge=-100, le=100, description="higher runs first")
+    resources: Resources = Field(default_factory=Resources)
+    monitor: MonitorRules | None = None
+    budget: Budget | None = None
+    max_restarts: int = Field(default=3, ge=0, le=20, description="restarts after a crash, from the last checkpoint")
+    wall_clock_limit: float | None = Field(default=None, gt=0, le=30 * 86400,
+                                           description="seconds of running time, then the job is stopped")
+
+    def trainer_hyperparams(self) -> dict[str, Any]:
+        """``hyperparams`` with the resources merged in (a resource given twice must agree)."""
+        merged = dict(self.hyperparams)
+        for key, value in self.resources.model_dump(exclude_none=True).items():
+            if key in merged and merged[key] != value:
+                raise TwinkleError(f"resources.{key}={value!r} and hyperparams.{key}={merged[key]!r} disagree; "
+                                   "give it once")
+            merged[key] = value
+        return merged
+
+
+def check_request(request: JobRequest, home: str) -> None:
+    """Build the job's ``Trainer`` (nothing is trained or written) so that every mistake is found now.
+
+    Raises:
+        TwinkleError: an unknown algorithm, task or component, a bad hyperparameter, monitor rule or budget.
+    """
+    from twinkle_core.trainer import Trainer
+
+    trainer = Trainer(request.algorithm, request.task, request.trainer_hyperparams(),
+                      data_processor=request.data_processor, resource_strategy=request.resource_strategy,
+                      home=home, verbose=False)
+    if request.monitor is not None:
+        trainer.monitor(request.monitor.metrics, request.monitor.alert_rules, action=request.monitor.action)
+        trainer.monitor_config.rules()  # type: ignore[union-attr] — parses every rule
+    if request.budget is not None:
+        trainer.set_budget_alert(**request.budget.model_dump())

@@ -1,0 +1,242 @@
+"""A service worker: ``python -m twinkle_core.serve.worker CONFIG_JSON NAME`` (started by ``twinkle serve``).
+
+It claims a job from the queue under a lease, runs it in a training process of its own process group (the job
+folder's :mod:`twinkle_core.jobs.worker`, its output in the job's ``log.txt``), renews the lease while it runs
+and, between beats, watches for a cancel request, the wall-clock limit and its own shutdown. The training
+process dies with the worker (``PR_SET_PDEATHSIG``): a worker killed with SIGKILL leaves nothing running, and
+its lease expiry hands the job to another worker, which resumes the same run from its last checkpoint.
+
+Stopping a job (cancel, wall clock, server shutdown) is SIGTERM to its process group, the grace period, then
+SIGKILL; within the grace the training saves a checkpoint at the next step and exits
+(:class:`~twinkle_core.engine.stopping.StopOnSigterm`). A shutdown puts the job back in the queue, to resume.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir, read_json
+from twinkle_core.jobs.supervisor import RESTART_KIND, describe_exit
+from twinkle_core.serve.config import ServerConfig
+from twinkle_core.serve.queue import JobQueue, JobRow
+from twinkle_core.serve.submission import JobRequest
+
+STOPPED_EXIT = 143
+"""The exit status of a training process that stopped on SIGTERM after saving its checkpoint."""
+
+
+class Worker:
+    """One worker process's loop (see the module's description)."""
+
+    def __init__(self, config: ServerConfig, name: str) -> None:
+        """Open the queue as worker ``name``."""
+        self.config, self.name = config, name
+        self.queue = JobQueue(config.db_path, config.max_running_per_user)
+        self.stopping = False
+        self.beat_every = max(0.2, min(config.lease_seconds / 3, config.poll_seconds))
+
+    def _stop(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+
+    def loop(self) -> None:
+        """Claim and run jobs until SIGTERM/SIGINT."""
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        while not self.stopping:
+            self.queue.worker_beat(self.name, None, os.getpid())
+            job = self.queue.claim(self.name, self.config.lease_seconds)
+            if job is None:
+                _sleep(self.config.poll_seconds, lambda: self.stopping)
+                continue
+            self.run(job)
+        self.queue.worker_gone(self.name)
+
+    # ------------------------------------------------------------------ one job
+    def run(self, job: JobRow) -> None:
+        """Run ``job`` (one attempt) to a final state, or back to the queue."""
+        request = JobRequest.model_validate(job.request)
+        folder = job_dir(self.config.home, job.id)
+        for stale in ("result.json", "error.json", "stopped.json"):
+            if os.path.exists(os.path.join(folder, stale)):
+                os.remove(os.path.join(folder, stale))
+        spec = Job(algorithm=request.algorithm, data=request.data, task=request.task,
+                   hyperparams=request.trainer_hyperparams(), data_processor=request.data_processor,
+                   resource_strategy=request.resource_strategy, user=job.user, project=request.project,
+                   home=self.config.home, max_restarts=request.max_restarts,
+                   monitor=request.monitor.model_dump() if request.monitor else None,
+                   budget=request.budget.model_dump() if request.budget else None)
+        spec.save(folder)
+        run = (read_json(folder, "run.json") or {}).get("run")
+        if run and job.attempts > 1:
+            self._restart_alert(run, job)
+        limit = min(x for x in (request.wall_clock_limit, self.config.max_wall_clock_seconds, float("inf"))
+                    if x is not None)
+        started = time.time()
+        with open(os.path.join(folder, "log.txt"), "ab") as log:
+            log.write(f"--- attempt {job.attempts} on {self.name} at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n"
+                      .encode())
+            log.flush()
+            process = subprocess.Popen(
+                [sys.executable, "-m", "twinkle_core.jobs.worker", folder], env=self._env(folder, request),
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=_die_with_parent)
+        self.queue.set_process(job.id, self.name, process.pid)
+        why = self._watch(job, process, limit - job.used_seconds, started, folder, run)
+        used = time.time() - started
+        if why == "lost":
+            return  # another worker holds the job now; this one changes nothing
+        self._settle(job, folder, process.returncode, why, used, request)
+
+    def _env(self, folder: str, request: JobRequest) -> dict[str, str]:
+        env = {**os.environ, JOB_DIR_ENV: folder, "TWINKLE_HOME": self.config.home, "PYTHONUNBUFFERED": "1"}
+        env.pop("RAY_ADDRESS", None)
+        if self.config.ray_address and request.resources.backend == "ray":
+            env["RAY_ADDRESS"] = self.config.ray_address
+        return env
+
+    def _watch(self, job: JobRow, process: subprocess.Popen[bytes], remaining: float, started: float, folder: str,
+               run: str | None) -> str | None:
+        """Wait for the training process, renewing the lease; returns why it was stopped (``None``: it ended)."""
+        why: str | None = None
+        deadline: float | None = None
+        while True:
+            try:
+                process.wait(timeout=self.beat_every)
+                return why
+            except subprocess.TimeoutExpired:
+                pass
+            if not self.queue.heartbeat(job.id, self.name, self.config.lease_seconds):
+                _kill_group(process, signal.SIGKILL)
+                process.wait()
+                return "lost"
+            self.queue.worker_beat(self.name, job.id)
+            if run is None and (run := (read_json(folder, "run.json") or {}).get("run")):
+                self.queue.set_run(job.id, run)  # its live metrics can be found now
+            if why is None:
+                current = self.queue.get(job.id, transitions=False)
+                if current is not None and current.cancel_requested:
+                    why = "cancel"
+                elif time.time() - started >= remaining:
+                    why = "wall-clock"
+                elif self.stopping:
+                    why = "shutdown"
+                if why is not None:
+                    _kill_group(process, signal.SIGTERM)
+                    deadline = time.time() + self.config.grace_seconds
+            elif deadline is not None and time.time() >= deadline:
+                _kill_group(process, signal.SIGKILL)
+                deadline = None
+
+    def _settle(self, job: JobRow, folder: str, returncode: int, why: str | None, used: float,
+                request: JobRequest) -> None:
+        """Record how the attempt ended: a final state, or queued again to resume."""
+        from twinkle_core.store.runs import RunStore
+
+        result = read_json(folder, "result.json")
+        error = read_json(folder, "error.json")
+        stopped = read_json(folder, "stopped.json")
+        run = (read_json(folder, "run.json") or {}).get("run")
+        store = RunStore(self.config.home)
+        saved = f" (a checkpoint at step {stopped['step']})" if stopped else " (no checkpoint: killed after the grace)"
+        if returncode == 0 and result is not None:
+            state = "stopped" if result.get("status") == "stopped" else "finished"
+            reason = result.get("stop_reason") or f"the run {result['run_uri']} finished"
+            self._release(job, state, reason, used, result, run)
+        elif why == "cancel":
+            current = self.queue.get(job.id, transitions=False)
+            self._end_run(store, run, "stopped", f"cancelled by {current.cancel_requested if current else '?'}")
+            self._release(job, "cancelled", f"cancelled by {current.cancel_requested if current else '?'}{saved}",
+                          used, None, run)
+        elif why == "wall-clock":
+            message = f"its wall-clock limit was reached{saved}; resume it with 'twinkle resume {run}'"
+            self._end_run(store, run, "stopped", message)
+            self._release(job, "stopped", message, used, None, run)
+        elif why == "shutdown":
+            self._release(job, "queued", f"the server stopped{saved}; it resumes when a worker is free", used, None,
+                          run)
+        elif error is not None:  # the training raised: it would fail the same way again
+            message = f"{error['type']}: {error['message']}"
+            self._end_run(store, run, "failed", message)
+            self._release(job, "failed", message, used, {"error": error}, run)
+        elif job.restarts >= request.max_restarts:
+            message = f"the training process {describe_exit(returncode)}; gave up after {job.restarts} restart(s)"
+            self._end_run(store, run, "failed", message)
+            self._release(job, "failed", message, used, None, run)
+        else:
+            self._release(job, "queued", f"the training process {describe_exit(returncode)}; it resumes from its "
+                                         "last checkpoint", used, None, run, crashed=True)
+
+    def _release(self, job: JobRow, state: str, reason: str, used: float, result: dict[str, Any] | None,
+                 run: str | None, crashed: bool = False) -> None:
+        self.queue.release(job.id, self.name, state, reason, used_seconds=used, result=result, run=run,
+                           crashed=crashed)
+
+    @staticmethod
+    def _end_run(store: Any, run: str | None, status: str, message: str) -> None:
+        """Never leave a run ``running`` when its job has ended."""
+        if not run:
+            return
+        record = store.get(run)
+        if record.status == "running":
+            store.update(record.id, status=status, error=message, finished=time.time())
+
+    def _restart_alert(self, run: str, job: JobRow) -> None:
+        """Record in the run why this attempt resumes it (the job's last transition back to the queue)."""
+        from twinkle_core.ops.notify import run_notifier
+        from twinkle_core.store.runs import RunStore
+
+        store = RunStore(self.config.home)
+        record = store.get(run)
+        back = next((t for t in reversed(self.queue.get(job.id).transitions) if t["state"] == "queued"), None)  # type: ignore[union-attr]
+        source = "its last checkpoint" if store.last_checkpoint(record.id) else "the start (no checkpoint yet)"
+        run_notifier(store, record.id, record.uri, None)(
+            {"kind": RESTART_KIND, "action": "restart", "attempt": job.attempts,
+             "message": f"{back['reason'] if back else 'requeued'} — attempt {job.attempts} on {self.name} "
+                        f"resumes from {source}"})
+
+
+def _die_with_parent(signum: int = signal.SIGKILL) -> None:  # pragma: no cover — runs between fork and exec
+    """This process gets ``signum`` when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``): a training process
+    is killed with its worker; a worker is asked to stop (SIGTERM) with its server."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signum)
+    except OSError:
+        pass
+
+
+def _kill_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    try:
+        os.killpg(process.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _sleep(seconds: float, stop: Any) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not stop():
+        time.sleep(min(0.1, end - time.monotonic()) if end > time.monotonic() else 0)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point: ``CONFIG_JSON NAME``."""
+    if len(argv) != 2:
+        sys.stderr.write("usage: python -m twinkle_core.serve.worker CONFIG_JSON NAME\n")
+        return 2
+    with open(argv[0], encoding="utf-8") as handle:
+        config = ServerConfig.model_validate_json(handle.read())
+    _die_with_parent(signal.SIGTERM)  # a worker does not outlive its server
+    with open(os.path.join(config.state_dir, "workers.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)  # a new server waits until every old worker has let go of its job
+        Worker(config, argv[1]).loop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
