@@ -6,13 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import sqlite3
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,48 +16,9 @@ import pytest
 
 from twinkle_core import RunStore
 from twinkle_core.client import Client
-from twinkle_core.serve import Accounts, ServerConfig
 
 HP = {"max_epochs": 8, "batch_size": 16, "checkpoint_every_n_steps": 4, "seed": 3, "progress_bar": False}
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(home: Path, port: int, log: Path, *extra: str) -> subprocess.Popen[bytes]:
-    """``twinkle serve`` in its own session, answering /health."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TWINKLE_HOME": str(home)}
-    out = open(log, "ab")  # noqa: SIM115 — the server's output, kept for a failing test's message
-    process = subprocess.Popen(
-        [sys.executable, "-m", "twinkle_core", "serve", "--home", str(home), "--port", str(port), "--workers", "2",
-         "--lease", "3", "--grace", "30", "--poll", "0.2", *extra], env=env, stdout=out, stderr=subprocess.STDOUT,
-        start_new_session=True)
-    out.close()
-    wait_for(lambda: _healthy(port) or process.poll() is not None, 60, "the server to answer")
-    assert process.poll() is None, log.read_text()[-3000:]
-    return process
-
-
-def _healthy(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return Client(f"http://127.0.0.1:{port}").request("GET", "/health")["status"] == "ok"
-    except OSError:
-        return False
-
-
-def wait_for(condition, timeout: float, what: str):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def db_rows(home: Path, sql: str, *args) -> list[sqlite3.Row]:  # noqa: ANN002
@@ -87,61 +43,48 @@ def step_of(home: Path, run: str | None) -> int:
         return -1
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
-def test_twenty_jobs_from_two_users_survive_a_killed_worker_and_a_server_restart(tmp_path: Path, cancer_csv: Path) -> None:
-    home, log = tmp_path / "home", tmp_path / "server.log"
-    (home / "datasets").mkdir(parents=True)
-    data = str(home / "datasets" / "cancer.csv")
-    shutil.copy(cancer_csv, data)
-    accounts = Accounts(ServerConfig(home=str(home)).db_path)
-    tokens = {name: accounts.add_user(name) for name in ("alice", "bob")}
-    port = free_port()
+def test_twenty_jobs_from_two_users_survive_a_killed_worker_and_a_server_restart(twinkle_service, cancer_csv: Path) -> None:
+    home, data, tokens = twinkle_service.home(cancer_csv, "alice", "bob")
+    port, log, wait_for = twinkle_service.free_port(), twinkle_service.log, twinkle_service.wait_for
     url = f"http://127.0.0.1:{port}"
-    server = start_server(home, port, log)
-    try:
-        def submit(n: int) -> str:
-            user = "alice" if n % 2 else "bob"
-            return Client(url, tokens[user]).submit("tabular-mlp", data, HP, project="e2e").id
+    options = ("--workers", "2", "--lease", "3", "--grace", "30", "--poll", "0.2")
+    server = twinkle_service.start(home, port, *options)  # the fixture kills what is left if the test fails
 
-        with ThreadPoolExecutor(max_workers=10) as pool:  # 20 submissions at once, from both users
-            ids = list(pool.map(submit, range(20)))
-        assert len(set(ids)) == 20
+    def submit(n: int) -> str:
+        user = "alice" if n % 2 else "bob"
+        return Client(url, tokens[user]).submit("tabular-mlp", data, HP, project="e2e").id
 
-        # SIGKILL the worker of a job that has a mid-training checkpoint
-        def running_with_checkpoint():  # noqa: ANN202
-            for row in db_rows(home, "SELECT id, worker, run FROM jobs WHERE state = 'running'"):
-                if step_of(home, row["run"]) >= 8:
-                    return row
-            return None
+    with ThreadPoolExecutor(max_workers=10) as pool:  # 20 submissions at once, from both users
+        ids = list(pool.map(submit, range(20)))
+    assert len(set(ids)) == 20
 
-        victim = wait_for(running_with_checkpoint, 300, "a running job with a checkpoint")
-        worker_pid = db_rows(home, "SELECT pid FROM workers WHERE id = ?", victim["worker"])[0]["pid"]
-        os.kill(worker_pid, signal.SIGKILL)
-        wait_for(lambda: db_rows(home, "SELECT restarts FROM jobs WHERE id = ?", victim["id"])[0]["restarts"] >= 1
-                 and db_rows(home, "SELECT state FROM jobs WHERE id = ?", victim["id"])[0]["state"] != "queued", 120,
-                 "the killed worker's job to be taken by another worker")
+    # SIGKILL the worker of a job that has a mid-training checkpoint
+    def running_with_checkpoint():  # noqa: ANN202
+        for row in db_rows(home, "SELECT id, worker, run FROM jobs WHERE state = 'running'"):
+            if step_of(home, row["run"]) >= 8:
+                return row
+        return None
 
-        # restart the server while jobs are still waiting (and two are running)
-        wait_for(lambda: len(db_rows(home, "SELECT id FROM jobs WHERE state = 'running'")) == 2, 120, "two running jobs")
-        queued_before = len(db_rows(home, "SELECT id FROM jobs WHERE state = 'queued'"))
-        assert queued_before > 0, "the queue should not be empty before the restart"
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=180) == 0, log.read_text()[-3000:]
-        states = {r["state"] for r in db_rows(home, "SELECT state FROM jobs")}
-        assert "running" not in states  # each running job went back to the queue at a checkpoint
-        server = start_server(home, port, log)
+    victim = wait_for(running_with_checkpoint, 300, "a running job with a checkpoint")
+    worker_pid = db_rows(home, "SELECT pid FROM workers WHERE id = ?", victim["worker"])[0]["pid"]
+    os.kill(worker_pid, signal.SIGKILL)
+    wait_for(lambda: db_rows(home, "SELECT restarts FROM jobs WHERE id = ?", victim["id"])[0]["restarts"] >= 1
+             and db_rows(home, "SELECT state FROM jobs WHERE id = ?", victim["id"])[0]["state"] != "queued", 120,
+             "the killed worker's job to be taken by another worker")
 
-        client = Client(url, tokens["alice"])
-        final = wait_for(lambda: all(r["state"] in ("finished", "failed", "cancelled", "stopped")
-                                     for r in db_rows(home, "SELECT state FROM jobs")), 900, "every job to end")
-        assert final
-    finally:
-        stop(server)
+    # restart the server while jobs are still waiting (and two are running)
+    wait_for(lambda: len(db_rows(home, "SELECT id FROM jobs WHERE state = 'running'")) == 2, 120, "two running jobs")
+    queued_before = len(db_rows(home, "SELECT id FROM jobs WHERE state = 'queued'"))
+    assert queued_before > 0, "the queue should not be empty before the restart"
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(timeout=180) == 0, log.read_text()[-3000:]
+    states = {r["state"] for r in db_rows(home, "SELECT state FROM jobs")}
+    assert "running" not in states  # each running job went back to the queue at a checkpoint
+    server = twinkle_service.start(home, port, *options)
+
+    final = wait_for(lambda: all(r["state"] in ("finished", "failed", "cancelled", "stopped")
+                                 for r in db_rows(home, "SELECT state FROM jobs")), 900, "every job to end")
+    assert final
 
     jobs = {r["id"]: r for r in db_rows(home, "SELECT * FROM jobs")}
     assert {j["state"] for j in jobs.values()} == {"finished"}, log.read_text()[-3000:]
@@ -170,4 +113,3 @@ def test_twenty_jobs_from_two_users_survive_a_killed_worker_and_a_server_restart
     stopped_by_restart = [j for j in ids if any("the server stopped" in (r["reason"] or "") for r in db_rows(
         home, "SELECT reason FROM transitions WHERE job = ?", j))]
     assert stopped_by_restart  # the restart did stop running jobs, and they finished with the same weights
-    assert client.url == url

@@ -22,6 +22,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import IterableDataset
 
 from twinkle_core.algorithm import Algorithm
@@ -272,6 +273,11 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Any) -> tuple[L
                 trainer.fit(algorithm, *loaders, ckpt_path=ckpt_path)
             trainer.callback_metrics  # noqa: B018 — every rank: reading it reduces what is left (a collective)
             break
+        except SIGTERMException as err:  # Lightning's own, at an epoch's end: the last checkpoint is the resume point
+            if isinstance(err, StoppedBySignal):
+                raise
+            saved = [cb._last_global_step_saved for cb in trainer.checkpoint_callbacks]  # noqa: SLF001
+            raise StoppedBySignal(max(saved, default=0), roles["last_path"]) from err
         except torch.OutOfMemoryError as err:
             if not settings.auto_batch_scaling or plan.micro_batch_size <= 1:
                 raise

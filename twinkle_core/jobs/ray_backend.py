@@ -18,7 +18,7 @@ from typing import Any
 
 from twinkle_core.engine.result import FitResult
 from twinkle_core.errors import TwinkleError
-from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir, read_json, write_json
+from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, current_job_dir, job_dir, read_json, write_json
 
 LAUNCHER_ENV = "TWINKLE_LAUNCHER"
 """Set to ``ray`` inside Ray Train workers, with the world from Ray's context (read by the planner)."""
@@ -54,7 +54,7 @@ def run_on_ray(job: Job, workers: int, folder: str | None = None, use_gpu: bool 
         from ray.train.torch import TorchConfig, TorchTrainer
     except ImportError:
         raise TwinkleError("backend='ray' needs Ray Train: pip install 'twinkle-core[ray]'") from None
-    folder = folder or job_dir(job.home)
+    folder = folder or current_job_dir() or job_dir(job.home)  # a service job: its own folder, so its run is found
     job.save(folder)
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False, log_to_driver=False)

@@ -40,11 +40,12 @@ def run(folder: str) -> int:
         store = RunStore(job.home)
         if existing and restarted_by and is_global_zero():  # the launcher restarted the job's processes
             _restart_event(store, existing, restarted_by)
-        if existing and store.last_checkpoint(store.get(existing).id):
+        trainer = _rules(Trainer(job.algorithm, job.task, job.hyperparams, **options), job)
+        # a Ray driver hands the job to Ray Train's workers, which resume the job folder's run themselves
+        if existing and store.last_checkpoint(store.get(existing).id) and not trainer._on_ray():  # noqa: SLF001
             trainer = _rules(Trainer.from_checkpoint(existing, mode="resume", same_run=True, home=job.home), job)
             result = trainer.fit()
         else:
-            trainer = _rules(Trainer(job.algorithm, job.task, job.hyperparams, **options), job)
             trainer.reuse_run = existing  # a restart before the first checkpoint: the same run, from the start
             result = trainer.fit(job.data)
     except StoppedBySignal as err:  # SIGTERM: stopped after saving a checkpoint, to be resumed
@@ -60,6 +61,8 @@ def run(folder: str) -> int:
         raise
     if is_global_zero():
         write_json(folder, "result.json", result.to_dict())
+    if trainer.algorithm is None:  # a Ray driver: its workers wrote what they ended with
+        return 0
     rank = global_rank()  # every rank: what it ended with, so a job's ranks can be checked against each other
     write_json(folder, f"rank-{rank}.json", {"rank": rank, "weights_md5": weights_digest(trainer.algorithm),
                                              "run": result.run_uri, "status": result.status})

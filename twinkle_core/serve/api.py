@@ -51,10 +51,16 @@ class JobView(BaseModel):
     transitions: list[dict[str, Any]] = []
 
 
+def job_views(svc: Service, jobs: list[JobRow]) -> list[JobView]:
+    """Each job with why it waits (when queued)."""
+    reasons = svc.queue.pending_reasons(jobs, svc.workers_alive())
+    return [JobView(**{k: v for k, v in json_safe(job.to_dict()).items() if k in JobView.model_fields},
+                    pending_reason=reasons[job.id]) for job in jobs]
+
+
 def job_view(svc: Service, job: JobRow) -> JobView:
     """``job`` with why it waits (when queued)."""
-    data = {k: v for k, v in job.to_dict().items() if k in JobView.model_fields}
-    return JobView(**json_safe(data), pending_reason=svc.queue.pending_reason(job, svc.workers_alive()))
+    return job_views(svc, [job])[0]
 
 
 def owned_job(svc: Service, user: User, job_id: str) -> JobRow:
@@ -124,7 +130,7 @@ def list_jobs(user: Caller, svc: Svc, state: JobState | None = None, algorithm: 
     who = (owner if user.admin else user.name)
     if owner is not None and not user.admin and owner != user.name:
         return []
-    return [job_view(svc, j) for j in svc.queue.list(who, state, algorithm, limit, offset)]
+    return job_views(svc, svc.queue.list(who, state, algorithm, limit, offset))
 
 
 @router.get("/jobs/{job_id}", summary="One job", response_model=JobView)

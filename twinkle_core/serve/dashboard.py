@@ -13,6 +13,7 @@ import hmac
 import html
 import json
 import os
+import re
 import secrets
 import time
 from typing import Annotated, Any
@@ -34,6 +35,8 @@ from twinkle_core.serve.streams import job_events
 from twinkle_core.serve.submission import JobRequest, check_request
 
 HERE = os.path.dirname(__file__)
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+"""Terminal escape sequences (progress bars' cursor moves) left out of the dashboard's log."""
 templates = Jinja2Templates(directory=os.path.join(HERE, "templates"))
 templates.env.filters["when"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "—"
 templates.env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, default=str)
@@ -111,7 +114,8 @@ def jobs_page(request: Request, svc: Svc, user: Viewer, state: str | None = None
     who = (owner or None) if user.admin else user.name
     jobs = svc.queue.list(who, state, algorithm or None, limit=200)
     workers = svc.workers_alive()
-    rows = [{"job": j, "pending": svc.queue.pending_reason(j, workers)} for j in jobs]
+    reasons = svc.queue.pending_reasons(jobs, workers)
+    rows = [{"job": j, "pending": reasons[j.id]} for j in jobs]
     return _render(request, "jobs.html", user, rows=rows, states=STATES, state=state, algorithm=algorithm or "",
                    owner=owner or "", counts=svc.queue.counts(), workers=workers)
 
@@ -157,8 +161,9 @@ def _page_event(name: str, payload: Any, cursor: str) -> dict[str, Any]:
     if name == "state":
         text = f'<span class="state {html.escape(payload["state"])}">{html.escape(payload["state"])}</span>'
         return {"event": "state", "raw_data": text, "id": cursor}
-    if name == "log":
-        lines = html.escape(payload["text"]).replace("\n", "&#10;")
+    if name == "log":  # a progress bar's escape codes and carriage returns, as a terminal would end up showing
+        text = ANSI.sub("", payload["text"]).replace("\r\n", "\n").replace("\r", "\n")
+        lines = html.escape(re.sub(r"\n{2,}", "\n", text)).replace("\n", "&#10;")
         return {"event": "log", "raw_data": f"<span>{lines}</span>", "id": cursor}
     return {"event": name, "raw_data": json.dumps(payload, default=str), "id": cursor}
 

@@ -13,6 +13,7 @@ States: ``queued → running → finished | failed | cancelled | stopped`` (a ru
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import socket
@@ -366,15 +367,22 @@ class JobQueue:
     # ------------------------------------------------------------------ why a job waits
     def pending_reason(self, job: JobRow, workers: int) -> str | None:
         """Why a queued job has not started, in words (``None`` for a job that is not queued)."""
-        if job.state != "queued":
-            return None
+        return self.pending_reasons([job], workers)[job.id]
+
+    def pending_reasons(self, jobs: list[JobRow], workers: int) -> dict[str, str | None]:
+        """:meth:`pending_reason` of each job, from one look at the queue."""
+        if not any(job.state == "queued" for job in jobs):
+            return {job.id: None for job in jobs}
         with self._connect() as conn:
-            running = conn.execute("SELECT COUNT(*) FROM jobs WHERE state = 'running'").fetchone()[0]
-            mine = conn.execute("SELECT COUNT(*) FROM jobs WHERE state = 'running' AND user = ?",
-                                (job.user,)).fetchone()[0]
-            ahead = conn.execute(
-                "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND (priority > ? OR (priority = ? AND seq < ?))",
-                (job.priority, job.priority, job.seq)).fetchone()[0]
+            per_user = dict(conn.execute("SELECT user, COUNT(*) FROM jobs WHERE state = 'running' GROUP BY user"))
+            order = [(-r[0], r[1]) for r in conn.execute("SELECT priority, seq FROM jobs WHERE state = 'queued'")]
+        order.sort()
+        running = sum(per_user.values())
+        return {job.id: self._reason(job, workers, running, per_user.get(job.user, 0),
+                                     bisect.bisect_left(order, (-job.priority, job.seq)))
+                if job.state == "queued" else None for job in jobs}
+
+    def _reason(self, job: JobRow, workers: int, running: int, mine: int, ahead: int) -> str:
         parts = []
         if job.reason and job.reason != "submitted":
             parts.append(f"requeued: {job.reason}")

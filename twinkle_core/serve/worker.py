@@ -144,7 +144,9 @@ class Worker:
         stopped = read_json(folder, "stopped.json")
         run = (read_json(folder, "run.json") or {}).get("run")
         store = RunStore(self.config.home)
-        saved = f" (a checkpoint at step {stopped['step']})" if stopped else " (no checkpoint: killed after the grace)"
+        saved = f" (a checkpoint at step {stopped['step']})" if stopped else \
+            f" (no checkpoint: killed after the {self.config.grace_seconds:g} s grace)" if returncode == -signal.SIGKILL \
+            else " (before its first step: nothing to save)"
         if returncode == 0 and result is not None:
             state = "stopped" if result.get("status") == "stopped" else "finished"
             reason = result.get("stop_reason") or f"the run {result['run_uri']} finished"

@@ -30,6 +30,9 @@
     const ev = e.detail;
     if (ev.type === "metric") { rows.push(JSON.parse(ev.data)); later(); }
     else if (ev.type === "reset") { rows = []; later(); }
+    else if (ev.type === "state" && !ev.data.includes(">queued<")) {
+      const pending = document.getElementById("pending"); if (pending) pending.remove();
+    }
     else if (ev.type === "log") { const log = document.getElementById("log"); if (log) log.scrollTop = log.scrollHeight; }
   });
   if (!document.getElementById("metric-sink")) {  // a run's page: the rows at once

@@ -1,0 +1,158 @@
+"""``twinkle serve`` under load: API latency with 50 concurrent clients, and how long a submitted job waits
+before a worker starts it.
+
+1. **API**: a server with no workers (so nothing trains and competes for the 2 cores); 50 client threads each
+   send 20 requests — a mix of ``GET /jobs`` (list), ``GET /jobs/{id}``, ``GET /server`` and ``POST /jobs``
+   (a submit is checked as a Trainer would check it) — over keep-alive-less HTTP, as the stdlib client does.
+   p50/p99 per endpoint and overall, and requests per second.
+2. **Submit to start**: a server with one worker and its default poll interval (1 s); 10 small jobs submitted
+   one after another once the previous has started; the time from the submit's answer to the job's
+   ``running`` transition (the claim), and to its training process being up.
+
+Writes ``bench/results/service.json``.
+
+    python bench/service.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+CLIENTS, PER_CLIENT = 50, 20
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(home: Path, port: int, workers: int, log: Path) -> subprocess.Popen[bytes]:
+    from twinkle_core.client import Client
+
+    with open(log, "ab") as out:
+        process = subprocess.Popen([sys.executable, "-m", "twinkle_core", "serve", "--home", str(home), "--port",
+                                    str(port), "--workers", str(workers), "--max-queued-per-user", "100000"], stdout=out, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "TWINKLE_HOME": str(home)}, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            Client(f"http://127.0.0.1:{port}").request("GET", "/health")
+            return process
+        except Exception:  # not up yet
+            time.sleep(0.2)
+    raise SystemExit(f"the server did not start; see {log}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    import signal
+
+    os.killpg(process.pid, signal.SIGTERM)
+    process.wait(timeout=120)
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    import numpy as np
+
+    array = np.array(values) * 1000
+    return {"n": len(values), "p50_ms": round(float(np.percentile(array, 50)), 2),
+            "p99_ms": round(float(np.percentile(array, 99)), 2), "max_ms": round(float(array.max()), 2)}
+
+
+def api_latency(home: Path, data: str, token: str) -> dict:
+    """Phase 1: 50 concurrent clients against a server with no workers."""
+    from twinkle_core.client import Client
+
+    port = _free_port()
+    server = _start(home, port, 0, home / "bench-api.log")
+    url = f"http://127.0.0.1:{port}"
+    seed = Client(url, token).submit("tabular-mlp", data, {"max_epochs": 1})
+    timings: dict[str, list[float]] = {"GET /jobs": [], "GET /jobs/{id}": [], "GET /server": [], "POST /jobs": []}
+
+    def client(index: int) -> None:
+        me = Client(url, token, timeout=120)
+        for n in range(PER_CLIENT):
+            kind = ("GET /jobs", "GET /jobs/{id}", "GET /server", "GET /jobs/{id}", "POST /jobs")[(index + n) % 5]
+            start = time.perf_counter()
+            if kind == "GET /jobs":
+                me.request("GET", "/jobs?limit=50")
+            elif kind == "GET /jobs/{id}":
+                me.request("GET", f"/jobs/{seed.id}")
+            elif kind == "GET /server":
+                me.request("GET", "/server")
+            else:
+                me.request("POST", "/jobs", {"algorithm": "tabular-mlp", "data": data, "hyperparams": {"max_epochs": 1}})
+            timings[kind].append(time.perf_counter() - start)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=CLIENTS) as pool:
+        list(pool.map(client, range(CLIENTS)))
+    wall = time.perf_counter() - start
+    _stop(server)
+    every = [t for values in timings.values() for t in values]
+    return {"clients": CLIENTS, "requests": len(every), "wall_seconds": round(wall, 2),
+            "requests_per_second": round(len(every) / wall, 1), "all": _percentiles(every),
+            **{kind: _percentiles(values) for kind, values in timings.items()}}
+
+
+def submit_to_start(home: Path, data: str, token: str, jobs: int = 10) -> dict:
+    """Phase 2: one worker, default poll; each job submitted once the previous one has started."""
+    from twinkle_core.client import Client
+
+    port = _free_port()
+    server = _start(home, port, 1, home / "bench-start.log")
+    client = Client(f"http://127.0.0.1:{port}", token)
+    claimed, process_up = [], []
+    for _ in range(jobs):
+        job = client.submit("tabular-mlp", data, {"max_epochs": 1, "progress_bar": False}, max_restarts=0)
+        answered = time.time()
+        while (view := job.refresh())["state"] == "queued":
+            time.sleep(0.02)
+        running = next(t["time"] for t in view["transitions"] if t["state"] == "running")
+        claimed.append(max(0.0, running - view["created"]))
+        log = home / "jobs" / job.id / "log.txt"
+        while not (log.exists() and "attempt 1" in log.read_text(errors="replace")):
+            time.sleep(0.02)
+        process_up.append(max(0.0, log.stat().st_mtime - answered))
+        job.wait(timeout=300, poll=0.2)
+    _stop(server)
+    return {"jobs": jobs, "poll_seconds": 1.0, "submit_to_claim": _percentiles(claimed),
+            "submit_to_process_started": _percentiles(process_up)}
+
+
+def main() -> None:
+    from sklearn.datasets import load_breast_cancer
+
+    from twinkle_core.serve import Accounts, ServerConfig
+
+    root = Path(tempfile.mkdtemp(prefix="twinkle-bench-service-"))
+    try:
+        phases = {}
+        for phase, measure in (("api", api_latency), ("start", submit_to_start)):  # a store of its own each
+            home = root / phase
+            (home / "datasets").mkdir(parents=True)
+            data = str(home / "datasets" / "cancer.csv")
+            load_breast_cancer(as_frame=True).frame.to_csv(data, index=False)
+            token = Accounts(ServerConfig(home=str(home)).db_path).add_user("bench")
+            phases[phase] = measure(home, data, token)
+        results = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, **phases}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    out = Path(__file__).parent / "results" / "service.json"
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
