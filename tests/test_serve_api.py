@@ -87,6 +87,7 @@ def test_a_submitted_job_is_checked_like_a_trainer_and_queued_with_why_it_waits(
         ({**JOB, "data": service["data"], "monitor": {"webhook": "http://x"}}, 422, "webhook"),
         ({**JOB, "data": service["data"], "priority": 1000}, 422, "priority"),
         ({**JOB, "data": "/etc/passwd"}, 403, "not under a data root"),
+        ({**JOB, "data": service["data"] + ".missing"}, 400, "does not exist on the server"),
     ]}
     for body, status, words in bad["/api/v1/jobs"]:
         response = client.post("/api/v1/jobs", headers=auth(service, "alice"), json=body)

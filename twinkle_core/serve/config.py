@@ -125,6 +125,8 @@ def check_data_uri(uri: str, config: ServerConfig) -> str:
             if any(_inside(real, folder) for folder in private) or real == os.path.join(store, "catalogue.sqlite"):
                 raise DataAccessError(f"data {uri!r} is inside the server's run store (runs, models, jobs); jobs "
                                       f"read data from: {allowed}")
+            if not os.path.exists(real):
+                raise TwinkleError(f"data {uri!r} does not exist on the server (check the path under {root})")
             return real
     raise DataAccessError(f"data {uri!r} is not under a data root of this server; allowed: {allowed}")
 
