@@ -332,3 +332,21 @@ def test_a_server_restart_requeues_what_was_running(tmp_path: Path) -> None:
     assert [o.id for o in orphans] == [running.id]
     assert queue.get(running.id).state == "queued" and queue.get(waiting.id).state == "queued"
     assert queue.get(running.id).restarts == 0  # not a crash of the job
+
+
+def test_a_job_that_keeps_killing_its_worker_fails_and_a_cancel_asked_meanwhile_holds(tmp_path: Path) -> None:
+    queue = JobQueue(str(tmp_path / "q.sqlite"))
+    job = queue.submit("alice", {"max_restarts": 1})
+    queue.claim("w1", 0.05)
+    time.sleep(0.1)
+    assert queue.claim("w2", 0.05).restarts == 1  # the first death: resumed
+    time.sleep(0.1)
+    assert queue.claim("w3", 30) is None  # the second: max_restarts=1 reached
+    ended = queue.get(job.id)
+    assert ended.state == "failed" and "gave up after 1 restart(s)" in ended.reason
+    other = queue.submit("alice", {})
+    queue.claim("w4", 0.05)
+    queue.request_cancel(other.id, "alice")  # asked while running; then its worker dies
+    time.sleep(0.1)
+    assert queue.claim("w5", 30) is None
+    assert queue.get(other.id).state == "cancelled" and "cancelled by alice" in queue.get(other.id).reason

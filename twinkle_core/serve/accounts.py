@@ -11,17 +11,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import re
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from twinkle_core.errors import TwinkleError
+from twinkle_core.serve.sqlite import connect, create
 
 USER_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 """A user name: lower-case letters, digits, ``_`` and ``-``, starting with a letter (it names a store folder)."""
@@ -73,19 +71,10 @@ class Accounts:
     def __init__(self, path: str) -> None:
         """Open (and create) the tables."""
         self.path = path
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with self._connect() as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(_SCHEMA)
+        create(path, _SCHEMA)
 
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        try:
-            yield conn
-        finally:
-            conn.close()
+    def _connect(self) -> Any:
+        return connect(self.path)
 
     # ------------------------------------------------------------------ users
     def add_user(self, name: str, admin: bool = False) -> str:

@@ -9,12 +9,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import FileResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
-from pydantic import BaseModel
 
 from twinkle_core.serve.accounts import User
 from twinkle_core.serve.app import Service, client_address, current_user, json_safe, service
 from twinkle_core.serve.config import check_data_uri
-from twinkle_core.serve.queue import STATES, JobRow
+from twinkle_core.serve.queue import JobRow
 from twinkle_core.serve.records import (UnsafePathError, list_files, metric_rows, owner_of_run, published_models,
                                         read_log, safe_file)
 from twinkle_core.serve.streams import job_events
@@ -24,38 +23,18 @@ router = APIRouter()
 Caller = Annotated[User, Depends(current_user)]
 Svc = Annotated[Service, Depends(service)]
 JobState = Literal["queued", "running", "finished", "failed", "cancelled", "stopped"]
-assert set(JobState.__args__) == set(STATES)  # type: ignore[attr-defined]
 
 
-class JobView(BaseModel):
-    """A job as the API shows it."""
+class JobView(JobRow):
+    """A job as the API shows it: as stored, and — while it waits — why."""
 
-    id: str
-    user: str
-    state: JobState
-    priority: int
-    request: dict[str, Any]
-    created: float
-    updated: float
-    started: float | None = None
-    finished: float | None = None
-    worker: str | None = None
-    attempts: int
-    restarts: int
-    used_seconds: float
-    cancel_requested: str | None = None
-    run: str | None = None
-    reason: str | None = None
     pending_reason: str | None = None
-    result: dict[str, Any] | None = None
-    transitions: list[dict[str, Any]] = []
 
 
 def job_views(svc: Service, jobs: list[JobRow]) -> list[JobView]:
     """Each job with why it waits (when queued)."""
     reasons = svc.queue.pending_reasons(jobs, svc.workers_alive())
-    return [JobView(**{k: v for k, v in json_safe(job.to_dict()).items() if k in JobView.model_fields},
-                    pending_reason=reasons[job.id]) for job in jobs]
+    return [JobView(**job.to_dict(), pending_reason=reasons[job.id]) for job in jobs]
 
 
 def job_view(svc: Service, job: JobRow) -> JobView:

@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import bisect
 import json
-import os
 import socket
 import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
 
 from twinkle_core.errors import TwinkleError
+from twinkle_core.serve.sqlite import connect, create
 
-STATES = ("queued", "running", "finished", "failed", "cancelled", "stopped")
+STATES: tuple[str, ...] = ("queued", "running", "finished", "failed", "cancelled", "stopped")
 """Every job state; the last four are final."""
 FINAL_STATES = frozenset(("finished", "failed", "cancelled", "stopped"))
 """States a job never leaves."""
@@ -78,14 +79,13 @@ CREATE TABLE IF NOT EXISTS workers (
 """
 
 
-@dataclass
-class JobRow:
+class JobRow(BaseModel):
     """One job as stored (``request`` is the submitted JSON, parsed)."""
 
     id: str
     seq: int
     user: str
-    state: str
+    state: Literal["queued", "running", "finished", "failed", "cancelled", "stopped"]
     priority: int
     request: dict[str, Any]
     created: float
@@ -103,7 +103,7 @@ class JobRow:
     run: str | None = None
     reason: str | None = None
     result: dict[str, Any] | None = None
-    transitions: list[dict[str, Any]] = field(default_factory=list)
+    transitions: list[dict[str, Any]] = Field(default_factory=list)
 
     @property
     def final(self) -> bool:
@@ -111,8 +111,8 @@ class JobRow:
         return self.state in FINAL_STATES
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready view (what the API returns)."""
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """A JSON-ready view."""
+        return self.model_dump(mode="json")
 
 
 def _row(values: sqlite3.Row) -> JobRow:
@@ -134,22 +134,11 @@ class JobQueue:
         """Open (and create) the table."""
         self.path = path
         self.max_running_per_user = max_running_per_user
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with self._connect() as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(_SCHEMA)
+        create(path, _SCHEMA)
 
     # ------------------------------------------------------------------ plumbing
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA busy_timeout=60000")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        try:
-            yield conn
-        finally:
-            conn.close()
+    def _connect(self) -> Any:
+        return connect(self.path)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -282,13 +271,29 @@ class JobQueue:
         return self.get(found["id"])
 
     def _requeue_expired(self, conn: sqlite3.Connection, now: float) -> None:
-        for job in conn.execute("SELECT id, worker FROM jobs WHERE state = 'running' AND lease_until < ?",
-                                (now,)).fetchall():
+        for job in conn.execute(
+                "SELECT id, worker, restarts, COALESCE(json_extract(request, '$.max_restarts'), 3) AS allowed "
+                "FROM jobs WHERE state = 'running' AND lease_until < ?", (now,)).fetchall():
+            if job["restarts"] >= job["allowed"]:  # it keeps taking its worker down with it: stop trying
+                reason = (f"worker {job['worker']} stopped renewing its lease (it died) again; gave up after "
+                          f"{job['restarts']} restart(s)")
+                conn.execute("UPDATE jobs SET state = 'failed', reason = ?, finished = ?, updated = ?, worker = NULL, "
+                             "lease_until = NULL, pid = NULL WHERE id = ?", (reason, now, now, job["id"]))
+                self._transition(conn, job["id"], "failed", reason, now=now)
+                continue
             reason = (f"worker {job['worker']} stopped renewing its lease (it died); the job resumes from its "
                       "last checkpoint")
             self._back_to_queue(conn, job["id"], reason, now, crashed=True)
 
     def _back_to_queue(self, conn: sqlite3.Connection, job_id: str, reason: str, now: float, crashed: bool) -> None:
+        """Queue the job again to resume — or, when a cancel was asked for meanwhile, end it ``cancelled``."""
+        by = conn.execute("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+        if by:
+            reason = f"cancelled by {by} ({reason})"
+            conn.execute("UPDATE jobs SET state = 'cancelled', reason = ?, finished = ?, updated = ?, worker = NULL, "
+                         "lease_until = NULL, pid = NULL WHERE id = ?", (reason, now, now, job_id))
+            self._transition(conn, job_id, "cancelled", reason, now=now)
+            return
         conn.execute(
             "UPDATE jobs SET state = 'queued', worker = NULL, lease_until = NULL, pid = NULL, reason = ?, "
             "restarts = restarts + ?, updated = ? WHERE id = ?", (reason, 1 if crashed else 0, now, job_id))

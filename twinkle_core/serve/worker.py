@@ -55,7 +55,11 @@ class Worker:
             if job is None:
                 _sleep(self.config.poll_seconds, lambda: self.stopping)
                 continue
-            self.run(job)
+            try:
+                self.run(job)
+            except Exception as err:  # noqa: BLE001 — a job this worker cannot even start must not loop forever
+                self.queue.release(job.id, self.name, "failed", f"the worker could not run it: "
+                                                                f"{type(err).__name__}: {err}")
         self.queue.worker_gone(self.name)
 
     # ------------------------------------------------------------------ one job
