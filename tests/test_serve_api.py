@@ -350,3 +350,57 @@ def test_a_job_that_keeps_killing_its_worker_fails_and_a_cancel_asked_meanwhile_
     time.sleep(0.1)
     assert queue.claim("w5", 30) is None
     assert queue.get(other.id).state == "cancelled" and "cancelled by alice" in queue.get(other.id).reason
+
+
+def test_uploads_are_the_users_own_data_capped_and_unpacked_safely(home: Path, cancer_csv: Path, tmp_path: Path) -> None:
+    import io
+    import tarfile
+    import zipfile
+
+    config = ServerConfig(home=str(home), max_upload_bytes=200_000)
+    accounts = Accounts(config.db_path)
+    alice = {"Authorization": f"Bearer {accounts.add_user('alice')}"}
+    bob = {"Authorization": f"Bearer {accounts.add_user('bob')}"}
+    client = TestClient(create_app(config))
+    put = client.put("/api/v1/uploads/cancer.csv", headers=alice, content=cancer_csv.read_bytes())
+    assert put.status_code == 201, put.text
+    data = put.json()["data"]
+    assert data == str(home.resolve() / "uploads" / "alice" / "cancer.csv") and put.json()["bytes"] > 100_000
+    assert [u["name"] for u in client.get("/api/v1/uploads", headers=alice).json()] == ["cancer.csv"]
+    assert client.get("/api/v1/uploads", headers=bob).json() == []
+    job = client.post("/api/v1/jobs", headers=alice, json={**JOB, "data": data})
+    assert job.status_code == 201 and job.json()["request"]["data"] == data
+    theirs = client.post("/api/v1/jobs", headers=bob, json={**JOB, "data": data})
+    assert theirs.status_code == 403 and "not under a data root" in theirs.text  # alice's uploads are hers alone
+    # an archive becomes a folder of its stem
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("digits/0/a.txt", "x")
+        archive.writestr("digits/1/b.txt", "y")
+    folder = client.put("/api/v1/uploads/set.zip", headers=alice, content=buffer.getvalue()).json()["data"]
+    assert sorted(p.name for p in Path(folder, "digits").iterdir()) == ["0", "1"]
+    # refused: traversal, links, too large (declared or streamed), an archive that unpacks too large, bad names
+    evil = io.BytesIO()
+    with zipfile.ZipFile(evil, "w") as archive:
+        archive.writestr("../../escaped.txt", "x")
+    assert client.put("/api/v1/uploads/evil.zip", headers=alice, content=evil.getvalue()).status_code == 400
+    linked = io.BytesIO()
+    with tarfile.open(fileobj=linked, mode="w") as archive:
+        info = tarfile.TarInfo("link")
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        archive.addfile(info)
+    assert client.put("/api/v1/uploads/linked.tar", headers=alice, content=linked.getvalue()).status_code == 400
+    assert not list(home.rglob("escaped.txt")) and not (home / "uploads" / "alice" / "linked").exists()
+    assert client.put("/api/v1/uploads/big.bin", headers=alice, content=b"x" * 300_000).status_code == 413
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("zeros.bin", b"\0" * 5_000_000)
+    assert len(bomb.getvalue()) < 200_000
+    assert client.put("/api/v1/uploads/bomb.zip", headers=alice, content=bomb.getvalue()).status_code == 413
+    assert client.put("/api/v1/uploads/..", headers=alice, content=b"x").status_code in (400, 404, 405)
+    assert client.put("/api/v1/uploads/a%2fb", headers=alice, content=b"x").status_code in (400, 404)
+    assert not [p for p in (home / "uploads" / "alice").iterdir() if p.name.startswith(".")]  # no leftovers
+    assert client.delete("/api/v1/uploads/set", headers=alice).status_code == 204
+    assert client.delete("/api/v1/uploads/set", headers=alice).status_code == 404
+    actions = [a["action"] for a in accounts.audit_log()]
+    assert actions.count("upload") == 2 and "delete upload" in actions

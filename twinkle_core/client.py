@@ -44,6 +44,17 @@ class ServiceError(TwinkleError):
         self.status = status
 
 
+def _detail(err: urllib.error.HTTPError) -> str:
+    """The server's reason for refusing a request."""
+    try:
+        detail = json.loads(err.read().decode() or "{}").get("detail", err.reason)
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        detail = err.reason
+    if isinstance(detail, list):  # pydantic's validation errors
+        detail = "; ".join(f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg')}" for d in detail)
+    return str(detail)
+
+
 class Client:
     """A connection to a Twinkle server.
 
@@ -75,13 +86,7 @@ class Client:
         try:
             return urllib.request.urlopen(request, timeout=timeout or self.timeout)  # noqa: S310 — http(s) only
         except urllib.error.HTTPError as err:
-            try:
-                detail = json.loads(err.read().decode() or "{}").get("detail", err.reason)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                detail = err.reason
-            if isinstance(detail, list):  # pydantic's validation errors
-                detail = "; ".join(f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg')}" for d in detail)
-            raise ServiceError(err.code, str(detail)) from None
+            raise ServiceError(err.code, _detail(err)) from None
         except urllib.error.URLError as err:
             raise TwinkleError(f"cannot reach the Twinkle server at {self.url}: {err.reason} (is 'twinkle serve' "
                                "running? set TWINKLE_SERVER)") from None
@@ -106,6 +111,28 @@ class Client:
             else:
                 body["hyperparams"][key] = value
         return Job(self, self.request("POST", "/jobs", body))
+
+    def upload(self, path: str, name: str | None = None) -> dict[str, Any]:
+        """Send a local file or archive (``.zip``, ``.tar``, ``.tar.gz``, ``.tgz``: unpacked on the server) to
+        your uploads; returns ``{"name", "data", "bytes"}`` — ``data`` is what to submit jobs on.
+
+        Raises:
+            ServiceError: too large for the server (413), a bad name or archive (400).
+        """
+        name = name or os.path.basename(os.path.normpath(path))
+        size = os.path.getsize(path)
+        with open(path, "rb") as body:
+            request = urllib.request.Request(f"{self.url}/api/v1/uploads/{urllib.parse.quote(name, safe='')}",
+                                             data=body, method="PUT")
+            request.add_header("Content-Length", str(size))
+            request.add_header("Content-Type", "application/octet-stream")
+            if self.token:
+                request.add_header("Authorization", f"Bearer {self.token}")
+            try:
+                with urllib.request.urlopen(request, timeout=max(self.timeout, 600)) as response:  # noqa: S310
+                    return json.loads(response.read().decode())
+            except urllib.error.HTTPError as err:
+                raise ServiceError(err.code, _detail(err)) from None
 
     def job(self, job_id: str) -> Job:
         """The handle of an existing job."""

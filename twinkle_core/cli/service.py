@@ -38,19 +38,28 @@ def _home(home: str | None) -> str:
               help="Seconds between SIGTERM and SIGKILL when a job is stopped.")
 @click.option("--poll", "poll_seconds", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="How often an idle worker looks for a job.")
+@click.option("--max-upload", "max_upload_bytes", default="1GiB", show_default=True,
+              help="The largest data upload (and what an archive may unpack to), e.g. 500MiB.")
 @click.option("--ray-address", help="Hand jobs with resources.backend='ray' to this Ray cluster.")
 def serve(host: str, port: int, workers: int | None, home: str | None, no_auth: bool, data_roots: tuple[str, ...],
           max_running_per_user: int | None, max_queued_per_user: int, max_wall_clock: float | None,
-          lease_seconds: float, grace_seconds: float, poll_seconds: float, ray_address: str | None) -> None:
+          lease_seconds: float, grace_seconds: float, poll_seconds: float, max_upload_bytes: str,
+          ray_address: str | None) -> None:
     """Serve training jobs: the API at /api/v1, the dashboard at /, local workers."""
+    from twinkle_core.planning.hardware import parse_bytes
     from twinkle_core.serve import ServerConfig
     from twinkle_core.serve.server import serve as run_server
 
+    try:
+        upload_limit = parse_bytes(max_upload_bytes)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--max-upload") from None
     config = ServerConfig(home=os.path.abspath(_home(home)) if "://" not in _home(home) else _home(home), host=host,
                           port=port, auth=not no_auth, workers=workers, data_roots=list(data_roots),
                           max_running_per_user=max_running_per_user, max_queued_per_user=max_queued_per_user,
                           max_wall_clock_seconds=max_wall_clock, lease_seconds=lease_seconds,
-                          grace_seconds=grace_seconds, poll_seconds=poll_seconds, ray_address=ray_address)
+                          grace_seconds=grace_seconds, poll_seconds=poll_seconds,
+                          max_upload_bytes=upload_limit, ray_address=ray_address)
     run_server(config, announce=lambda text: click.echo(text, err=True))
 
 
@@ -146,6 +155,18 @@ def submit(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epo
             sys.exit(1)
 
 
+@click.command()
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--name", help="The name on the server (default: the file's).")
+@_client_options
+def upload(path: str, name: str | None, server: str | None, token: str | None) -> None:
+    """Upload a data file or archive (.zip, .tar, .tar.gz, .tgz: unpacked) to the server; prints the path to
+    submit jobs on."""
+    result = _client(server, token).upload(path, name)
+    click.echo(result["data"])
+    click.echo(f"Uploaded {result['bytes']} bytes; submit with --data {result['data']}", err=True)
+
+
 @click.group()
 def jobs() -> None:
     """Jobs on a Twinkle server: list, show, cancel, logs."""
@@ -197,5 +218,5 @@ def jobs_logs(job_id: str, follow: bool, server: str | None, token: str | None) 
         click.echo(text, nl=False)
 
 
-COMMANDS = [serve, users, submit, jobs]
+COMMANDS = [serve, users, submit, upload, jobs]
 """The commands this module adds to ``twinkle``."""

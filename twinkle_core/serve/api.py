@@ -92,7 +92,7 @@ def algorithm(name: str, user: Caller) -> dict[str, Any]:
 def submit(request: JobRequest, http: Request, user: Caller, svc: Svc) -> JobView:
     """Queue a training job. Checked now, as ``Trainer`` would: the algorithm, task and hyperparameters
     (400 naming the bad one), the data URI against the server's data roots (403), the user's queue (429)."""
-    data = check_data_uri(request.data, svc.config)
+    data = check_data_uri(request.data, svc.config, user.name)
     check_request(request, svc.config.home)
     stored = request.model_copy(update={"data": data})
     job = svc.queue.submit(user.name, stored.model_dump(mode="json"), request.priority, svc.config.max_queued_per_user)
@@ -266,6 +266,54 @@ def model_file(name: str, path: str, user: Caller, svc: Svc) -> FileResponse:
     """One file of the model (``model.ckpt``, exports)."""
     _owned_model(svc, user, name)
     return _download(os.path.join(svc.config.home, "models", name), path)
+
+
+# ---------------------------------------------------------------------- uploads
+@router.put("/uploads/{name}", status_code=201, summary="Upload data (a file or an archive)",
+            max_body_size=1 << 40)  # the upload's own cap (max_upload_bytes) applies while it streams in
+async def upload(name: str, http: Request, user: Caller, svc: Svc) -> dict[str, Any]:
+    """Send the raw file as the body. ``.zip``, ``.tar``, ``.tar.gz`` and ``.tgz`` are unpacked into a folder
+    of the archive's stem. Returns ``data``: the server-side path to submit jobs on (yours alone). Larger than
+    the server's ``max_upload_bytes``: 413."""
+    from starlette.concurrency import run_in_threadpool
+
+    from twinkle_core.serve.uploads import UploadTooLarge, place, receive, target_name, uploads_dir
+
+    target_name(name)  # a bad name is refused before a byte is read
+    folder = uploads_dir(svc.config.home, user.name)
+    limit = svc.config.max_upload_bytes
+    if int(http.headers.get("content-length") or 0) > limit:
+        raise HTTPException(413, f"the upload is larger than this server's limit of {limit} bytes")
+    try:
+        received, size = await receive(http.stream(), folder, limit)
+        path = await run_in_threadpool(place, received, name, folder, limit)
+    except UploadTooLarge as err:
+        raise HTTPException(413, str(err)) from None
+    svc.accounts.audit(user.name, "upload", None, client_address(http), name=name, bytes=size)
+    return {"name": os.path.basename(path), "data": path, "bytes": size}
+
+
+@router.get("/uploads", summary="Your uploads")
+def uploads(user: Caller, svc: Svc) -> list[dict[str, Any]]:
+    """Each upload's name, server-side path (``data`` for a job), kind and size."""
+    from twinkle_core.serve.uploads import list_uploads
+
+    return list_uploads(svc.config.home, user.name)
+
+
+@router.delete("/uploads/{name}", status_code=204, summary="Delete an upload")
+def delete_upload(name: str, http: Request, user: Caller, svc: Svc) -> None:
+    """Remove one of your uploads (jobs that already ran on it keep their runs)."""
+    import shutil
+
+    from twinkle_core.serve.uploads import UPLOAD_NAME, uploads_dir
+
+    folder = uploads_dir(svc.config.home, user.name)
+    path = os.path.join(folder, name)
+    if not UPLOAD_NAME.match(name) or not os.path.lexists(path):
+        raise HTTPException(404, f"no upload '{name}'")
+    shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+    svc.accounts.audit(user.name, "delete upload", None, client_address(http), name=name)
 
 
 # ---------------------------------------------------------------------- audit

@@ -23,7 +23,7 @@ class DataAccessError(TwinkleError, PermissionError):
     """A job's data URI is outside what the server lets jobs read."""
 
 
-STORE_FOLDERS = ("runs", "models", "jobs", "serve", "cache", "manifests")
+STORE_FOLDERS = ("runs", "models", "jobs", "serve", "cache", "manifests", "uploads")
 """Folders of the run store no job may read as data (other users' runs, the server's own state)."""
 
 
@@ -55,6 +55,7 @@ class ServerConfig(BaseModel):
     max_queued_per_user: int | None = Field(default=100, ge=1)
     max_wall_clock_seconds: float | None = Field(default=None, gt=0, description="the cap on any job's running time")
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description="the largest request body accepted")
+    max_upload_bytes: int = Field(default=1 << 30, ge=1024, description="the largest data upload (and what it unpacks to)")
     ray_address: str | None = Field(default=None, description="hand jobs with backend='ray' to this Ray cluster")
 
     @model_validator(mode="after")
@@ -87,11 +88,13 @@ class ServerConfig(BaseModel):
         """What the API tells a client about the server (no paths of the server's own files)."""
         return {"auth": self.auth, "data_roots": self.roots(), "max_running_per_user": self.max_running_per_user,
                 "max_queued_per_user": self.max_queued_per_user, "max_wall_clock_seconds": self.max_wall_clock_seconds,
-                "max_body_bytes": self.max_body_bytes, "ray": bool(self.ray_address)}
+                "max_body_bytes": self.max_body_bytes, "max_upload_bytes": self.max_upload_bytes,
+                "ray": bool(self.ray_address)}
 
 
-def check_data_uri(uri: str, config: ServerConfig) -> str:
-    """``uri`` as the job will read it, when it is under a data root and outside the run store.
+def check_data_uri(uri: str, config: ServerConfig, user: str | None = None) -> str:
+    """``uri`` as the job will read it, when it is under a data root (or ``user``'s uploads) and outside the
+    run store.
 
     Raises:
         DataAccessError: naming the URI, why, and the roots that are allowed.
@@ -119,6 +122,10 @@ def check_data_uri(uri: str, config: ServerConfig) -> str:
         raise DataAccessError(f"data {uri!r} is a relative path; give an absolute path under one of: {allowed}")
     real = os.path.realpath(path)  # symlinks followed: a link inside a root that points out of it is refused
     store = os.path.realpath(config.home)
+    if user is not None and _inside(real, os.path.join(store, "uploads", user)):  # the user's own uploads
+        if not os.path.exists(real):
+            raise TwinkleError(f"data {uri!r} is not among your uploads (GET /api/v1/uploads lists them)")
+        return real
     private = [os.path.join(store, name) for name in STORE_FOLDERS]
     for root in roots:
         if "://" not in root and _inside(real, root):

@@ -220,7 +220,7 @@ async def submit_form(request: Request, svc: Svc, user: Viewer) -> Response:
                                  task=str(form.get("task") or "") or None, project=str(form.get("project") or "default"),
                                  priority=int(str(form.get("priority") or 0)),
                                  hyperparams=typed_values(form, fields))
-        data = check_data_uri(job_request.data, svc.config)
+        data = check_data_uri(job_request.data, svc.config, user.name)
         check_request(job_request, svc.config.home)
         job = svc.queue.submit(user.name, job_request.model_copy(update={"data": data}).model_dump(mode="json"),
                                job_request.priority, svc.config.max_queued_per_user)
