@@ -133,6 +133,10 @@ def test_two_users_see_only_their_own_jobs_runs_and_models(service: dict, home: 
     assert [f["path"] for f in client.get(f"/api/v1/runs/{record.id}/files", headers=bob).json()] == ["plan.json"]
     assert client.get("/api/v1/models/bobs-model/files/model.ckpt", headers=bob).content == b"weights"
     assert [m["name"] for m in client.get("/api/v1/models", headers=bob).json()] == ["bobs-model"]
+    assert client.get(f"/api/v1/runs/{record.id}", headers=bob).json()["uri"] == record.uri
+    assert client.get(f"/api/v1/runs/{record.id}/metrics", headers=bob).json() == {"run": record.uri, "rows": []}
+    model = client.get("/api/v1/models/bobs-model", headers=bob).json()
+    assert model["run"] == record.uri and {f["path"] for f in model["files"]} == {"model.json", "model.ckpt"}
     assert len(client.get("/api/v1/jobs", headers=auth(service, "root")).json()) == 2
     assert client.get(f"/api/v1/jobs/{theirs['id']}", headers=auth(service, "root")).status_code == 200
     # cancelling a queued job ends it now; the audit log has both actions
@@ -186,6 +190,16 @@ def test_path_and_uri_traversal_is_refused_and_reads_nothing(service: dict, home
             check_data_uri(uri, service["config"])
         response = client.post("/api/v1/jobs", headers=alice, json={**JOB, "data": uri})
         assert response.status_code in (403, 422), (uri, response.text)
+    # a hyperparameter that names a file is held to the same rule: weights of another user's run are refused
+    for weights, words in (("twinkle://bob/default/run1", "not a run or model of yours"), ("/etc/passwd", "data root"),
+                           ("twinkle://models/../runs/bob", "not a run or model of yours"),
+                           (f"file://{home}/runs/bob/default/run1/checkpoints/best.ckpt", "weights")):
+        response = client.post("/api/v1/jobs", headers=alice, json={"algorithm": "resnet18", "data": service["data"],
+                                                                    "hyperparams": {"weights": weights}})
+        assert response.status_code == 403 and words in response.text, (weights, response.text)
+    own = client.post("/api/v1/jobs", headers=alice, json={"algorithm": "resnet18", "data": service["data"],
+                                                           "hyperparams": {"weights": "twinkle://alice/default/run1"}})
+    assert own.status_code == 201, own.text
     roots = ServerConfig(home=str(home), data_roots=[str(home), "s3://team-data/sets"])
     with pytest.raises(DataAccessError, match="inside the server's run store"):  # a root that contains the store
         check_data_uri(f"{home}/runs/bob/default/run1/plan.json", roots)

@@ -12,7 +12,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from twinkle_core.serve.accounts import User
 from twinkle_core.serve.app import Service, client_address, current_user, json_safe, service
-from twinkle_core.serve.config import check_data_uri
+from twinkle_core.serve.config import check_data_uri, check_hyperparameter_uris
 from twinkle_core.serve.queue import JobRow
 from twinkle_core.serve.records import (UnsafePathError, list_files, metric_rows, owner_of_run, published_models,
                                         read_log, safe_file)
@@ -93,6 +93,7 @@ def submit(request: JobRequest, http: Request, user: Caller, svc: Svc) -> JobVie
     """Queue a training job. Checked now, as ``Trainer`` would: the algorithm, task and hyperparameters
     (400 naming the bad one), the data URI against the server's data roots (403), the user's queue (429)."""
     data = check_data_uri(request.data, svc.config, user.name)
+    check_hyperparameter_uris(request.trainer_hyperparams(), svc.config, user.name)
     check_request(request, svc.config.home)
     stored = request.model_copy(update={"data": data})
     job = svc.queue.submit(user.name, stored.model_dump(mode="json"), request.priority, svc.config.max_queued_per_user)

@@ -138,6 +138,50 @@ def check_data_uri(uri: str, config: ServerConfig, user: str | None = None) -> s
     raise DataAccessError(f"data {uri!r} is not under a data root of this server; allowed: {allowed}")
 
 
+def check_hyperparameter_uris(hyperparams: dict[str, Any], config: ServerConfig, user: str) -> None:
+    """Every hyperparameter value that names a file or URI (``weights="/..."``, ``weights="twinkle://..."``)
+    must be one ``user`` may read: under a data root or their uploads, or a run or published model of theirs.
+
+    Raises:
+        DataAccessError: naming the key and the value.
+    """
+    for key, value in hyperparams.items():
+        for item in value if isinstance(value, list) else value.values() if isinstance(value, dict) else [value]:
+            if not isinstance(item, str) or not _looks_like_a_path(item):
+                continue
+            if item.startswith("twinkle://"):
+                if _own_store_uri(item, config, user):
+                    continue
+                raise DataAccessError(f"hyperparameter {key}={item!r} is not a run or model of yours; a job reads only "
+                                      f"{user}'s runs and published models")
+            try:
+                check_data_uri(item, config, user)
+            except TwinkleError as err:
+                raise DataAccessError(f"hyperparameter {key}: {err}") from None
+
+
+def _looks_like_a_path(text: str) -> bool:
+    return text.startswith(("/", "~", "./", "../", "file:")) or "://" in text
+
+
+def _own_store_uri(uri: str, config: ServerConfig, user: str) -> bool:
+    """Whether ``twinkle://user/...`` is ``user``'s run, or ``twinkle://models/NAME`` a model of one of them."""
+    import json
+
+    parts = [p for p in uri.removeprefix("twinkle://").split("/") if p]
+    if any(p in (".", "..") for p in parts) or not parts:
+        return False
+    if parts[0] != "models":
+        return parts[0] == user
+    info = os.path.join(os.path.realpath(config.home), "models", *parts[1:], "model.json")
+    try:
+        with open(info, encoding="utf-8") as handle:
+            run = json.load(handle).get("run", "")
+    except (OSError, ValueError):
+        return False
+    return str(run).removeprefix("twinkle://").split("/")[0] == user
+
+
 def _inside(path: str, root: str) -> bool:
     try:
         return os.path.commonpath([path, root]) == root

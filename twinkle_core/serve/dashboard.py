@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from twinkle_core.errors import TwinkleError
 from twinkle_core.serve.accounts import User
 from twinkle_core.serve.app import SESSION_COOKIE, Service, client_address, optional_user, service
-from twinkle_core.serve.config import check_data_uri
+from twinkle_core.serve.config import check_data_uri, check_hyperparameter_uris
 from twinkle_core.serve.queue import STATES
 from twinkle_core.serve.records import list_files
 from twinkle_core.serve.streams import job_events
@@ -221,6 +221,7 @@ async def submit_form(request: Request, svc: Svc, user: Viewer) -> Response:
                                  priority=int(str(form.get("priority") or 0)),
                                  hyperparams=typed_values(form, fields))
         data = check_data_uri(job_request.data, svc.config, user.name)
+        check_hyperparameter_uris(job_request.trainer_hyperparams(), svc.config, user.name)
         check_request(job_request, svc.config.home)
         job = svc.queue.submit(user.name, job_request.model_copy(update={"data": data}).model_dump(mode="json"),
                                job_request.priority, svc.config.max_queued_per_user)
