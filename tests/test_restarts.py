@@ -118,8 +118,13 @@ def test_an_error_raised_by_training_is_not_retried(twinkle_home, tmp_path) -> N
     assert not list(Path(twinkle_home, "jobs").glob("*/supervisor.json"))[0].parent.joinpath("result.json").exists()
 
 
-def test_supervise_refuses_what_a_worker_cannot_rebuild(twinkle_home, cancer_csv) -> None:
-    trainer = Trainer("tabular-mlp", verbose=False)
-    trainer.monitor(metrics=["grad_norm"], alert_rules={"loss": "> 10"})
-    with pytest.raises(TwinkleError, match="monitor\\(\\)/set_budget_alert\\(\\) rules"):
-        trainer.supervise(str(cancer_csv))
+def test_supervise_refuses_code_and_carries_monitor_and_budget_rules_as_data(twinkle_home, cancer_csv) -> None:
+    import lightning as L
+
+    with pytest.raises(TwinkleError, match="callbacks"):
+        Trainer("tabular-mlp", verbose=False, callbacks=[L.Callback()]).supervise(str(cancer_csv))
+    ruled = Trainer("tabular-mlp", verbose=False).monitor(metrics=["grad_norm"], alert_rules={"loss": "> 10"})
+    ruled.set_budget_alert(max_cpu_hours=2.0, cloud_provider="local")
+    job = ruled._job(str(cancer_csv), 3, "supervise")  # what the worker process rebuilds the trainer from
+    assert job.monitor["alert_rules"] == {"loss": "> 10"} and job.monitor["metrics"] == ["grad_norm"]
+    assert job.budget["max_cpu_hours"] == 2.0 and job.budget["cloud_provider"] == "local"
