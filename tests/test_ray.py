@@ -51,6 +51,10 @@ def test_ray_workers_train_one_run_and_recover_from_a_killed_worker(tmp_path, ca
     real_home = Path.home()
     home_before = set(real_home.iterdir())
     monkeypatch.setenv("HOME", str(tmp_path / "user"))  # Ray keeps its auth token under ~/.ray: the test's own
+    for name in ("RAY_CLIENT_MODE", "RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "PYTHONBREAKPOINT"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))  # ray.init sets these: give them back afterwards
+        if not os.environ[name]:
+            monkeypatch.delenv(name)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=ray_tmp,
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TWINKLE_HOME": str(home), "TWINKLE_USER": "tester"}})
     killed: list[int] = []

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,11 +23,15 @@ def test_a_queued_job_trains_on_the_servers_ray_cluster(twinkle_service, cancer_
                                                          monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "user"))  # Ray keeps its session files under ~/.ray: the test's own
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    for name in [n for n in os.environ if n.startswith("RAY_")]:  # nothing of another Ray session leaks in
+        monkeypatch.delenv(name)
     ray_tmp = tempfile.mkdtemp(prefix="tr", dir="/tmp")  # short: Ray's socket paths must fit 107 characters
     port = twinkle_service.free_port()
     ray_bin = str(Path(sys.executable).with_name("ray"))
-    subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
-                    f"--temp-dir={ray_tmp}", "--disable-usage-stats"], check=True, capture_output=True, timeout=180)
+    started = subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+                              f"--temp-dir={ray_tmp}", "--disable-usage-stats"], capture_output=True, text=True,
+                             timeout=180)
+    assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-3000:]
     try:
         home, data, tokens = twinkle_service.home(cancer_csv, "alice")
         server_port = twinkle_service.free_port()
