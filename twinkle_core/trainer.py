@@ -24,6 +24,7 @@ from twinkle_core.engine.checkpoints import TWINKLE_KEY, load_checkpoint
 from twinkle_core.engine.curves import keep_history
 from twinkle_core.engine.ranks import is_global_zero
 from twinkle_core.engine.record import CheckpointRecord, class_path, restore_algorithm, restore_processor
+from twinkle_core.engine.reshape import reshape_to_state
 from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.run import RunSetup, run_lightning
 from twinkle_core.engine.selection import choose_processor, choose_strategy, resolve_algorithm, resolve_task
@@ -170,6 +171,8 @@ class Trainer(Operations):
         algorithm.configure_data(prepared.spec)
         if self.settings.gradient_checkpointing:
             algorithm.enable_gradient_checkpointing()
+        if self.continuation is not None and self.continuation.record.structure:  # a pruned network: its shapes
+            reshape_to_state(algorithm, self.continuation.state_dict)
         if self.continuation is not None and self.continuation.mode != "resume":
             spec = self.continuation.record.data_spec
             state = algorithm.adapt_checkpoint(self.continuation.state_dict,
@@ -269,6 +272,7 @@ class Trainer(Operations):
             data_uri=uri,
             data_fingerprint=prepared.fingerprint,
             run=record.uri if record is not None else None,
+            structure=self.continuation.record.structure if self.continuation is not None else None,
         )
         setup = RunSetup(
             store=self.store, record=record, algorithm=algorithm, prepared=prepared, plan=plan,

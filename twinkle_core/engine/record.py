@@ -39,6 +39,9 @@ class CheckpointRecord:
         data_fingerprint: its fingerprint.
         run: the run's ``twinkle://`` URI.
         target: ``module:Class`` of the algorithm class (informational; never imported from here).
+        structure: how the network differs from what its config builds — ``{"pruned": {...}}`` after structured
+            pruning: the modules are reshaped to the saved tensors before loading
+            (:func:`~twinkle_core.engine.reshape.reshape_to_state`); ``None`` for a network as built.
         version: the record's format version.
     """
 
@@ -54,6 +57,7 @@ class CheckpointRecord:
     data_fingerprint: str | None = None
     run: str | None = None
     target: str | None = None
+    structure: dict[str, Any] | None = None
     version: int = RECORD_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -78,8 +82,8 @@ class CheckpointRecord:
                                   f"{RECORD_VERSION} — upgrade twinkle-core")
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        for name in ("hyperparams", "data_params", "trainer"):
-            if not isinstance(values.get(name, {}), Mapping):
+        for name in ("hyperparams", "data_params", "trainer", "structure"):
+            if not isinstance(values.get(name) or {}, Mapping):
                 raise CheckpointError(f"checkpoint '{uri}': record field '{name}' is not a mapping")
         for name in ("task", "data_processor", "data_processor_class", "data_uri", "data_fingerprint", "run", "target"):
             if values.get(name) is not None and not isinstance(values[name], str):

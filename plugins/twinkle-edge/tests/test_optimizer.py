@@ -1,0 +1,74 @@
+"""EdgeOptimizer on a published ResNet-18 trained on digits: pruned 30 %, fine-tuned back through the engine
+(a ``finetune`` child run), INT8 ONNX — fewer parameters and MACs, a smaller file, accuracy within a point of
+the unpruned model, the pruned network reloaded from tensors plus its record, the report saved with the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from twinkle_core import RunStore, Trainer, load_torch_file
+from twinkle_core.errors import TwinkleError
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    from twinkle_vision.samples import write_digits
+
+    mp = pytest.MonkeyPatch()
+    home = tmp_path_factory.mktemp("home")
+    mp.setenv("TWINKLE_HOME", str(home))
+    mp.setenv("TWINKLE_USER", "tester")
+    data = write_digits(tmp_path_factory.mktemp("data") / "digits")
+    result = Trainer("resnet18", task="image_classification", hyperparams={"max_epochs": 6, "use_mmap": True},
+                     progress_bar=False, verbose=False).fit(str(data))
+    RunStore().publish(result.run_uri, "digits18")
+    yield home, result
+    mp.undo()
+
+
+def test_the_articles_line_prunes_recovers_and_quantizes_a_published_resnet(published) -> None:
+    from twinkle_edge import EdgeOptimizer
+
+    home, trained = published
+    report = EdgeOptimizer(model="twinkle://models/digits18", target="onnx-int8", pruning_ratio=0.3,
+                           finetune_epochs=3).optimize()
+    print(report)
+    original, pruned, tuned, quantized = (report.stage(n) for n in ("original", "pruned", "fine-tuned", "quantized"))
+    assert pruned.parameters < 0.6 * original.parameters and pruned.macs < 0.6 * original.macs
+    assert report.pruning["ratio"] == 0.3 and report.pruning["kept"] == ["Linear"]  # the classifier kept its size
+    assert quantized.file_bytes < tuned.file_bytes < original.file_bytes
+    assert original.metric == "accuracy" and original.similarity["cosine"] > 0.9999  # its own ONNX export
+    assert tuned.metric_value >= original.metric_value - 0.01  # fine-tuned back to within a point
+    assert pruned.metric_value < tuned.metric_value  # pruning alone hurt; fine-tuning recovered it
+    assert quantized.metric_value >= tuned.metric_value - 0.01
+    assert quantized.similarity["top1_agreement"] >= 0.97
+    assert all(s.latency_ms and s.latency_ms > 0 for s in report.stages)
+    # the fine-tuning is an ordinary child run of the model's run, with the report beside it
+    store = RunStore()
+    child = store.get(report.finetune_run)
+    assert child.parent == store.get(trained.run_uri).id and child.mode == "finetune" and child.status == "finished"
+    saved = json.loads((Path(store.run_dir(child.id)) / "edge-report.json").read_text())
+    assert [s["name"] for s in saved["stages"]] == ["original", "pruned", "fine-tuned", "quantized"]
+    assert (Path(store.run_dir(child.id)) / "edge-report.png").stat().st_size > 5000
+    # the pruned network is tensors plus a record (weights_only), and reloads through core from them
+    pruned_ckpt = Path(store.run_dir(store.get(trained.run_uri).id)) / "edge" / "pruned-0.3.ckpt"
+    assert load_torch_file(str(pruned_ckpt))["twinkle"]["structure"]["pruned"]["ratio"] == 0.3
+    again, *_ = Trainer.from_checkpoint(report.finetune_run, mode="finetune", verbose=False).model_for_export()
+    assert sum(p.numel() for p in again.parameters()) == tuned.parameters
+    assert str(report).startswith("Edge report: twinkle://models/digits18") and "quantized" in report.table()
+
+
+def test_bad_arguments_are_named_before_anything_loads() -> None:
+    from twinkle_edge import EdgeOptimizer
+
+    with pytest.raises(TwinkleError, match="unknown target 'rk9999'.*onnx-int8"):
+        EdgeOptimizer(model="twinkle://models/x", target="rk9999")
+    with pytest.raises(TwinkleError, match="pruning_ratio=1.5"):
+        EdgeOptimizer(model="twinkle://models/x", pruning_ratio=1.5)
+    with pytest.raises(TwinkleError, match="quantize='int4'"):
+        EdgeOptimizer(model="twinkle://models/x", quantize="int4")

@@ -1,0 +1,54 @@
+"""Structured pruning with torch-pruning: whole channels removed by group magnitude (L2), the classifier or
+detection head kept at its size, the pruned network described by its tensors alone (Twinkle's checkpoint record
+carries ``structure``, and core reshapes a freshly built network to the saved shapes before loading)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from twinkle_core.errors import TwinkleError
+
+
+class PruningError(TwinkleError):
+    """A network that cannot be pruned as asked (a ratio out of range, a graph torch-pruning cannot trace)."""
+
+
+def heads_of(net: nn.Module) -> list[nn.Module]:
+    """Layers that must keep their size: timm's classifier (``get_classifier()``), else the last ``Linear``."""
+    if hasattr(net, "get_classifier"):
+        head = net.get_classifier()
+        if isinstance(head, nn.Module) and any(True for _ in head.parameters()):
+            return [head]
+    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+    return linears[-1:]
+
+
+def prune_network(net: nn.Module, example: torch.Tensor, ratio: float, keep: list[nn.Module] | None = None) -> dict[str, Any]:
+    """Remove ``ratio`` of the channels of every prunable group of ``net`` (in place), keeping ``keep``
+    (default: :func:`heads_of`); returns what changed (parameters and MACs before and after, the layers kept).
+
+    Raises:
+        PruningError: ``ratio`` outside (0, 1), or the network cannot be traced.
+    """
+    import torch_pruning as tp
+
+    if not 0 < ratio < 1:
+        raise PruningError(f"pruning_ratio={ratio!r} must be between 0 and 1 (0.3 removes 30 % of the channels)")
+    keep = heads_of(net) if keep is None else keep
+    was_training = net.training
+    net.eval()
+    macs_before, params_before = tp.utils.count_ops_and_params(net, example)
+    try:
+        pruner = tp.pruner.MetaPruner(net, example, importance=tp.importance.GroupMagnitudeImportance(p=2),
+                                      pruning_ratio=ratio, ignored_layers=keep)
+        pruner.step()
+    except Exception as err:  # noqa: BLE001 — torch-pruning's tracing errors, named for the user
+        raise PruningError(f"torch-pruning could not prune {type(net).__name__}: {type(err).__name__}: {err}") from err
+    macs_after, params_after = tp.utils.count_ops_and_params(net, example)
+    net.train(was_training)
+    return {"ratio": ratio, "importance": "group magnitude (L2)", "kept": [type(m).__name__ for m in keep],
+            "params_before": int(params_before), "params_after": int(params_after),
+            "macs_before": int(macs_before), "macs_after": int(macs_after)}
