@@ -17,7 +17,7 @@ from twinkle_core.errors import PluginLoadError, RegistrationError
 
 @dataclass(frozen=True)
 class Kind:
-    """One of the four extension points.
+    """One of the extension points.
 
     Attributes:
         name: the kind's singular name (``"algorithm"``).
@@ -54,9 +54,10 @@ KINDS: dict[str, Kind] = {
             "resource-strategies",
         ),
         Kind("exporter", "register_exporters", ("format",), "twinkle_core.exporting.base:Exporter", "exporters"),
+        Kind("command", "register_commands", (), "click:Command", "commands"),
     )
 }
-"""The component kinds, by name: tasks, algorithms, data processors, resource strategies, exporters."""
+"""The component kinds, by name: tasks, algorithms, data processors, resource strategies, exporters, commands."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*(/\*)?$")
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")

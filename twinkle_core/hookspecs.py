@@ -127,6 +127,20 @@ def register_exporters(register: Register) -> None:
     """
 
 
+@hookspec
+def register_commands(register: Register) -> None:
+    """Register ``twinkle`` subcommands: a ``click`` command or group, imported only when it is run.
+
+    A command's name must not be one of core's own (``train``, ``serve``, ...): core's commands come first.
+
+    Example::
+
+        @hookimpl
+        def register_commands(register):
+            register("edge", "twinkle_edge.cli:edge", description="Prune, quantize and convert for edge devices")
+    """
+
+
 HOOK_NAMES: tuple[str, ...] = tuple(
     name for name, value in dict(globals()).items() if name.startswith("register_") and callable(value)
 )

@@ -20,7 +20,25 @@ from twinkle_core.errors import TwinkleError
 
 
 class TwinkleGroup(click.Group):
-    """A click group that turns :class:`TwinkleError` into a one-line error without a traceback."""
+    """A click group that turns :class:`TwinkleError` into a one-line error without a traceback, and that
+    also offers the commands plugins register (``register_commands``), imported only when one is run."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Core's commands, then the plugins' (a plugin's command never hides one of core's)."""
+        own = super().list_commands(ctx)
+        return own + sorted(name for name in _plugin_commands() if name not in own)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """Core's command ``cmd_name``, else the plugin command of that name (imported now)."""
+        command = super().get_command(ctx, cmd_name)
+        if command is not None or cmd_name not in _plugin_commands():
+            return command
+        from twinkle_core.lookup import load_component
+
+        loaded = load_component("command", cmd_name)
+        if not isinstance(loaded, click.Command):
+            raise click.ClickException(f"plugin command '{cmd_name}' is not a click command ({loaded!r})")
+        return loaded
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command, reporting Twinkle's errors the way click reports usage errors."""
@@ -28,6 +46,16 @@ class TwinkleGroup(click.Group):
             return super().invoke(ctx)
         except TwinkleError as err:
             raise click.ClickException(str(err)) from err
+
+
+def _plugin_commands() -> list[str]:
+    """Names of the commands installed plugins register (their modules are not imported)."""
+    from twinkle_core.lookup import list_components
+
+    try:
+        return [c.name for c in list_components("command")]
+    except TwinkleError:  # a broken plugin set: core's commands still work, 'twinkle plugins list' says why
+        return []
 
 
 @click.group(cls=TwinkleGroup, context_settings={"help_option_names": ["-h", "--help"]})

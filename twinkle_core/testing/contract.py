@@ -168,6 +168,14 @@ def _check_component(comp: Component, report: ContractReport, tasks: set[str]) -
         if not isinstance(target, Task):
             report.problems.append(f"{where} is not a Task ({target!r})")
         return
+    if comp.kind == "command":  # a click command or group object, with its help
+        import click
+
+        if not isinstance(target, click.Command):
+            report.problems.append(f"{where} target {comp.target_path} is not a click command ({target!r})")
+        elif not (target.help or target.short_help):
+            report.problems.append(f"{where} target {comp.target_path} has no help text")
+        return
     base = import_target(KINDS[comp.kind].base)
     if not (inspect.isclass(target) and issubclass(target, base)):
         report.problems.append(f"{where} target {comp.target_path} is not a subclass of {base.__qualname__}")

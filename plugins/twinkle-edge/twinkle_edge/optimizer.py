@@ -24,13 +24,7 @@ from twinkle_core.errors import TwinkleError
 from twinkle_edge.measure import latency_ms, macs, onnx_outputs, parameters, similarity
 from twinkle_edge.pruning import prune_network
 from twinkle_edge.report import EdgeReport, Stage
-
-TARGETS: dict[str, dict[str, Any]] = {
-    "onnx-int8": {"converter": "onnxruntime", "quantize": True, "description": "ONNX, INT8 static QDQ (per channel)"},
-    "onnx": {"converter": "onnxruntime", "quantize": False, "description": "ONNX, float32"},
-}
-"""Targets :class:`EdgeOptimizer` converts for, with how."""
-
+from twinkle_edge.targets import TARGETS
 
 class EdgeTargetError(TwinkleError):
     """A target this installation cannot convert for."""
