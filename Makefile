@@ -31,6 +31,7 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml) $(CONSTRAINTS)
 	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[test]' $(foreach p,$(PLUGINS),-e 'plugins/$(p)')
 	$(BIN)/python -m pip check
 	$(BIN)/python tools/offline_setup.py
+	$(BIN)/twinkle edge setup  # rknn-toolkit2's converter venv, cached in .cache (about 630 MB)
 	touch $@
 
 demo: $(STAMP)

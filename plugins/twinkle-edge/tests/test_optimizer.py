@@ -63,6 +63,21 @@ def test_the_articles_line_prunes_recovers_and_quantizes_a_published_resnet(publ
     assert str(report).startswith("Edge report: twinkle://models/digits18") and "quantized" in report.table()
 
 
+def test_the_articles_line_for_rk3588_converts_and_the_simulator_agrees(published) -> None:
+    from twinkle_edge import EdgeOptimizer
+
+    report = EdgeOptimizer(model="twinkle://models/digits18", target="rk3588", pruning_ratio=0.3).optimize()
+    print(report)
+    original, tuned, converted = (report.stage(n) for n in ("original", "fine-tuned", "converted"))
+    assert converted.parameters < 0.6 * original.parameters and converted.macs < 0.6 * original.macs
+    assert converted.file_bytes < 0.3 * original.file_bytes  # INT8 and pruned
+    assert Path(converted.artefact).name == "model-rk3588-int8.rknn" and Path(converted.artefact).exists()
+    assert converted.notes["vs_pytorch_model"]["cosine"] >= 0.99  # rknn's simulator agrees with the PyTorch model
+    assert converted.metric_value >= tuned.metric_value - 0.03
+    assert converted.latency_ms is None and "not measured" in converted.notes["board"]  # board-only, not invented
+    assert "not measured" in report.table()
+
+
 def test_bad_arguments_are_named_before_anything_loads() -> None:
     from twinkle_edge import EdgeOptimizer
 

@@ -29,9 +29,18 @@ def targets(as_json: bool) -> None:
         click.echo(f"{name.ljust(width)}  {info['description']}")
 
 
+@edge.command("setup")
+@click.option("--force", is_flag=True, help="Make it again even when it is up to date.")
+def setup(force: bool) -> None:
+    """Make rknn-toolkit2's converter venv (cached; $TWINKLE_RKNN_VENV puts it elsewhere)."""
+    from twinkle_edge.rknn.venv import setup as make
+
+    click.echo(make(force=force, echo=lambda text: click.echo(text, err=True)))
+
+
 @edge.command("optimize")
 @click.argument("model")
-@click.option("--target", default="onnx-int8", show_default=True, help="See 'twinkle edge targets'.")
+@click.option("--target", default="rk3588", show_default=True, help="See 'twinkle edge targets'.")
 @click.option("--pruning-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.3, show_default=True)
 @click.option("--finetune-epochs", type=click.IntRange(min=0), default=3, show_default=True)
 @click.option("--calibration-data", help="Data to fine-tune and calibrate on (default: the model's own).")

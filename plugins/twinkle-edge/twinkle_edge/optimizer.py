@@ -7,7 +7,9 @@ and INT8 calibration use the model's own data unless ``calibration_data=`` is gi
 saved as a checkpoint of tensors plus Twinkle's record with ``structure`` (no pickled modules); the fine-tuning
 is a ``finetune`` child run of the model's run, and the report is saved with it.
 
-Targets: ``onnx-int8`` (onnxruntime static QDQ, per channel, calibrated on real samples) and ``onnx`` (float).
+Targets (``twinkle edge targets``): ``onnx-int8`` (onnxruntime static QDQ, per channel, calibrated on real
+samples), ``onnx`` (float), and the Rockchip platforms (``rk3588`` and friends: a ``.rknn`` from rknn-toolkit2's
+own quantizer, run in its simulator on validation samples; board latency is reported as not measured).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class EdgeOptimizer:
 
     Args:
         model: ``twinkle://models/NAME``, a run URI or a checkpoint file.
-        target: ``onnx-int8`` or ``onnx`` (see :data:`TARGETS`).
+        target: ``rk3588`` (or another Rockchip platform), ``onnx-int8`` or ``onnx`` (``twinkle edge targets``).
         pruning_ratio: the share of channels removed from each prunable group (0 skips pruning).
         quantize: ``"int8"`` or ``None`` (float); ``onnx-int8`` implies INT8.
         calibration_data: data to fine-tune and calibrate on (default: the model's own).
@@ -44,7 +46,7 @@ class EdgeOptimizer:
         **options: hyperparameters of the fine-tuning run (``lr``, ``batch_size``, ...).
     """
 
-    def __init__(self, model: str, target: str = "onnx-int8", pruning_ratio: float = 0.3,
+    def __init__(self, model: str, target: str = "rk3588", pruning_ratio: float = 0.3,
                  quantize: str | None = "int8", calibration_data: str | None = None, finetune_epochs: int = 3,
                  home: str | None = None, **options: Any) -> None:
         """Check the target and the numbers now (nothing is loaded yet)."""
@@ -70,7 +72,7 @@ class EdgeOptimizer:
         folder = store.path(store.run_id(run_uri), "edge") if run_uri else os.path.join(
             os.path.dirname(os.path.abspath(checkpoint or ".")), "edge")
         os.makedirs(folder, exist_ok=True)
-        inputs, _ = _val_batch(prepared)
+        inputs, labels = _val_batch(prepared)
         example = torch.as_tensor(inputs[:1])
         with torch.no_grad():
             reference = original.eval()(torch.as_tensor(inputs)).numpy()
@@ -90,9 +92,12 @@ class EdgeOptimizer:
         result = tuned_trainer.fit() if self.finetune_epochs else None
         tuned, _, tuned_run, _ = tuned_trainer.model_for_export()
         stages.append(self._stage("fine-tuned", tuned_trainer, tuned, example, inputs, reference, tuned_run))
-        if self.quantize:
+        rknn = TARGETS[self.target]["converter"] == "rknn"
+        if self.quantize and not rknn:
             stages.append(self._stage("quantized", tuned_trainer, tuned, example, inputs, reference, tuned_run,
                                       quantize=True))
+        if rknn:
+            stages.append(self._rknn_stage(tuned, prepared, example, inputs, labels, reference, tuned_run))
         report = EdgeReport(model=self.model, target=self.target, pruning=info, stages=stages,
                             finetune_run=result.run_uri if result else None, source_run=run_uri)
         if result is not None:
@@ -110,6 +115,33 @@ class EdgeOptimizer:
         path = os.path.join(folder, f"pruned-{self.pruning_ratio:g}.ckpt")
         torch.save({"state_dict": pruned.state_dict(), "twinkle": record, "global_step": 0, "epoch": 0}, path)
         return path
+
+    def _rknn_stage(self, model: Any, prepared: Any, example: torch.Tensor, inputs: np.ndarray, labels: np.ndarray,
+                    reference: np.ndarray, run: str | None, count: int = 64) -> Stage:
+        """Convert to ``.rknn`` (rknn's INT8 quantizer calibrated on training samples, or float) and run the
+        validation samples in rknn's simulator. Latency needs the board: not measured here."""
+        from twinkle_edge.rknn.convert import to_rknn
+
+        onnx_path = os.path.join(self._folder, "fine-tuned-batch1.onnx")
+        torch.onnx.export(model.eval(), example, onnx_path, opset_version=17, dynamo=False,
+                          input_names=["input"], output_names=["output"])
+        calibration, _ = _val_batch(prepared, count, split="train")
+        output = os.path.join(self._folder, f"model-{self.target}{'-int8' if self.quantize else ''}.rknn")
+        result = to_rknn(onnx_path, output, self.target, quantize=self.quantize, calibration=calibration,
+                         inputs=inputs[:count])
+        outputs = result["outputs"]
+        with torch.no_grad():
+            converted_from = model.eval()(torch.as_tensor(inputs[:count])).numpy()
+        classes = outputs.ndim == 2 and outputs.shape[1] > 1 and np.issubdtype(labels.dtype, np.integer)
+        return Stage(name="converted", parameters=parameters(model), macs=macs(model.eval(), example),
+                     file_bytes=int(result["rknn_bytes"]), latency_ms=None,
+                     metric="accuracy" if classes else None,
+                     metric_value=float((outputs.argmax(1) == labels[:count]).mean()) if classes else None,
+                     similarity=similarity(reference[:count], outputs), artefact=output, run=run,
+                     notes={"runtime": "rknn-toolkit2 simulator", "samples": int(len(outputs)),
+                            "vs_pytorch_model": similarity(converted_from, outputs),
+                            "quantized": self.quantize, "board": "not measured (no target_device attached)",
+                            "seconds": result["seconds"]})
 
     def _stage(self, name: str, trainer: Trainer, model: Any, example: torch.Tensor, inputs: np.ndarray,
                reference: np.ndarray, run: str | None, quantize: bool = False) -> Stage:
@@ -129,10 +161,10 @@ def _checkpoint_ref(model: str) -> str:
     return model
 
 
-def _val_batch(prepared: Any, count: int = 256) -> tuple[np.ndarray, np.ndarray]:
-    """Up to ``count`` validation inputs (and targets) as arrays."""
+def _val_batch(prepared: Any, count: int = 256, split: str = "val") -> tuple[np.ndarray, np.ndarray]:
+    """Up to ``count`` validation (or training) inputs and targets as arrays."""
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(prepared.val, batch_size=count, shuffle=False, collate_fn=prepared.collate_fn)
+    loader = DataLoader(getattr(prepared, split), batch_size=count, shuffle=False, collate_fn=prepared.collate_fn)
     x, y, *_ = next(iter(loader))
     return np.asarray(x, dtype=np.float32), np.asarray(y)
