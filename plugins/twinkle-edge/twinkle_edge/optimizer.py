@@ -15,6 +15,7 @@ own quantizer, run in its simulator on validation samples; board latency is repo
 from __future__ import annotations
 
 import copy
+import io
 import os
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 
 from twinkle_core import RunStore, Trainer, load_torch_file
+from twinkle_core.data import atomic_write_bytes
 from twinkle_core.errors import TwinkleError
 from twinkle_edge.measure import latency_ms, macs, onnx_outputs, parameters, similarity
 from twinkle_edge.pruning import prune_network
@@ -68,6 +70,9 @@ class EdgeOptimizer:
         store = RunStore(self.home)
         source = Trainer.from_checkpoint(_checkpoint_ref(self.model), self.calibration_data, mode="finetune",
                                          home=self.home, verbose=False)
+        if not (source.new_data or self.calibration_data):
+            raise TwinkleError(f"{self.model} records no data to fine-tune and calibrate on; pass "
+                               "calibration_data='URI of data like the model was trained on'")
         original, prepared, run_uri, checkpoint = source.model_for_export()
         folder = store.path(store.run_id(run_uri), "edge") if run_uri else os.path.join(
             os.path.dirname(os.path.abspath(checkpoint or ".")), "edge")
@@ -113,7 +118,9 @@ class EdgeOptimizer:
         original = load_torch_file(checkpoint)
         record = {**original["twinkle"], "structure": {"pruned": info} if info else None}
         path = os.path.join(folder, f"pruned-{self.pruning_ratio:g}.ckpt")
-        torch.save({"state_dict": pruned.state_dict(), "twinkle": record, "global_step": 0, "epoch": 0}, path)
+        buffer = io.BytesIO()
+        torch.save({"state_dict": pruned.state_dict(), "twinkle": record, "global_step": 0, "epoch": 0}, buffer)
+        atomic_write_bytes(path, buffer.getvalue())  # never a half-written checkpoint
         return path
 
     def _rknn_stage(self, model: Any, prepared: Any, example: torch.Tensor, inputs: np.ndarray, labels: np.ndarray,
