@@ -75,3 +75,34 @@ def test_sigkill_mid_epoch_then_resume_is_bit_identical(twinkle_home, cancer_csv
     assert child.parent == victim.id and child.mode == "resume" and child.status == "finished"
     assert store.get(victim.uri).status == "interrupted"
     assert resumed_uri.startswith("twinkle://tester/kill/")
+
+
+def test_resuming_from_an_epoch_end_checkpoint_is_bit_identical(twinkle_home, cancer_csv, tmp_path) -> None:
+    """The checkpoint written at a validation's end (between epochs) resumes exactly too: the next epoch keeps
+    its own data order (Lightning makes its iterator before it sets the sampler's epoch; the order once came
+    from the epoch before)."""
+    import shutil
+
+    import lightning as L
+
+    from twinkle_core import Trainer
+    from twinkle_core.jobs.worker import weights_digest
+
+    hp = {"max_epochs": 3, "batch_size": 16, "checkpoint_every_n_steps": 4, "seed": 3, "progress_bar": False}
+    kept: dict[int, str] = {}
+
+    class KeepEpochEnds(L.Callback):
+        def on_train_epoch_start(self, trainer, module) -> None:  # noqa: ANN001
+            last = RunStore().path(RunStore().list()[0].id, "checkpoints", "last.ckpt") if RunStore().list() else None
+            if last and trainer.current_epoch in (1, 2):
+                kept[trainer.current_epoch] = str(shutil.copy(last, tmp_path / f"epoch-{trainer.current_epoch}.ckpt"))
+
+    uninterrupted = Trainer("tabular-mlp", hyperparams=hp, verbose=False, callbacks=[KeepEpochEnds()])
+    uninterrupted.fit(str(cancer_csv))
+    assert sorted(kept) == [1, 2]
+    for epoch, path in kept.items():
+        assert torch.load(path, weights_only=True)["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"][
+            "completed"] == 29  # written after the epoch's validation, not mid-epoch
+        resumed = Trainer.from_checkpoint(path, mode="resume", verbose=False)
+        resumed.fit()
+        assert weights_digest(resumed.algorithm) == weights_digest(uninterrupted.algorithm), f"from epoch {epoch}"

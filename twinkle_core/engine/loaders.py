@@ -81,16 +81,26 @@ class _ShuffleIterator(Iterator[int]):
     """One epoch's permutation; its ``state_dict`` (saved by ``StatefulDataLoader``) is epoch and position."""
 
     def __init__(self, sampler: EpochShuffle) -> None:
-        self.sampler, self.epoch, self.yielded = sampler, sampler.epoch, 0
-        self.order = sampler.permutation(self.epoch)
+        # the order is drawn at the first index, not here: resuming at an epoch's end, Lightning makes the
+        # next epoch's iterator before it sets the sampler's epoch (that run then repeated the last epoch's order)
+        self.sampler, self.yielded = sampler, 0
+        self.epoch: int | None = None
+        self.order: list[int] = []
+
+    def _start(self) -> None:
+        if self.epoch is None:
+            self.epoch = self.sampler.epoch
+            self.order = self.sampler.permutation(self.epoch)
 
     def __next__(self) -> int:
+        self._start()
         if self.yielded >= len(self.order):
             raise StopIteration
         self.yielded += 1
         return self.order[self.yielded - 1]
 
     def state_dict(self) -> dict[str, Any]:
+        self._start()
         return {"epoch": self.epoch, "yielded": self.yielded}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
