@@ -12,12 +12,11 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from twinkle_core.serve.accounts import User
 from twinkle_core.serve.app import Service, client_address, current_user, json_safe, service
-from twinkle_core.serve.config import check_data_uri, check_hyperparameter_uris
 from twinkle_core.serve.queue import JobRow
 from twinkle_core.serve.records import (UnsafePathError, list_files, metric_rows, owner_of_run, published_models,
                                         read_log, safe_file)
 from twinkle_core.serve.streams import job_events
-from twinkle_core.serve.submission import JobRequest, check_request
+from twinkle_core.serve.submission import JobRequest
 
 router = APIRouter()
 Caller = Annotated[User, Depends(current_user)]
@@ -92,12 +91,7 @@ def algorithm(name: str, user: Caller) -> dict[str, Any]:
 def submit(request: JobRequest, http: Request, user: Caller, svc: Svc) -> JobView:
     """Queue a training job. Checked now, as ``Trainer`` would: the algorithm, task and hyperparameters
     (400 naming the bad one), the data URI against the server's data roots (403), the user's queue (429)."""
-    data = check_data_uri(request.data, svc.config, user.name)
-    check_hyperparameter_uris(request.trainer_hyperparams(), svc.config, user.name)
-    check_request(request, svc.config.home)
-    stored = request.model_copy(update={"data": data})
-    job = svc.queue.submit(user.name, stored.model_dump(mode="json"), request.priority, svc.config.max_queued_per_user)
-    svc.accounts.audit(user.name, "submit", job.id, client_address(http), algorithm=request.algorithm, data=data)
+    job = svc.accept(user, request, client_address(http))
     return job_view(svc, job)
 
 

@@ -32,6 +32,26 @@ class Service:
     queue: JobQueue
     accounts: Accounts
 
+    def accept(self, user: User, request: Any, client: str | None, **audit: Any) -> Any:
+        """Check a :class:`~twinkle_core.serve.submission.JobRequest` as ``Trainer`` would (its data and every
+        file-naming hyperparameter against the user's roots), queue it and audit it; returns the job.
+
+        Raises:
+            DataAccessError: data or a hyperparameter outside what the user may read.
+            QueueFullError: the user's queue is full.
+            TwinkleError: an unknown algorithm, a bad hyperparameter, rule or budget.
+        """
+        from twinkle_core.serve.config import check_data_uri, check_hyperparameter_uris
+        from twinkle_core.serve.submission import check_request
+
+        data = check_data_uri(request.data, self.config, user.name)
+        check_hyperparameter_uris(request.trainer_hyperparams(), self.config, user.name)
+        check_request(request, self.config.home)
+        job = self.queue.submit(user.name, request.model_copy(update={"data": data}).model_dump(mode="json"),
+                                request.priority, self.config.max_queued_per_user)
+        self.accounts.audit(user.name, "submit", job.id, client, algorithm=request.algorithm, data=data, **audit)
+        return job
+
     def workers_alive(self) -> int:
         """Workers that beat within the lease time."""
         return len(self.queue.workers(self.config.lease_seconds))

@@ -28,11 +28,10 @@ from pydantic import ValidationError
 from twinkle_core.errors import TwinkleError
 from twinkle_core.serve.accounts import User
 from twinkle_core.serve.app import SESSION_COOKIE, Service, client_address, optional_user, service
-from twinkle_core.serve.config import check_data_uri, check_hyperparameter_uris
 from twinkle_core.serve.queue import STATES
 from twinkle_core.serve.records import list_files
 from twinkle_core.serve.streams import job_events
-from twinkle_core.serve.submission import JobRequest, check_request
+from twinkle_core.serve.submission import JobRequest
 
 HERE = os.path.dirname(__file__)
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -220,11 +219,7 @@ async def submit_form(request: Request, svc: Svc, user: Viewer) -> Response:
                                  task=str(form.get("task") or "") or None, project=str(form.get("project") or "default"),
                                  priority=int(str(form.get("priority") or 0)),
                                  hyperparams=typed_values(form, fields))
-        data = check_data_uri(job_request.data, svc.config, user.name)
-        check_hyperparameter_uris(job_request.trainer_hyperparams(), svc.config, user.name)
-        check_request(job_request, svc.config.home)
-        job = svc.queue.submit(user.name, job_request.model_copy(update={"data": data}).model_dump(mode="json"),
-                               job_request.priority, svc.config.max_queued_per_user)
+        job = svc.accept(user, job_request, client_address(request), via="dashboard")
     except (TwinkleError, ValidationError, ValueError) as err:
         from twinkle_core.lookup import list_components
 
@@ -232,7 +227,6 @@ async def submit_form(request: Request, svc: Svc, user: Viewer) -> Response:
         form_info = algorithm_form(name) if name in names else None
         return _render(request, "submit.html", user, status=400, names=names, algorithm=name, form=form_info,
                        error=str(err), values=form, roots=svc.config.roots())
-    svc.accounts.audit(user.name, "submit", job.id, client_address(request), algorithm=name, data=data, via="dashboard")
     return RedirectResponse(f"/jobs/{job.id}", status_code=303)
 
 

@@ -8,11 +8,11 @@ import json
 import os
 from typing import Any
 
+from twinkle_core.engine.curves import HISTORY
 from twinkle_core.jobs.spec import job_dir
 
 LOG_NAME = "log.txt"
 """A job's output (every attempt, appended), in its job folder."""
-HISTORY_NAME = "metrics.before-restart.csv"  # engine.curves.HISTORY, without importing the engine
 
 
 class UnsafePathError(ValueError):
@@ -43,7 +43,7 @@ def metric_rows(logs_dir: str) -> list[dict[str, Any]]:
     """Every metric row of a run so far: earlier attempts' rows (a restarted run), then the current ones;
     numbers as floats, empty cells left out."""
     rows: list[dict[str, Any]] = []
-    for name in (HISTORY_NAME, "metrics.csv"):
+    for name in (HISTORY, "metrics.csv"):
         try:
             with open(os.path.join(logs_dir, name), encoding="utf-8", newline="") as handle:
                 for row in csv.DictReader(handle):

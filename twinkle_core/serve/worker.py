@@ -225,9 +225,10 @@ def _kill_group(process: subprocess.Popen[bytes], signum: int) -> None:
 
 
 def _sleep(seconds: float, stop: Any) -> None:
+    """Sleep ``seconds``, waking early once ``stop()`` is true."""
     end = time.monotonic() + seconds
-    while time.monotonic() < end and not stop():
-        time.sleep(min(0.1, end - time.monotonic()) if end > time.monotonic() else 0)
+    while not stop() and (left := end - time.monotonic()) > 0:
+        time.sleep(min(0.1, left))
 
 
 def main(argv: list[str]) -> int:

@@ -8,6 +8,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from twinkle_core.data import atomic_write_text
+
 
 @dataclass
 class Stage:
@@ -70,9 +72,7 @@ class EdgeReport:
 
         os.makedirs(folder, exist_ok=True)
         json_path, png_path = os.path.join(folder, "edge-report.json"), os.path.join(folder, "edge-report.png")
-        with open(json_path + ".tmp", "w", encoding="utf-8") as handle:
-            json.dump(self.to_dict(), handle, indent=2)
-        os.replace(json_path + ".tmp", json_path)
+        atomic_write_text(json_path, json.dumps(self.to_dict(), indent=2))
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         for ax, key, label in ((axes[0], "file_bytes", "file size (MB)"), (axes[1], "latency_ms", "latency (ms)")):
             for s in self.stages:
