@@ -79,6 +79,10 @@ def _component_group(kind: str) -> click.Group:
         if as_json:
             echo_json(rows)
             return
+        if kind == "exporter":  # the devices each exporter converts for, when its plugin names them
+            columns.insert(3, "targets")
+            for row in rows:
+                row["targets"] = ", ".join(row.get("targets") or [])
         for row in rows:
             row.setdefault("task", row.get("tasks"))
             if "tasks" in row:

@@ -94,18 +94,24 @@ def plan(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epoch
 @click.option("--quantize", is_flag=True, help="INT8 (static, calibrated on the run's data).")
 @click.option("--output", "-o", help="Where to write (default: the run's exports/ folder).")
 @click.option("--opset", type=int, help="ONNX opset version.")
+@click.option("--target", help="The device to convert for, where the exporter has several "
+                               "(twinkle exporters list shows them; e.g. --format rknn --target rk3588).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verification as JSON.")
-def export(run: str, fmt: str, quantize: bool, output: str | None, opset: int | None, as_json: bool) -> None:
+def export(run: str, fmt: str, quantize: bool, output: str | None, opset: int | None, target: str | None,
+           as_json: bool) -> None:
     """Export RUN's best model (twinkle://user/project/runN or a .ckpt) and verify it."""
     from twinkle_core.trainer import Trainer
 
-    options = {"opset_version": opset} if opset is not None else {}
+    options: dict[str, object] = {"opset_version": opset} if opset is not None else {}
+    if target is not None:
+        options["target"] = target
     result = Trainer.from_checkpoint(run, mode="finetune", verbose=False).export(fmt, output, quantize, **options)
     if as_json:
         echo_json(result.to_dict())
         return
     click.echo(f"Exported {result.format}{' (int8)' if result.quantized else ''} to {result.path}")
-    click.echo(f"max |difference| vs PyTorch on {result.samples} validation samples: {result.max_abs_diff:.3g}")
+    click.echo(f"max |difference| vs PyTorch on {result.samples} validation samples: {result.max_abs_diff:.3g}"
+               f" (cosine {result.cosine:.6f})")
     if result.metric:
         click.echo(f"{result.metric}: PyTorch {result.metric_torch:.4f}, export {result.metric_export:.4f}")
 

@@ -39,6 +39,7 @@ def export_run(
 ) -> ExportResult:
     """Export ``model`` (with its data, run and checkpoint) with ``exporter``; record it with the run."""
     record = store.get(run_uri) if run_uri else None
+    quantize = quantize or exporter.int8_only
     if output is None:
         if record is None:
             raise TwinkleError("this model belongs to no run; pass output='path'")

@@ -29,6 +29,7 @@ class ExportResult:
         path: where the artefact was written (any URI).
         quantized: whether it is INT8.
         max_abs_diff: the largest absolute difference between PyTorch's and the artefact's outputs.
+        cosine: the cosine similarity of those outputs (all samples flattened together).
         samples: how many validation samples were compared.
         metric: the metric compared (``"accuracy"``, ...), if the task has one.
         metric_torch: that metric for the PyTorch model.
@@ -43,6 +44,7 @@ class ExportResult:
     quantized: bool
     max_abs_diff: float
     samples: int
+    cosine: float | None = None
     metric: str | None = None
     metric_torch: float | None = None
     metric_export: float | None = None
@@ -62,11 +64,18 @@ class Exporter(ABC):
         format: the format name.
         suffix: the artefact's file suffix (``".onnx"``).
         supports_quantize: whether ``quantize=True`` is accepted.
+        int8_only: the format is INT8 by definition (``quantize`` is implied).
+        float_tolerance: how far a float artefact may differ from PyTorch, absolute and relative to the
+            outputs' magnitude (``1e-4`` for fp32 formats; a format that runs in fp16 sets more).
+        verify_samples: at most this many validation samples are run through the artefact.
     """
 
     format: ClassVar[str] = ""
     suffix: ClassVar[str] = ""
     supports_quantize: ClassVar[bool] = False
+    int8_only: ClassVar[bool] = False
+    float_tolerance: ClassVar[float] = 1e-4
+    verify_samples: ClassVar[int] = 2048
 
     @abstractmethod
     def export(
@@ -91,3 +100,7 @@ class Exporter(ABC):
     @abstractmethod
     def runner(self, path: str) -> Callable[[np.ndarray], np.ndarray]:
         """Load the artefact at local ``path`` and return a function from an input batch to outputs."""
+
+    def close(self) -> None:
+        """Release what :meth:`export` and :meth:`runner` hold (a converter process, ...); called once the
+        artefact is verified. The default holds nothing."""

@@ -15,7 +15,8 @@ from twinkle_core.exporting.base import Exporter, ExportError, ExportResult, Exp
 from twinkle_core.uris import filesystem, is_local
 
 FP32_ATOL = 1e-4
-"""Absolute tolerance of an fp32 export (plus the same relative to the output's magnitude)."""
+"""Absolute tolerance of an fp32 export (plus the same relative to the output's magnitude); an exporter's
+``float_tolerance`` (this by default) is the one applied."""
 
 
 def _batches(dataset: Dataset, batch_size: int, limit: int, algorithm: Algorithm, collate_fn: Any) -> Iterator[Any]:
@@ -35,24 +36,27 @@ def export_and_verify(
     calibration: Dataset | None,
     *,
     quantize: bool = False,
-    max_samples: int = 2048,
+    max_samples: int | None = None,
     calibration_samples: int = 256,
     options: dict[str, Any] | None = None,
     collate_fn: Any = None,
 ) -> ExportResult:
     """Export ``algorithm`` with ``exporter`` to ``output`` (any URI) and verify it on ``val``.
 
-    fp32 artefacts must match the PyTorch outputs within :data:`FP32_ATOL` (absolute and relative);
-    INT8 artefacts are judged by their metric, which is reported. A failed export leaves no file at
-    ``output``.
+    Float artefacts must match the PyTorch outputs within the exporter's ``float_tolerance`` (absolute and
+    relative; :data:`FP32_ATOL` for fp32 formats); INT8 artefacts are judged by their metric and cosine
+    similarity, which are reported. At most ``max_samples`` (default: the exporter's ``verify_samples``)
+    validation samples are compared. A failed export leaves no file at ``output``; the exporter is closed.
 
     Raises:
         ExportError: the exporter refused an option; ExportVerificationError: outputs differ.
     """
+    quantize = quantize or exporter.int8_only
     if quantize and not exporter.supports_quantize:
         raise ExportError(f"quantize=True is not supported for {exporter.format}; use format='onnx' for INT8")
     module = algorithm.export_module().eval()
-    batches = list(_batches(val, 64, max_samples, algorithm, collate_fn))
+    limit = exporter.verify_samples if max_samples is None else max_samples
+    batches = list(_batches(val, min(64, limit), limit, algorithm, collate_fn))
     if not batches:
         raise ExportError("no validation samples to verify the export with")
     example = algorithm.export_inputs(batches[0])[:1]
@@ -68,7 +72,7 @@ def export_and_verify(
     try:
         details = exporter.export(module, example, tmp, quantize=quantize, calibration=calib, **(options or {}))
         run = exporter.runner(tmp)
-        diffs, scale, samples = [], 0.0, 0
+        diffs, scale, samples, dot, norm_ref, norm_got = [], 0.0, 0, 0.0, 0.0, 0.0
         metrics_ref: dict[str, list[float]] = {}
         metrics_got: dict[str, list[float]] = {}
         with torch.no_grad():
@@ -80,13 +84,15 @@ def export_and_verify(
                 got = np.asarray(run(x.numpy()), dtype=np.float32).reshape(ref.shape)
                 diffs.append(float(np.max(np.abs(ref - got))) if ref.size else 0.0)
                 scale = max(scale, float(np.max(np.abs(ref))) if ref.size else 0.0)
+                ref64, got64 = ref.astype(np.float64).ravel(), got.astype(np.float64).ravel()
+                dot, norm_ref, norm_got = dot + ref64 @ got64, norm_ref + ref64 @ ref64, norm_got + got64 @ got64
                 samples += len(x)
                 for name, value in algorithm.export_metrics(torch.from_numpy(ref), batch).items():
                     metrics_ref.setdefault(name, []).append(float(value) * len(x))
                 for name, value in algorithm.export_metrics(torch.from_numpy(got), batch).items():
                     metrics_got.setdefault(name, []).append(float(value) * len(x))
         max_diff = max(diffs)
-        tolerance = FP32_ATOL * (1 + scale)
+        tolerance = exporter.float_tolerance * (1 + scale)
         if not quantize and max_diff > tolerance:
             raise ExportVerificationError(
                 f"{exporter.format} export differs from the PyTorch model by {max_diff:.3g} (> {tolerance:.3g}) "
@@ -99,6 +105,7 @@ def export_and_verify(
             quantized=quantize,
             max_abs_diff=max_diff,
             samples=samples,
+            cosine=round(dot / (np.sqrt(norm_ref * norm_got) + 1e-12), 6),
             metric=metric,
             metric_torch=sum(metrics_ref[metric]) / samples if metric else None,
             metric_export=sum(metrics_got[metric]) / samples if metric else None,
@@ -114,6 +121,7 @@ def export_and_verify(
             fs.put_file(tmp, remote_path)
         return result
     finally:
+        exporter.close()
         for name in os.listdir(workdir):
             os.unlink(os.path.join(workdir, name))
         os.rmdir(workdir)

@@ -87,3 +87,60 @@ def test_bad_arguments_are_named_before_anything_loads() -> None:
         EdgeOptimizer(model="twinkle://models/x", pruning_ratio=1.5)
     with pytest.raises(TwinkleError, match="quantize='int4'"):
         EdgeOptimizer(model="twinkle://models/x", quantize="int4")
+
+
+def test_trainer_export_makes_a_verified_rknn_and_onnx_int8(published, tmp_path) -> None:
+    _, trained = published
+    trainer = Trainer.from_checkpoint(trained.run_uri, mode="finetune", verbose=False)
+    int8 = trainer.export(format="rknn", target="rk3588", quantize=True)
+    print(int8)
+    assert int8.format == "rknn" and int8.quantized and Path(int8.path).name == "model-int8.rknn"
+    assert Path(int8.path).stat().st_size == int8.size_bytes > 1_000_000
+    assert int8.samples == 256 and int8.details["target"] == "rk3588" and int8.details["calibration_samples"] == 256
+    assert int8.cosine >= 0.99 and int8.metric == "accuracy" and int8.metric_export >= int8.metric_torch - 0.02
+    # float (fp16 on the NPU) for another platform, held to the fp16 tolerance
+    fp16 = trainer.export(format="rknn", target="rk3566", output=str(tmp_path / "rk3566.rknn"))
+    assert not fp16.quantized and fp16.cosine >= 0.9999 and fp16.metric_delta == pytest.approx(0, abs=0.01)
+    onnx8 = trainer.export(format="onnx-int8")  # INT8 by definition
+    assert onnx8.quantized and Path(onnx8.path).name == "model-int8.onnx" and onnx8.cosine >= 0.99
+    record = RunStore().get(trained.run_uri)
+    assert [e["format"] for e in record.exports][-3:] == ["rknn", "rknn", "onnx-int8"]
+
+
+def test_rknn_export_errors_are_named(published, tmp_path, monkeypatch) -> None:
+    from twinkle_core.exporting import ExportError
+    from twinkle_edge.rknn.convert import RKNNError
+    from twinkle_edge.rknn.venv import ConverterMissingError
+
+    _, trained = published
+    trainer = Trainer.from_checkpoint(trained.run_uri, mode="finetune", verbose=False)
+    out = str(tmp_path / "x.rknn")
+    with pytest.raises(RKNNError, match="unknown RKNN target 'rk9999'.*rk3588"):
+        trainer.export(format="rknn", target="rk9999", output=out)
+    with pytest.raises(RKNNError, match="opset_version=20: rknn-toolkit2 reads opsets up to 19"):
+        trainer.export(format="rknn", opset_version=20, output=out)
+    with pytest.raises(RKNNError, match="rv1106 does not run float models.*quantize=True"):
+        trainer.export(format="rknn", target="rv1106", output=out)
+    with pytest.raises(ExportError, match="unknown RKNN export option.*mean"):
+        trainer.export(format="rknn", mean=[0, 0, 0], output=out)
+    monkeypatch.setenv("TWINKLE_RKNN_VENV", str(tmp_path / "nowhere"))
+    with pytest.raises(ConverterMissingError, match="twinkle edge setup"):
+        trainer.export(format="rknn", output=out)
+    assert not Path(out).exists()
+
+
+def test_a_model_whose_data_is_gone_or_unrecorded_asks_for_calibration_data(published, tmp_path) -> None:
+    import torch
+
+    from twinkle_edge import EdgeOptimizer
+
+    home, _ = published
+    checkpoint = load_torch_file(str(home / "models" / "digits18" / "model.ckpt"))
+    checkpoint["twinkle"]["data_uri"] = str(tmp_path / "moved-away")
+    torch.save(checkpoint, tmp_path / "moved.ckpt")
+    with pytest.raises(TwinkleError, match="moved-away.*calibration_data="):
+        EdgeOptimizer(model=str(tmp_path / "moved.ckpt"), target="onnx-int8").optimize()
+    checkpoint["twinkle"]["data_uri"] = None
+    torch.save(checkpoint, tmp_path / "unrecorded.ckpt")
+    with pytest.raises(TwinkleError, match="records no data.*calibration_data="):
+        EdgeOptimizer(model=str(tmp_path / "unrecorded.ckpt"), target="onnx-int8").optimize()

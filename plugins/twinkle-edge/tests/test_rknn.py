@@ -68,7 +68,7 @@ def test_bad_targets_precisions_opsets_and_a_missing_converter_are_named(convert
         to_rknn(str(path), str(tmp_path / "x.rknn"), "rk3588", quantize=True)
     newer = tmp_path / "op20.onnx"
     torch.onnx.export(nn.Linear(4, 2), torch.rand(1, 4), str(newer), opset_version=20, dynamo=False)
-    with pytest.raises(RKNNError, match="opset 20; rknn-toolkit2 reads opsets up to 19"):
+    with pytest.raises(RKNNError, match="has opset=20: rknn-toolkit2 reads opsets up to 19"):
         to_rknn(str(newer), str(tmp_path / "x.rknn"), "rk3588", quantize=False, inputs=np.zeros((1, 4), np.float32))
     monkeypatch.setenv("TWINKLE_RKNN_VENV", str(tmp_path / "nowhere"))
     with pytest.raises(ConverterMissingError, match="twinkle edge setup"):

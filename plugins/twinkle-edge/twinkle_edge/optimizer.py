@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from twinkle_core import RunStore, Trainer, load_torch_file
-from twinkle_core.data import atomic_write_bytes
-from twinkle_core.errors import TwinkleError
+from twinkle_core.data import atomic_write_bytes, require_exists
+from twinkle_core.errors import DataNotFoundError, TwinkleError
 from twinkle_edge.measure import latency_ms, macs, onnx_outputs, parameters, similarity
 from twinkle_edge.pruning import prune_network
 from twinkle_edge.report import EdgeReport, Stage
@@ -73,6 +73,12 @@ class EdgeOptimizer:
         if not (source.new_data or self.calibration_data):
             raise TwinkleError(f"{self.model} records no data to fine-tune and calibrate on; pass "
                                "calibration_data='URI of data like the model was trained on'")
+        if not self.calibration_data:
+            try:
+                require_exists(source.new_data, "the model's data")
+            except DataNotFoundError:
+                raise TwinkleError(f"{self.model} was trained on {source.new_data}, which is not there any more; "
+                                   "pass calibration_data='URI of data like the model was trained on'") from None
         original, prepared, run_uri, checkpoint = source.model_for_export()
         folder = store.path(store.run_id(run_uri), "edge") if run_uri else os.path.join(
             os.path.dirname(os.path.abspath(checkpoint or ".")), "edge")
@@ -125,18 +131,19 @@ class EdgeOptimizer:
 
     def _rknn_stage(self, model: Any, prepared: Any, example: torch.Tensor, inputs: np.ndarray, labels: np.ndarray,
                     reference: np.ndarray, run: str | None, count: int = 64) -> Stage:
-        """Convert to ``.rknn`` (rknn's INT8 quantizer calibrated on training samples, or float) and run the
-        validation samples in rknn's simulator. Latency needs the board: not measured here."""
-        from twinkle_edge.rknn.convert import to_rknn
+        """Convert to ``.rknn`` (rknn's INT8 quantizer calibrated on training samples, or float), run the
+        validation samples in rknn's simulator and keep its per-layer accuracy analysis of one sample beside the
+        artefact. Latency needs the board: not measured here."""
+        from twinkle_edge.rknn.convert import RKNNSession
 
-        onnx_path = os.path.join(self._folder, "fine-tuned-batch1.onnx")
-        torch.onnx.export(model.eval(), example, onnx_path, opset_version=17, dynamo=False,
-                          input_names=["input"], output_names=["output"])
         calibration, _ = _val_batch(prepared, count, split="train")
         output = os.path.join(self._folder, f"model-{self.target}{'-int8' if self.quantize else ''}.rknn")
-        result = to_rknn(onnx_path, output, self.target, quantize=self.quantize, calibration=calibration,
-                         inputs=inputs[:count])
-        outputs = result["outputs"]
+        analysis = os.path.join(self._folder, f"rknn-accuracy-analysis-{self.target}")
+        with RKNNSession() as session:
+            result = session.build_module(model.export_module(), example, output, self.target, self.quantize,
+                                          calibration)
+            outputs = session.run(inputs[:count])[0].reshape(len(inputs[:count]), -1)
+            session.analyse(inputs[0], analysis)
         with torch.no_grad():
             converted_from = model.eval()(torch.as_tensor(inputs[:count])).numpy()
         classes = outputs.ndim == 2 and outputs.shape[1] > 1 and np.issubdtype(labels.dtype, np.integer)
@@ -148,6 +155,7 @@ class EdgeOptimizer:
                      notes={"runtime": "rknn-toolkit2 simulator", "samples": int(len(outputs)),
                             "vs_pytorch_model": similarity(converted_from, outputs),
                             "quantized": self.quantize, "board": "not measured (no target_device attached)",
+                            "accuracy_analysis": os.path.join(analysis, "error_analysis.txt"),
                             "seconds": result["seconds"]})
 
     def _stage(self, name: str, trainer: Trainer, model: Any, example: torch.Tensor, inputs: np.ndarray,
