@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Literal, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Literal, Mapping
 
 import lightning as L
 import torch
@@ -340,6 +340,52 @@ class Algorithm(L.LightningModule):
     def export_metrics(self, outputs: torch.Tensor, batch: Any) -> dict[str, torch.Tensor]:
         """Metrics of (exported or PyTorch) ``outputs`` on a validation batch, to compare the two."""
         return self.compute_metrics(outputs, batch[1])
+
+    def export_evaluate(self, pairs: Iterable[tuple[Any, torch.Tensor]]) -> dict[str, float]:
+        """The task's metrics of a model's outputs over validation batches (``(batch, outputs)`` pairs), the
+        first one being the metric exports report.
+
+        Default: each :meth:`export_metrics` value averaged over the samples. Override it for a metric that is
+        not a mean over batches (detectors compute mAP over all images at once).
+        """
+        sums: dict[str, float] = {}
+        count = 0
+        for batch, outputs in pairs:
+            size = len(self.export_inputs(batch))
+            for name, value in self.export_metrics(outputs, batch).items():
+                sums[name] = sums.get(name, 0.0) + float(value) * size
+            count += size
+        return {name: total / count for name, total in sums.items()} if count else {}
+
+    def quantizable_export(self) -> tuple[nn.Module, Callable[[list[torch.Tensor]], torch.Tensor]] | None:
+        """For integer accelerators: a module whose outputs quantize well, and the CPU function that turns its
+        outputs (a list of tensors) into :meth:`export_module`'s output. Exporters that decode on the CPU (RKNN)
+        export the module instead of :meth:`export_module` — a detector's raw per-scale box and class maps
+        survive INT8 where its decoded boxes collapse. Default: ``None`` (the export module as it is).
+        """
+        return None
+
+    # -------------------------------------------------------------- pruning
+    def prunable_network(self) -> tuple[nn.Module, list[nn.Module]]:
+        """The network a structured pruner shrinks, and the layers it must keep at their size.
+
+        Default: :attr:`model`, keeping its classifier (timm's ``get_classifier()``, else its last ``Linear``).
+        Override it to rewrite modules into an equivalent form the pruner can trace (YOLO splits its C2f
+        blocks) or to prune other weights (a moving average). It is also called on a freshly built algorithm
+        before a pruned checkpoint's shapes are applied (see ``CheckpointRecord.structure``), so the rewrite
+        must be repeatable.
+        """
+        net = self.model
+        if hasattr(net, "get_classifier"):
+            head = net.get_classifier()
+            if isinstance(head, nn.Module) and any(True for _ in head.parameters()):
+                return net, [head]
+        linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+        return net, linears[-1:]
+
+    def on_pruned(self, network: nn.Module) -> None:
+        """Called after a pruner removed channels of :meth:`prunable_network`'s network: copies of it (a
+        moving average) take its new shapes here. Default: nothing."""
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         """Log ``val_loss`` and every metric of :meth:`compute_metrics` as ``val_<name>``."""

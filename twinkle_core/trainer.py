@@ -171,7 +171,8 @@ class Trainer(Operations):
         algorithm.configure_data(prepared.spec)
         if self.settings.gradient_checkpointing:
             algorithm.enable_gradient_checkpointing()
-        if self.continuation is not None and self.continuation.record.structure:  # a pruned network: its shapes
+        if self.continuation is not None and self.continuation.record.structure:  # a pruned network: its form
+            algorithm.prunable_network()  # and its shapes, from the tensors (nothing pickled)
             reshape_to_state(algorithm, self.continuation.state_dict)
         if self.continuation is not None and self.continuation.mode != "resume":
             spec = self.continuation.record.data_spec

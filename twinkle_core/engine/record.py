@@ -40,7 +40,8 @@ class CheckpointRecord:
         run: the run's ``twinkle://`` URI.
         target: ``module:Class`` of the algorithm class (informational; never imported from here).
         structure: how the network differs from what its config builds — ``{"pruned": {...}}`` after structured
-            pruning: the modules are reshaped to the saved tensors before loading
+            pruning: the algorithm's ``prunable_network()`` rewrites the freshly built network into the form that
+            was pruned, then its modules are reshaped to the saved tensors before loading
             (:func:`~twinkle_core.engine.reshape.reshape_to_state`); ``None`` for a network as built.
         version: the record's format version.
     """

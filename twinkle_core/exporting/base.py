@@ -68,6 +68,8 @@ class Exporter(ABC):
         float_tolerance: how far a float artefact may differ from PyTorch, absolute and relative to the
             outputs' magnitude (``1e-4`` for fp32 formats; a format that runs in fp16 sets more).
         verify_samples: at most this many validation samples are run through the artefact.
+        decodes_on_cpu: the format runs on an integer accelerator, so it exports the algorithm's
+            ``quantizable_export()`` module where there is one, and verification decodes its outputs on the CPU.
     """
 
     format: ClassVar[str] = ""
@@ -76,6 +78,7 @@ class Exporter(ABC):
     int8_only: ClassVar[bool] = False
     float_tolerance: ClassVar[float] = 1e-4
     verify_samples: ClassVar[int] = 2048
+    decodes_on_cpu: ClassVar[bool] = False
 
     @abstractmethod
     def export(
@@ -98,8 +101,9 @@ class Exporter(ABC):
         """
 
     @abstractmethod
-    def runner(self, path: str) -> Callable[[np.ndarray], np.ndarray]:
-        """Load the artefact at local ``path`` and return a function from an input batch to outputs."""
+    def runner(self, path: str) -> Callable[[np.ndarray], np.ndarray | list[np.ndarray]]:
+        """Load the artefact at local ``path`` and return a function from an input batch to its output (the
+        list of outputs for a graph with several)."""
 
     def close(self) -> None:
         """Release what :meth:`export` and :meth:`runner` hold (a converter process, ...); called once the

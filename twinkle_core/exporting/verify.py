@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -55,6 +55,8 @@ def export_and_verify(
     if quantize and not exporter.supports_quantize:
         raise ExportError(f"quantize=True is not supported for {exporter.format}; use format='onnx' for INT8")
     module = algorithm.export_module().eval()
+    split = algorithm.quantizable_export() if exporter.decodes_on_cpu else None
+    traced = split[0].eval() if split else module
     limit = exporter.verify_samples if max_samples is None else max_samples
     batches = list(_batches(val, min(64, limit), limit, algorithm, collate_fn))
     if not batches:
@@ -70,27 +72,29 @@ def export_and_verify(
     workdir = tempfile.mkdtemp(prefix="twinkle-export-")
     tmp = os.path.join(workdir, "artefact" + exporter.suffix)
     try:
-        details = exporter.export(module, example, tmp, quantize=quantize, calibration=calib, **(options or {}))
-        run = exporter.runner(tmp)
+        details = exporter.export(traced, example, tmp, quantize=quantize, calibration=calib, **(options or {}))
+        if split:
+            details["decoded_on_cpu"] = True
+        run = _decoding(exporter.runner(tmp), split[1] if split else None)
         diffs, scale, samples, dot, norm_ref, norm_got = [], 0.0, 0, 0.0, 0.0, 0.0
-        metrics_ref: dict[str, list[float]] = {}
-        metrics_got: dict[str, list[float]] = {}
+        pairs_ref: list[tuple[Any, torch.Tensor]] = []
+        pairs_got: list[tuple[Any, torch.Tensor]] = []
         with torch.no_grad():
             for batch in batches:
                 x = algorithm.export_inputs(batch)
                 ref_t = module(x)
                 ref_t = ref_t[0] if isinstance(ref_t, (tuple, list)) else ref_t
                 ref = ref_t.float().numpy()
-                got = np.asarray(run(x.numpy()), dtype=np.float32).reshape(ref.shape)
+                got = run(x.numpy()).reshape(ref.shape)
                 diffs.append(float(np.max(np.abs(ref - got))) if ref.size else 0.0)
                 scale = max(scale, float(np.max(np.abs(ref))) if ref.size else 0.0)
                 ref64, got64 = ref.astype(np.float64).ravel(), got.astype(np.float64).ravel()
                 dot, norm_ref, norm_got = dot + ref64 @ got64, norm_ref + ref64 @ ref64, norm_got + got64 @ got64
                 samples += len(x)
-                for name, value in algorithm.export_metrics(torch.from_numpy(ref), batch).items():
-                    metrics_ref.setdefault(name, []).append(float(value) * len(x))
-                for name, value in algorithm.export_metrics(torch.from_numpy(got), batch).items():
-                    metrics_got.setdefault(name, []).append(float(value) * len(x))
+                pairs_ref.append((batch, torch.from_numpy(ref)))
+                pairs_got.append((batch, torch.from_numpy(got)))
+            metrics_ref = algorithm.export_evaluate(pairs_ref)
+            metrics_got = algorithm.export_evaluate(pairs_got)
         max_diff = max(diffs)
         tolerance = exporter.float_tolerance * (1 + scale)
         if not quantize and max_diff > tolerance:
@@ -105,10 +109,10 @@ def export_and_verify(
             quantized=quantize,
             max_abs_diff=max_diff,
             samples=samples,
-            cosine=round(dot / (np.sqrt(norm_ref * norm_got) + 1e-12), 6),
+            cosine=round(float(dot / (np.sqrt(norm_ref * norm_got) + 1e-12)), 6),
             metric=metric,
-            metric_torch=sum(metrics_ref[metric]) / samples if metric else None,
-            metric_export=sum(metrics_got[metric]) / samples if metric else None,
+            metric_torch=metrics_ref[metric] if metric else None,
+            metric_export=metrics_got.get(metric) if metric else None,
             size_bytes=os.path.getsize(tmp),
             details=details,
         )
@@ -125,6 +129,23 @@ def export_and_verify(
         for name in os.listdir(workdir):
             os.unlink(os.path.join(workdir, name))
         os.rmdir(workdir)
+
+
+def _decoding(run: Callable[[np.ndarray], Any], decode: Callable[[list[torch.Tensor]], torch.Tensor] | None
+              ) -> Callable[[np.ndarray], np.ndarray]:
+    """The runner's output as one float32 array: decoded on the CPU when the module traced was the
+    algorithm's quantizable form, else its (first) output."""
+
+    def outputs(batch: np.ndarray) -> np.ndarray:
+        got = run(batch)
+        if decode is not None:
+            parts = got if isinstance(got, (list, tuple)) else [got]
+            got = decode([torch.from_numpy(np.asarray(p, dtype=np.float32)) for p in parts]).numpy()
+        elif isinstance(got, (list, tuple)):
+            got = got[0]
+        return np.asarray(got, dtype=np.float32)
+
+    return outputs
 
 
 def _same_device(a: str, b: str) -> bool:

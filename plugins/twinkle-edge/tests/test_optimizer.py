@@ -87,6 +87,8 @@ def test_bad_arguments_are_named_before_anything_loads() -> None:
         EdgeOptimizer(model="twinkle://models/x", pruning_ratio=1.5)
     with pytest.raises(TwinkleError, match="quantize='int4'"):
         EdgeOptimizer(model="twinkle://models/x", quantize="int4")
+    with pytest.raises(TwinkleError, match="target_device='abc' is for Rockchip boards"):
+        EdgeOptimizer(model="twinkle://models/x", target="onnx-int8", target_device="abc")
 
 
 def test_trainer_export_makes_a_verified_rknn_and_onnx_int8(published, tmp_path) -> None:

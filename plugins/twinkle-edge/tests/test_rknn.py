@@ -73,3 +73,28 @@ def test_bad_targets_precisions_opsets_and_a_missing_converter_are_named(convert
     monkeypatch.setenv("TWINKLE_RKNN_VENV", str(tmp_path / "nowhere"))
     with pytest.raises(ConverterMissingError, match="twinkle edge setup"):
         to_rknn(str(path), str(tmp_path / "x.rknn"), "rk3588", quantize=False, inputs=samples[:1])
+
+
+def test_a_board_that_is_not_attached_is_named_and_leaves_no_adb_server(converter, small_cnn, tmp_path,
+                                                                         monkeypatch) -> None:
+    import socket
+    import subprocess
+
+    from twinkle_edge.rknn.convert import RKNNSession
+    from twinkle_edge.rknn.venv import venv_dir
+
+    path, _, samples = small_cnn
+    with socket.socket() as probe:  # rknn reaches boards through adb: its server on a port of this test's own
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
+    monkeypatch.setenv("HOME", str(tmp_path))  # adb writes its keys under ~/.android
+    adb = next(venv_dir().glob("lib/python*/site-packages/rknn/3rdparty/platform-tools/adb/linux-x86_64/adb"))
+    try:
+        with RKNNSession() as session:
+            session.build(str(path), str(tmp_path / "cnn.rknn"), "rk3588", quantize=False)
+            with pytest.raises(RKNNError, match="init_runtime.*on board 'no-such-board'.*not found"):
+                session.board(str(tmp_path / "cnn.rknn"), "rk3588", "no-such-board", samples[:2])
+            assert session.run(samples[:2])[0].shape == (2, 10)  # the simulator still holds the model
+    finally:
+        subprocess.run([str(adb), "-P", str(port), "kill-server"], capture_output=True, timeout=60)

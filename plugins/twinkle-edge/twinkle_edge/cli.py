@@ -45,13 +45,15 @@ def setup(force: bool) -> None:
 @click.option("--finetune-epochs", type=click.IntRange(min=0), default=3, show_default=True)
 @click.option("--calibration-data", help="Data to fine-tune and calibrate on (default: the model's own).")
 @click.option("--float", "float_only", is_flag=True, help="No INT8 (a float artefact).")
+@click.option("--target-device", help="adb id of an attached Rockchip board: run the .rknn there too "
+                                      "(eval_perf, eval_memory).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def optimize(model: str, target: str, pruning_ratio: float, finetune_epochs: int, calibration_data: str | None,
-             float_only: bool, as_json: bool) -> None:
+             float_only: bool, target_device: str | None, as_json: bool) -> None:
     """Prune MODEL (twinkle://models/NAME, a run or a checkpoint), fine-tune it back, quantize and report."""
     from twinkle_edge.optimizer import EdgeOptimizer
 
     report = EdgeOptimizer(model=model, target=target, pruning_ratio=pruning_ratio,
                            quantize=None if float_only else "int8", calibration_data=calibration_data,
-                           finetune_epochs=finetune_epochs).optimize()
+                           finetune_epochs=finetune_epochs, target_device=target_device).optimize()
     click.echo(json.dumps(report.to_dict(), indent=2, default=str) if as_json else str(report))

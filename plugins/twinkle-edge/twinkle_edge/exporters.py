@@ -36,7 +36,8 @@ class RKNNExporter(Exporter):
 
     Verification runs the validation samples in rknn-toolkit2's simulator — the model the converter built, held
     in its worker until :meth:`close` (an exported ``.rknn`` itself runs only on a board). Float models run in
-    fp16 on the NPU, hence the tolerance of ``1e-2``.
+    fp16 on the NPU, hence the tolerance of ``1e-2``. An algorithm with a ``quantizable_export()`` (YOLO: raw
+    per-scale box and class maps) is converted in that form and its outputs decoded on the CPU.
     """
 
     format = "rknn"
@@ -44,6 +45,7 @@ class RKNNExporter(Exporter):
     supports_quantize = True
     float_tolerance = 1e-2
     verify_samples = 256
+    decodes_on_cpu = True
 
     def __init__(self) -> None:
         """Nothing runs until :meth:`export`."""
@@ -81,8 +83,9 @@ class RKNNExporter(Exporter):
             facts["precision"] = "float16 on the NPU"
         return facts
 
-    def runner(self, path: str) -> Callable[[np.ndarray], np.ndarray]:
-        """The simulator holding the model :meth:`export` built (each sample run as a batch of one).
+    def runner(self, path: str) -> Callable[[np.ndarray], np.ndarray | list[np.ndarray]]:
+        """The simulator holding the model :meth:`export` built (each sample run as a batch of one): its output,
+        or the list of them for a model with several (a detector's raw maps).
 
         Raises:
             RKNNError: ``path`` is not the model just built (a ``.rknn`` file runs only on a board).
@@ -94,8 +97,9 @@ class RKNNExporter(Exporter):
                             "only the model it has just built (export it again to verify it)")
         session = self._session
 
-        def run(batch: np.ndarray) -> np.ndarray:
-            return session.run(batch)[0]
+        def run(batch: np.ndarray) -> np.ndarray | list[np.ndarray]:
+            outputs = session.run(batch)
+            return outputs[0] if len(outputs) == 1 else outputs
 
         return run
 

@@ -59,8 +59,11 @@ def latency_ms(path: str, example: np.ndarray, repeats: int = 30) -> float:
 
 
 def similarity(reference: np.ndarray, other: np.ndarray) -> dict[str, float]:
-    """Cosine similarity (of the flattened outputs), top-1 agreement and the largest absolute difference."""
+    """Cosine similarity (of the flattened outputs) and the largest absolute difference; for scores per class
+    (one row per sample), the top-1 agreement too."""
     a, b = reference.reshape(len(reference), -1).astype(np.float64), other.reshape(len(other), -1).astype(np.float64)
     cosine = float((a * b).sum() / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
-    return {"cosine": round(cosine, 6), "top1_agreement": round(float((a.argmax(1) == b.argmax(1)).mean()), 6),
-            "max_abs_diff": round(float(np.abs(a - b).max()), 6)}
+    values = {"cosine": round(cosine, 6), "max_abs_diff": round(float(np.abs(a - b).max()), 6)}
+    if reference.ndim == 2:
+        values["top1_agreement"] = round(float((a.argmax(1) == b.argmax(1)).mean()), 6)
+    return values

@@ -26,7 +26,7 @@ from twinkle_core import RunStore, Trainer, load_torch_file
 from twinkle_core.data import atomic_write_bytes, require_exists
 from twinkle_core.errors import DataNotFoundError, TwinkleError
 from twinkle_edge.measure import latency_ms, macs, onnx_outputs, parameters, similarity
-from twinkle_edge.pruning import prune_network
+from twinkle_edge.pruning import prune_algorithm
 from twinkle_edge.report import EdgeReport, Stage
 from twinkle_edge.targets import TARGETS
 
@@ -44,13 +44,16 @@ class EdgeOptimizer:
         quantize: ``"int8"`` or ``None`` (float); ``onnx-int8`` implies INT8.
         calibration_data: data to fine-tune and calibrate on (default: the model's own).
         finetune_epochs: epochs of recovery fine-tuning after pruning (0: none).
+        target_device: the adb id of an attached board (``adb devices``) for a Rockchip target: the ``.rknn``
+            then also runs there, with rknn's ``eval_perf`` and ``eval_memory``; without one, board figures are
+            reported as not measured.
         home: the run store (default ``$TWINKLE_HOME``).
         **options: hyperparameters of the fine-tuning run (``lr``, ``batch_size``, ...).
     """
 
     def __init__(self, model: str, target: str = "rk3588", pruning_ratio: float = 0.3,
                  quantize: str | None = "int8", calibration_data: str | None = None, finetune_epochs: int = 3,
-                 home: str | None = None, **options: Any) -> None:
+                 target_device: str | None = None, home: str | None = None, **options: Any) -> None:
         """Check the target and the numbers now (nothing is loaded yet)."""
         if target not in TARGETS:
             raise EdgeTargetError(f"unknown target {target!r}; this installation converts for: "
@@ -59,7 +62,11 @@ class EdgeOptimizer:
             raise TwinkleError(f"pruning_ratio={pruning_ratio!r} must be in [0, 1)")
         if quantize not in ("int8", None):
             raise TwinkleError(f"quantize={quantize!r}: choose 'int8' or None")
+        if target_device is not None and TARGETS[target]["converter"] != "rknn":
+            raise TwinkleError(f"target_device={target_device!r} is for Rockchip boards; target {target!r} runs on "
+                               "this machine (drop target_device, or pick a Rockchip target)")
         self.model, self.target, self.pruning_ratio = model, target, pruning_ratio
+        self.target_device = target_device
         self.quantize = TARGETS[target]["quantize"] and quantize == "int8"
         self.calibration_data, self.finetune_epochs = calibration_data, int(finetune_epochs)
         self.home, self.options = home, options
@@ -83,15 +90,15 @@ class EdgeOptimizer:
         folder = store.path(store.run_id(run_uri), "edge") if run_uri else os.path.join(
             os.path.dirname(os.path.abspath(checkpoint or ".")), "edge")
         os.makedirs(folder, exist_ok=True)
-        inputs, labels = _val_batch(prepared)
+        batches = _batches(original, prepared)
+        inputs = np.concatenate([_array(original.export_inputs(b)) for b in batches])
         example = torch.as_tensor(inputs[:1])
-        with torch.no_grad():
-            reference = original.eval()(torch.as_tensor(inputs)).numpy()
+        reference = _first_output(original.export_module(), inputs)
         self._folder = folder
         stages = [self._stage("original", source, original, example, inputs, reference, run_uri)]
         pruned, info = copy.deepcopy(original), None
         if self.pruning_ratio:
-            info = prune_network(pruned.model, example, self.pruning_ratio)
+            info = prune_algorithm(pruned, example, self.pruning_ratio)
         pruned_ckpt = self._save_pruned(checkpoint, pruned, info, folder)
         pruned_trainer = Trainer.from_checkpoint(pruned_ckpt, self.calibration_data, mode="finetune",
                                                  home=self.home, verbose=False)
@@ -108,7 +115,7 @@ class EdgeOptimizer:
             stages.append(self._stage("quantized", tuned_trainer, tuned, example, inputs, reference, tuned_run,
                                       quantize=True))
         if rknn:
-            stages.append(self._rknn_stage(tuned, prepared, example, inputs, labels, reference, tuned_run))
+            stages.append(self._rknn_stage(tuned, prepared, batches, example, inputs, reference, tuned_run))
         report = EdgeReport(model=self.model, target=self.target, pruning=info, stages=stages,
                             finetune_run=result.run_uri if result else None, source_run=run_uri)
         if result is not None:
@@ -129,32 +136,41 @@ class EdgeOptimizer:
         atomic_write_bytes(path, buffer.getvalue())  # never a half-written checkpoint
         return path
 
-    def _rknn_stage(self, model: Any, prepared: Any, example: torch.Tensor, inputs: np.ndarray, labels: np.ndarray,
-                    reference: np.ndarray, run: str | None, count: int = 64) -> Stage:
-        """Convert to ``.rknn`` (rknn's INT8 quantizer calibrated on training samples, or float), run the
+    def _rknn_stage(self, model: Any, prepared: Any, batches: list[Any], example: torch.Tensor, inputs: np.ndarray,
+                    reference: np.ndarray, run: str | None) -> Stage:
+        """Convert to ``.rknn`` (rknn's INT8 quantizer calibrated on training samples, or float) — in the
+        algorithm's quantizable form where it has one (a detector's raw maps, decoded here on the CPU) — run the
         validation samples in rknn's simulator and keep its per-layer accuracy analysis of one sample beside the
         artefact. Latency needs the board: not measured here."""
         from twinkle_edge.rknn.convert import RKNNSession
 
-        calibration, _ = _val_batch(prepared, count, split="train")
+        split = model.quantizable_export()
+        module, decode = split if split else (model.export_module(), None)
+        calibration = np.concatenate([_array(model.export_inputs(b)) for b in _batches(model, prepared, 64, "train")])
         output = os.path.join(self._folder, f"model-{self.target}{'-int8' if self.quantize else ''}.rknn")
         analysis = os.path.join(self._folder, f"rknn-accuracy-analysis-{self.target}")
         with RKNNSession() as session:
-            result = session.build_module(model.export_module(), example, output, self.target, self.quantize,
-                                          calibration)
-            outputs = session.run(inputs[:count])[0].reshape(len(inputs[:count]), -1)
+            result = session.build_module(module.eval(), example, output, self.target, self.quantize, calibration)
+            raw = session.run(inputs)
             session.analyse(inputs[0], analysis)
-        with torch.no_grad():
-            converted_from = model.eval()(torch.as_tensor(inputs[:count])).numpy()
-        classes = outputs.ndim == 2 and outputs.shape[1] > 1 and np.issubdtype(labels.dtype, np.integer)
-        return Stage(name="converted", parameters=parameters(model), macs=macs(model.eval(), example),
-                     file_bytes=int(result["rknn_bytes"]), latency_ms=None,
-                     metric="accuracy" if classes else None,
-                     metric_value=float((outputs.argmax(1) == labels[:count]).mean()) if classes else None,
-                     similarity=similarity(reference[:count], outputs), artefact=output, run=run,
+            on_board = session.board(output, self.target, self.target_device, inputs) if self.target_device else None
+        outputs = _decoded(raw, decode)
+        converted_from = _first_output(model.export_module(), inputs)
+        metric, value = _metric(model, batches, outputs)
+        board: Any = "not measured (no target_device attached)"
+        if on_board is not None:
+            board_outputs = _decoded(on_board["outputs"], decode)
+            board = {"device": self.target_device, "perf": on_board["perf"], "memory": on_board["memory"],
+                     "metric": _metric(model, batches, board_outputs)[1],
+                     "vs_pytorch_model": similarity(converted_from, board_outputs)}
+        deployed = model.export_module()
+        return Stage(name="converted", parameters=parameters(deployed), macs=macs(deployed, example),
+                     file_bytes=int(result["rknn_bytes"]), latency_ms=None, metric=metric, metric_value=value,
+                     similarity=similarity(reference, outputs), artefact=output, run=run,
                      notes={"runtime": "rknn-toolkit2 simulator", "samples": int(len(outputs)),
                             "vs_pytorch_model": similarity(converted_from, outputs),
-                            "quantized": self.quantize, "board": "not measured (no target_device attached)",
+                            "decoded_on_cpu": decode is not None,
+                            "quantized": self.quantize, "board": board,
                             "accuracy_analysis": os.path.join(analysis, "error_analysis.txt"),
                             "seconds": result["seconds"]})
 
@@ -163,7 +179,8 @@ class EdgeOptimizer:
         output = os.path.join(self._folder, f"{name}{'-int8' if quantize else ''}.onnx")
         exported = trainer.export(format="onnx", quantize=quantize, output=output)
         outputs = onnx_outputs(exported.path, inputs)
-        return Stage(name=name, parameters=parameters(model), macs=macs(model.eval(), example),
+        deployed = model.export_module()
+        return Stage(name=name, parameters=parameters(deployed), macs=macs(deployed, example),
                      file_bytes=exported.size_bytes, latency_ms=latency_ms(exported.path, inputs),
                      metric=exported.metric, metric_value=exported.metric_export,
                      similarity=similarity(reference, outputs), artefact=exported.path, run=run)
@@ -176,10 +193,49 @@ def _checkpoint_ref(model: str) -> str:
     return model
 
 
-def _val_batch(prepared: Any, count: int = 256, split: str = "val") -> tuple[np.ndarray, np.ndarray]:
-    """Up to ``count`` validation (or training) inputs and targets as arrays."""
+def _batches(algorithm: Any, prepared: Any, count: int = 256, split: str = "val") -> list[Any]:
+    """Validation (or training) batches holding up to ``count`` samples, as the algorithm's loaders collate them."""
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(getattr(prepared, split), batch_size=count, shuffle=False, collate_fn=prepared.collate_fn)
-    x, y, *_ = next(iter(loader))
-    return np.asarray(x, dtype=np.float32), np.asarray(y)
+    batches, seen = [], 0
+    for batch in DataLoader(getattr(prepared, split), batch_size=32, shuffle=False, collate_fn=prepared.collate_fn):
+        batches.append(batch)
+        seen += len(algorithm.export_inputs(batch))
+        if seen >= count:
+            break
+    return batches
+
+
+def _array(inputs: Any) -> np.ndarray:
+    return np.asarray(torch.as_tensor(inputs), dtype=np.float32)
+
+
+def _decoded(raw: list[np.ndarray], decode: Any) -> np.ndarray:
+    """A converted model's outputs as the export module gives them (decoded on the CPU where it was split)."""
+    if decode is None:
+        return raw[0]
+    with torch.no_grad():
+        return decode([torch.from_numpy(r) for r in raw]).numpy()
+
+
+def _first_output(module: Any, inputs: np.ndarray) -> np.ndarray:
+    """``module``'s (first) output for ``inputs``, in batches."""
+    module.eval()
+    parts = []
+    with torch.no_grad():
+        for start in range(0, len(inputs), 32):
+            out = module(torch.from_numpy(inputs[start:start + 32]))
+            parts.append((out[0] if isinstance(out, (tuple, list)) else out).float().numpy())
+    return np.concatenate(parts)
+
+
+def _metric(algorithm: Any, batches: list[Any], outputs: np.ndarray) -> tuple[str | None, float | None]:
+    """The algorithm's export metric (accuracy, mAP50, ...) of ``outputs`` (one row per sample of ``batches``)."""
+    pairs, start = [], 0
+    for batch in batches:
+        size = len(algorithm.export_inputs(batch))
+        pairs.append((batch, torch.from_numpy(outputs[start:start + size])))
+        start += size
+    values = algorithm.export_evaluate(pairs)
+    name = next(iter(values), None)
+    return name, (values[name] if name else None)

@@ -16,19 +16,19 @@ class PruningError(TwinkleError):
     """A network that cannot be pruned as asked (a ratio out of range, a graph torch-pruning cannot trace)."""
 
 
-def heads_of(net: nn.Module) -> list[nn.Module]:
-    """Layers that must keep their size: timm's classifier (``get_classifier()``), else the last ``Linear``."""
-    if hasattr(net, "get_classifier"):
-        head = net.get_classifier()
-        if isinstance(head, nn.Module) and any(True for _ in head.parameters()):
-            return [head]
-    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
-    return linears[-1:]
+def prune_algorithm(algorithm: Any, example: torch.Tensor, ratio: float) -> dict[str, Any]:
+    """Prune the network an algorithm names (:meth:`~twinkle_core.Algorithm.prunable_network`: the network, in
+    a form torch-pruning can trace, and the layers it keeps — classifier or detection head), in place, and tell
+    the algorithm (``on_pruned``: a moving average takes the new shapes); returns what changed."""
+    network, keep = algorithm.prunable_network()
+    info = prune_network(network, example, ratio, keep)
+    algorithm.on_pruned(network)
+    return info
 
 
-def prune_network(net: nn.Module, example: torch.Tensor, ratio: float, keep: list[nn.Module] | None = None) -> dict[str, Any]:
-    """Remove ``ratio`` of the channels of every prunable group of ``net`` (in place), keeping ``keep``
-    (default: :func:`heads_of`); returns what changed (parameters and MACs before and after, the layers kept).
+def prune_network(net: nn.Module, example: torch.Tensor, ratio: float, keep: list[nn.Module]) -> dict[str, Any]:
+    """Remove ``ratio`` of the channels of every prunable group of ``net`` (in place), keeping the layers of
+    ``keep`` at their size; returns what changed (parameters and MACs before and after, the layers kept).
 
     Raises:
         PruningError: ``ratio`` outside (0, 1), or the network cannot be traced.
@@ -37,7 +37,6 @@ def prune_network(net: nn.Module, example: torch.Tensor, ratio: float, keep: lis
 
     if not 0 < ratio < 1:
         raise PruningError(f"pruning_ratio={ratio!r} must be between 0 and 1 (0.3 removes 30 % of the channels)")
-    keep = heads_of(net) if keep is None else keep
     was_training = net.training
     net.eval()
     macs_before, params_before = tp.utils.count_ops_and_params(net, example)

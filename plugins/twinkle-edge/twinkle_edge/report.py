@@ -49,13 +49,14 @@ class EdgeReport:
 
     def table(self) -> str:
         """The stages as an aligned text table."""
-        rows = [("stage", "params", "MACs", "file", "latency", "metric", "cosine", "top-1 agr.")]
+        rows = [("stage", "params", "MACs", "file", "latency", "metric", "cosine", "max |Δ|", "top-1 agr.")]
         for s in self.stages:
             rows.append((s.name, f"{s.parameters / 1e6:.2f} M", f"{s.macs / 1e6:.1f} M", f"{s.file_bytes / 1e6:.2f} MB",
                          f"{s.latency_ms:.2f} ms" if s.latency_ms is not None else "not measured",
                          f"{s.metric}={s.metric_value:.4f}" if s.metric_value is not None else "—",
                          f"{s.similarity.get('cosine', float('nan')):.4f}",
-                         f"{s.similarity.get('top1_agreement', float('nan')):.3f}"))
+                         f"{s.similarity.get('max_abs_diff', float('nan')):.3g}",
+                         f"{s.similarity['top1_agreement']:.3f}" if "top1_agreement" in s.similarity else "—"))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 

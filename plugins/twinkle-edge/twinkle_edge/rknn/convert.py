@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -127,8 +128,17 @@ class RKNNSession:
             raise RKNNError(f"rknn-toolkit2 stopped ({reason}) {what}: {self._log_tail()}")
         answer = json.loads(line)
         if not answer["ok"]:
-            raise RKNNError(f"rknn-toolkit2 failed at {answer['step']} {what}: {answer['message']}")
+            said = self._log_errors()
+            raise RKNNError(f"rknn-toolkit2 failed at {answer['step']} {what}: {answer['message']}"
+                            + (f"; its log says: {said}" if said else ""))
         return answer
+
+    def _log_errors(self, count: int = 3) -> str:
+        """The last error lines of rknn's log (its ``E ...`` lines, colour codes removed)."""
+        lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in self._log_tail().splitlines()]
+        noise = ("Unkown op target", "Traceback (most recent call last)", "rknn-toolkit2 version")
+        errors = [line for line in lines if line.startswith("E ") and not any(n in line for n in noise)]
+        return " | ".join(errors[-count:])
 
     def build(self, onnx_path: str, output: str, target: str = "rk3588", quantize: bool = True,
               calibration: np.ndarray | None = None) -> dict[str, Any]:
@@ -199,6 +209,29 @@ class RKNNSession:
         self._ask({"op": "analyse", "inputs": feed, "output_dir": os.path.abspath(output_dir)},
                   f"analysing {self.built}")
         return output_dir
+
+    def board(self, rknn_path: str, target: str, device: str, inputs: np.ndarray) -> dict[str, Any]:
+        """Run the exported ``rknn_path`` on an attached board (``device``: its adb id, as ``adb devices`` lists
+        it): ``outputs`` for ``inputs`` (each model output stacked), and rknn's ``perf`` and ``memory`` reports.
+
+        Raises:
+            RKNNError: no such board (rknn's ``init_runtime`` names why), or a failing step.
+        """
+        self._runs += 1
+        feed = os.path.join(self.workdir, f"inputs-{self._runs}.npy")
+        result = os.path.join(self.workdir, f"outputs-{self._runs}.npz")
+        np.save(feed, np.asarray(inputs, dtype=np.float32))
+        try:
+            answer = self._ask({"op": "board", "rknn": os.path.abspath(rknn_path), "target": target,
+                                "device": device, "inputs": feed, "outputs": result},
+                               f"running {rknn_path} on board {device!r} ({target})")
+            with np.load(result) as stored:
+                answer["outputs"] = [stored[f"arr_{i}"] for i in range(len(stored.files))]
+            return answer
+        finally:
+            for path in (feed, result):
+                if os.path.exists(path):
+                    os.unlink(path)
 
     def close(self) -> None:
         """Stop the worker and remove its folder."""

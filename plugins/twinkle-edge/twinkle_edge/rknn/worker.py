@@ -12,6 +12,8 @@ to stderr instead, so its log never corrupts an answer. The requests:
 - ``{"op": "run", "inputs": npy, "outputs": npz}``: every sample through the simulator, each output of the
   model stacked over the samples → ``{"ok", "outputs", "count"}``;
 - ``{"op": "analyse", "inputs": npy, "output_dir"}``: rknn's per-layer ``accuracy_analysis`` of one sample;
+- ``{"op": "board", "rknn", "target", "device", "inputs": npy, "outputs": npz}``: the exported ``.rknn`` on an
+  attached board (adb id ``device``): the inputs run there, then ``eval_perf`` and ``eval_memory``;
 - ``{"op": "close"}``.
 
 rknn-toolkit2 reports failure in several ways — a return code of -1, an exception, ``None`` from
@@ -41,7 +43,10 @@ def step(name: str, call: Callable[[], Any], seconds: dict[str, float]) -> Any:
     try:
         value = call()
     except Exception as err:  # noqa: BLE001 — rknn raises ValueError/RuntimeError/… for bad input
-        raise StepError(name, f"{type(err).__name__}: {str(err).strip()[-500:]}") from None
+        text = str(err).strip()
+        if "Traceback (most recent call last)" in text:  # rknn wraps its own traceback: keep its last line
+            text = text.splitlines()[-1]
+        raise StepError(name, f"{type(err).__name__}: {text[-500:]}") from None
     seconds[name] = round(seconds.get(name, 0.0) + time.perf_counter() - start, 3)
     if (isinstance(value, int) and value != 0) or (value is None and name == "inference"):
         raise StepError(name, f"rknn-toolkit2's {name} returned {value!r} (its log says why)")
@@ -104,11 +109,51 @@ class Simulator:
                                                                       output_dir=request["output_dir"]), seconds)
         return {"ok": True, "output_dir": request["output_dir"], "seconds": seconds}
 
+    def board(self, request: dict) -> dict:
+        """The exported ``.rknn`` on a board (``device``: its adb id): the inputs run there, then rknn's
+        ``eval_perf`` and ``eval_memory`` (the board's own figures, as rknn reports them)."""
+        import numpy as np
+        from rknn.api import RKNN
+
+        seconds: dict[str, float] = {}
+        rknn = RKNN(verbose=False)
+        try:
+            step("load_rknn", lambda: rknn.load_rknn(request["rknn"]), seconds)
+            step("init_runtime", lambda: rknn.init_runtime(target=request["target"], device_id=request["device"],
+                                                           eval_mem=True), seconds)
+            inputs = np.load(request["inputs"])
+            stacks: list[list[Any]] = []
+            for index in range(len(inputs)):
+                outputs = step("inference", lambda: rknn.inference(inputs=[inputs[index:index + 1]],
+                                                                   data_format="nchw"), seconds)
+                for position, value in enumerate(outputs):
+                    if position == len(stacks):
+                        stacks.append([])
+                    stacks[position].append(np.asarray(value, dtype=np.float32))
+            np.savez(request["outputs"], *[np.concatenate(values) for values in stacks])
+            perf = step("eval_perf", lambda: rknn.eval_perf(is_print=False), seconds)
+            memory = step("eval_memory", lambda: rknn.eval_memory(is_print=False), seconds)
+        finally:
+            rknn.release()
+        return {"ok": True, "outputs": request["outputs"], "perf": _plain(perf), "memory": _plain(memory),
+                "seconds": seconds}
+
     def release(self) -> None:
         """Free the model."""
         if self.rknn is not None:
             self.rknn.release()
             self.rknn = None
+
+
+def _plain(value: Any) -> Any:
+    """rknn's result as JSON-ready values (numbers and strings; anything else as its text)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    return str(value)
 
 
 def serve(requests: Any, answers: Any) -> int:
@@ -120,7 +165,8 @@ def serve(requests: Any, answers: Any) -> int:
             op = request.get("op")
             if op == "close":
                 break
-            handler = {"build": simulator.build, "run": simulator.run, "analyse": simulator.analyse}.get(op)
+            handler = {"build": simulator.build, "run": simulator.run, "analyse": simulator.analyse,
+                       "board": simulator.board}.get(op)
             try:
                 if handler is None:
                     raise StepError("request", f"unknown op {op!r}")

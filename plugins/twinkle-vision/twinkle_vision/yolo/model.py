@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import math
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Callable, ClassVar, Iterable, Literal
 
 import numpy as np
 import torch
@@ -165,16 +165,20 @@ class YoloDetector(Algorithm):
 
     def on_validation_epoch_start(self) -> None:
         """A fresh ultralytics ``DetectionValidator`` on the moving average."""
+        # ultralytics would create runs/detect/val* in the current directory: its folder is the run's
+        self._validator = self._new_validator(Path(self.trainer.default_root_dir) / "ultralytics" / "val")
+
+    def _new_validator(self, save_dir: Path) -> Any:
+        """ultralytics' ``DetectionValidator`` for this data's classes, its metrics reset."""
         from ultralytics.models.yolo.detect import DetectionValidator
 
-        # ultralytics would create runs/detect/val* in the current directory: its folder is the run's
-        save_dir = Path(self.trainer.default_root_dir) / "ultralytics" / "val"
-        self._validator = DetectionValidator(save_dir=save_dir, args=self.hyp())
-        self._validator.device = self.device
-        self._validator.data = {"names": dict(enumerate(self.data_spec.class_names)), "nc": self.data_spec.num_classes}
-        self._validator.names = self._validator.data["names"]
-        self._validator.nc = self.data_spec.num_classes
-        self._validator.init_metrics(self._eval_model())
+        validator = DetectionValidator(save_dir=save_dir, args=self.hyp())
+        validator.device = self.device
+        validator.data = {"names": dict(enumerate(self.data_spec.class_names)), "nc": self.data_spec.num_classes}
+        validator.names = validator.data["names"]
+        validator.nc = self.data_spec.num_classes
+        validator.init_metrics(self._eval_model())
+        return validator
 
     def _eval_model(self) -> nn.Module:
         model = self.ema_model if self.ema_model is not None else self.model
@@ -279,8 +283,48 @@ class YoloDetector(Algorithm):
         return images.float() / 255 if images.dtype == torch.uint8 else images
 
     def export_metrics(self, outputs: torch.Tensor, batch: Any) -> dict[str, torch.Tensor]:
-        """Detection exports are compared by their outputs only."""
+        """mAP is not a mean over batches: :meth:`export_evaluate` computes it over all of them."""
         return {}
+
+    def export_evaluate(self, pairs: Iterable[tuple[Any, torch.Tensor]]) -> dict[str, float]:
+        """``map50`` and ``map50_95`` of decoded outputs ``(B, 4 + nc, anchors)`` over all the validation
+        batches: ultralytics' NMS and matching, as in validation."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="twinkle-yolo-val-") as folder:
+            validator = self._new_validator(Path(folder))
+            for batch, outputs in pairs:
+                validator.update_metrics(validator.postprocess(outputs.float()), batch)
+            stats = validator.get_stats()
+        return {"map50": float(stats["metrics/mAP50(B)"]), "map50_95": float(stats["metrics/mAP50-95(B)"])}
+
+    # ---------------------------------------------------------------- edge
+    def prunable_network(self) -> tuple[nn.Module, list[nn.Module]]:
+        """The detection model with the moving average's weights (what is deployed), its C2f blocks split in
+        two convolutions (:class:`~twinkle_vision.yolo.compression.C2fSplit`), the detection head kept."""
+        from ultralytics.nn.modules import Detect
+
+        from twinkle_vision.yolo.compression import split_c2f
+
+        split_c2f(self.model)
+        if self.ema_model is not None:
+            split_c2f(self.ema_model)
+            self.model.load_state_dict(self.ema_model.state_dict())
+        return self.model, [m for m in self.model.modules() if isinstance(m, Detect)]
+
+    def on_pruned(self, network: nn.Module) -> None:
+        """The moving average restarts from the pruned network."""
+        self.ema_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.ema_updates.zero_()
+
+    def quantizable_export(self) -> tuple[nn.Module, Callable[[list[torch.Tensor]], torch.Tensor]]:
+        """The export module with its head returning raw per-scale box and class maps, and the CPU decoding
+        back to boxes and scores (:mod:`twinkle_vision.yolo.compression`)."""
+        from twinkle_vision.yolo.compression import decoder, raw_head
+
+        model = self.export_module()
+        decode = decoder(model)
+        return raw_head(model), decode
 
 
 def _variant(family: str, size: str) -> type[YoloDetector]:

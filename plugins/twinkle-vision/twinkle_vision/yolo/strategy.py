@@ -1,7 +1,7 @@
 """The detection resource strategy: mixed precision where the device has it, accumulation to a nominal batch of 64.
 
-As ultralytics does: gradients accumulate over ``max(round(64 / micro_batch), 1)`` micro-batches, whatever
-the effective batch the user asked for; on GPUs training runs in bf16 (or fp16 with loss scaling). Both are
+As ultralytics does: gradients accumulate over ``max(round(64 / micro_batch), 1)`` micro-batches unless the run
+asks for an ``effective_batch_size`` of its own (ultralytics' ``nbs``); on GPUs training runs in bf16 (or fp16 with loss scaling). Both are
 core deciders replaced through the public planning API; every other concern is the default's.
 """
 
@@ -13,11 +13,14 @@ NOMINAL_BATCH = 64
 
 
 class NominalBatchDecider(BatchingDecider):
-    """The default micro-batch, then accumulation to a nominal batch of 64 (YOLO's recipe)."""
+    """The default micro-batch, then accumulation to a nominal batch of 64 (YOLO's recipe) — unless the run
+    asks for its own ``effective_batch_size``, which is kept (ultralytics' ``nbs``)."""
 
     def decide(self, draft: PlanDraft) -> None:
         """Decide the micro-batch as the default does, then the accumulation (unless the user fixed it)."""
         super().decide(draft)
+        if draft.context.effective_batch_size is not None:  # the default decided it from the request
+            return
         micro, workers = int(draft["micro_batch_size"]), draft.workers
         accumulate = max(round(NOMINAL_BATCH / (micro * workers)), 1)
         draft.decide("accumulate_grad_batches", accumulate,
