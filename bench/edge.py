@@ -3,7 +3,7 @@
 * ``resnet18_digits``: ResNet-18 (32×32) trained 6 epochs on scikit-learn's digits, published, then
   ``EdgeOptimizer(model=..., target="rk3588", pruning_ratio=0.3)`` and the same for ``target="onnx-int8"``;
 * ``yolov8n_shapes``: YOLOv8n trained 20 epochs at 128 px on 240 generated shapes images, published as
-  ``yolov8n``, then the article's line as written (``target="rk3588"``, 3 fine-tuning epochs).
+  ``yolov8n``, then the article's line as written (``target="rk3588"``, the default 5 fine-tuning epochs).
 
 For every stage: parameters, MACs, file size, onnxruntime CPU latency (batch 1, one thread, median of 30),
 the task metric and the similarity to the original model; the ratios to the original side by side. The

@@ -26,3 +26,19 @@ def test_twinkle_edge_is_a_plugin_command(tmp_path) -> None:
     bad = run("edge", "optimize", "twinkle://models/none", "--target", "rk9999")
     assert bad.returncode == 1 and "unknown target 'rk9999'" in bad.stderr and "Traceback" not in bad.stderr
     assert "edge" in run("commands", "list").stdout
+
+
+def test_exporters_list_shows_rknn_and_onnx_int8_with_their_targets() -> None:
+    import json
+    import subprocess
+    import sys
+
+    listed = subprocess.run([sys.executable, "-m", "twinkle_core", "exporters", "list", "--json"],
+                            capture_output=True, text=True, timeout=120)
+    rows = {row["name"]: row for row in json.loads(listed.stdout)}
+    assert {"onnx", "torchscript", "rknn", "onnx-int8"} <= set(rows)
+    assert {"rk3588", "rk3566", "rk3568", "rk3576", "rk3562", "rv1103", "rv1106"} <= set(rows["rknn"]["targets"])
+    assert rows["onnx-int8"]["targets"] == ["cpu"] and rows["rknn"]["plugin"] == "edge"
+    table = subprocess.run([sys.executable, "-m", "twinkle_core", "exporters", "list"], capture_output=True,
+                           text=True, timeout=120).stdout
+    assert "TARGETS" in table.splitlines()[0] and "rk3588" in table

@@ -36,7 +36,7 @@ def test_the_articles_line_prunes_recovers_and_quantizes_a_published_resnet(publ
 
     home, trained = published
     report = EdgeOptimizer(model="twinkle://models/digits18", target="onnx-int8", pruning_ratio=0.3,
-                           finetune_epochs=3).optimize()
+                           ).optimize()  # finetune_epochs: the default
     print(report)
     original, pruned, tuned, quantized = (report.stage(n) for n in ("original", "pruned", "fine-tuned", "quantized"))
     assert pruned.parameters < 0.6 * original.parameters and pruned.macs < 0.6 * original.macs
@@ -57,7 +57,10 @@ def test_the_articles_line_prunes_recovers_and_quantizes_a_published_resnet(publ
     assert (Path(store.run_dir(child.id)) / "edge-report.png").stat().st_size > 5000
     # the pruned network is tensors plus a record (weights_only), and reloads through core from them
     pruned_ckpt = Path(store.run_dir(store.get(trained.run_uri).id)) / "edge" / "pruned-0.3.ckpt"
-    assert load_torch_file(str(pruned_ckpt))["twinkle"]["structure"]["pruned"]["ratio"] == 0.3
+    saved = load_torch_file(str(pruned_ckpt))
+    assert saved["twinkle"]["structure"]["pruned"]["ratio"] == 0.3
+    convolutions = [v.shape[0] for k, v in saved["state_dict"].items() if k.endswith(".weight") and v.ndim == 4]
+    assert convolutions and all(c % 8 == 0 for c in convolutions)  # aligned channel counts (channel_multiple=8)
     again, *_ = Trainer.from_checkpoint(report.finetune_run, mode="finetune", verbose=False).model_for_export()
     assert sum(p.numel() for p in again.parameters()) == tuned.parameters
     assert str(report).startswith("Edge report: twinkle://models/digits18") and "quantized" in report.table()
@@ -125,6 +128,12 @@ def test_rknn_export_errors_are_named(published, tmp_path, monkeypatch) -> None:
         trainer.export(format="rknn", target="rv1106", output=out)
     with pytest.raises(ExportError, match="unknown RKNN export option.*mean"):
         trainer.export(format="rknn", mean=[0, 0, 0], output=out)
+    import subprocess
+    import sys
+
+    cli = subprocess.run([sys.executable, "-m", "twinkle_core", "export", trained.run_uri, "--format", "rknn",
+                          "--target", "rk9999", "--quantize"], capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 1 and "unknown RKNN target 'rk9999'" in cli.stderr and "Traceback" not in cli.stderr
     monkeypatch.setenv("TWINKLE_RKNN_VENV", str(tmp_path / "nowhere"))
     with pytest.raises(ConverterMissingError, match="twinkle edge setup"):
         trainer.export(format="rknn", output=out)

@@ -42,18 +42,21 @@ def setup(force: bool) -> None:
 @click.argument("model")
 @click.option("--target", default="rk3588", show_default=True, help="See 'twinkle edge targets'.")
 @click.option("--pruning-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.3, show_default=True)
-@click.option("--finetune-epochs", type=click.IntRange(min=0), default=3, show_default=True)
+@click.option("--finetune-epochs", type=click.IntRange(min=0), default=5, show_default=True)
 @click.option("--calibration-data", help="Data to fine-tune and calibrate on (default: the model's own).")
+@click.option("--channel-multiple", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Pruned layers keep a multiple of this many channels (1: exactly the ratio).")
 @click.option("--float", "float_only", is_flag=True, help="No INT8 (a float artefact).")
 @click.option("--target-device", help="adb id of an attached Rockchip board: run the .rknn there too "
                                       "(eval_perf, eval_memory).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def optimize(model: str, target: str, pruning_ratio: float, finetune_epochs: int, calibration_data: str | None,
-             float_only: bool, target_device: str | None, as_json: bool) -> None:
+             channel_multiple: int, float_only: bool, target_device: str | None, as_json: bool) -> None:
     """Prune MODEL (twinkle://models/NAME, a run or a checkpoint), fine-tune it back, quantize and report."""
     from twinkle_edge.optimizer import EdgeOptimizer
 
     report = EdgeOptimizer(model=model, target=target, pruning_ratio=pruning_ratio,
                            quantize=None if float_only else "int8", calibration_data=calibration_data,
-                           finetune_epochs=finetune_epochs, target_device=target_device).optimize()
+                           finetune_epochs=finetune_epochs, channel_multiple=channel_multiple,
+                           target_device=target_device).optimize()
     click.echo(json.dumps(report.to_dict(), indent=2, default=str) if as_json else str(report))

@@ -30,6 +30,10 @@ from twinkle_edge.pruning import prune_algorithm
 from twinkle_edge.report import EdgeReport, Stage
 from twinkle_edge.targets import TARGETS
 
+SAMPLES = 512
+"""Validation samples every stage is measured on (the same ones for each; all of them in a smaller set)."""
+
+
 class EdgeTargetError(TwinkleError):
     """A target this installation cannot convert for."""
 
@@ -44,6 +48,8 @@ class EdgeOptimizer:
         quantize: ``"int8"`` or ``None`` (float); ``onnx-int8`` implies INT8.
         calibration_data: data to fine-tune and calibrate on (default: the model's own).
         finetune_epochs: epochs of recovery fine-tuning after pruning (0: none).
+        channel_multiple: channels left in each pruned layer are a multiple of this (8 by default; 1 keeps
+            exactly the ratio) — kernels are much slower on unaligned channel counts.
         target_device: the adb id of an attached board (``adb devices``) for a Rockchip target: the ``.rknn``
             then also runs there, with rknn's ``eval_perf`` and ``eval_memory``; without one, board figures are
             reported as not measured.
@@ -52,8 +58,9 @@ class EdgeOptimizer:
     """
 
     def __init__(self, model: str, target: str = "rk3588", pruning_ratio: float = 0.3,
-                 quantize: str | None = "int8", calibration_data: str | None = None, finetune_epochs: int = 3,
-                 target_device: str | None = None, home: str | None = None, **options: Any) -> None:
+                 quantize: str | None = "int8", calibration_data: str | None = None, finetune_epochs: int = 5,
+                 channel_multiple: int = 8, target_device: str | None = None, home: str | None = None,
+                 **options: Any) -> None:
         """Check the target and the numbers now (nothing is loaded yet)."""
         if target not in TARGETS:
             raise EdgeTargetError(f"unknown target {target!r}; this installation converts for: "
@@ -66,11 +73,14 @@ class EdgeOptimizer:
             raise TwinkleError(f"target_device={target_device!r} is for Rockchip boards; target {target!r} runs on "
                                "this machine (drop target_device, or pick a Rockchip target)")
         self.model, self.target, self.pruning_ratio = model, target, pruning_ratio
-        self.target_device = target_device
+        if int(channel_multiple) < 1:
+            raise TwinkleError(f"channel_multiple={channel_multiple!r} must be 1 or more (8 keeps kernels fast)")
+        self.target_device, self.channel_multiple = target_device, int(channel_multiple)
         self.quantize = TARGETS[target]["quantize"] and quantize == "int8"
         self.calibration_data, self.finetune_epochs = calibration_data, int(finetune_epochs)
         self.home, self.options = home, options
         self._folder = "."
+        self._batches: list[Any] = []
 
     def optimize(self) -> EdgeReport:
         """Run every stage; returns the report (also saved as JSON and PNG with the fine-tuning run)."""
@@ -90,7 +100,7 @@ class EdgeOptimizer:
         folder = store.path(store.run_id(run_uri), "edge") if run_uri else os.path.join(
             os.path.dirname(os.path.abspath(checkpoint or ".")), "edge")
         os.makedirs(folder, exist_ok=True)
-        batches = _batches(original, prepared)
+        batches = self._batches = _batches(original, prepared, SAMPLES)
         inputs = np.concatenate([_array(original.export_inputs(b)) for b in batches])
         example = torch.as_tensor(inputs[:1])
         reference = _first_output(original.export_module(), inputs)
@@ -98,7 +108,7 @@ class EdgeOptimizer:
         stages = [self._stage("original", source, original, example, inputs, reference, run_uri)]
         pruned, info = copy.deepcopy(original), None
         if self.pruning_ratio:
-            info = prune_algorithm(pruned, example, self.pruning_ratio)
+            info = prune_algorithm(pruned, example, self.pruning_ratio, self.channel_multiple)
         pruned_ckpt = self._save_pruned(checkpoint, pruned, info, folder)
         pruned_trainer = Trainer.from_checkpoint(pruned_ckpt, self.calibration_data, mode="finetune",
                                                  home=self.home, verbose=False)
@@ -179,10 +189,11 @@ class EdgeOptimizer:
         output = os.path.join(self._folder, f"{name}{'-int8' if quantize else ''}.onnx")
         exported = trainer.export(format="onnx", quantize=quantize, output=output)
         outputs = onnx_outputs(exported.path, inputs)
+        metric, value = _metric(model, self._batches, outputs)  # every stage on the same samples
         deployed = model.export_module()
         return Stage(name=name, parameters=parameters(deployed), macs=macs(deployed, example),
                      file_bytes=exported.size_bytes, latency_ms=latency_ms(exported.path, inputs),
-                     metric=exported.metric, metric_value=exported.metric_export,
+                     metric=metric, metric_value=value,
                      similarity=similarity(reference, outputs), artefact=exported.path, run=run)
 
 

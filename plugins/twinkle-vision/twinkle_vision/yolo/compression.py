@@ -17,6 +17,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from twinkle_core.errors import TwinkleError
+
 _ROUTING = ("i", "f", "type", "np")
 """Attributes ultralytics' model parser sets on each layer (its index, inputs, type name, parameters)."""
 
@@ -74,13 +76,18 @@ def _raw_maps(detect: nn.Module, x: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def raw_head(model: nn.Module) -> nn.Module:
-    """``model`` (an exportable detection model) with its head returning :func:`_raw_maps`, in place."""
+    """``model`` (an exportable detection model) with its head returning :func:`_raw_maps`, in place.
+
+    Raises:
+        TwinkleError: an end-to-end (NMS-free) head.
+    """
     from ultralytics.nn.modules import Detect
 
     heads = [m for m in model.modules() if isinstance(m, Detect)]
     for head in heads:
         if head.end2end:
-            raise ValueError("end-to-end (NMS-free) heads have no raw-map form here")
+            raise TwinkleError(f"{type(model).__name__}'s end-to-end (NMS-free) head has no raw-map form; export "
+                               "it as a float model (quantize=False)")
         head.forward = types.MethodType(_raw_maps, head)
     return model
 
