@@ -37,10 +37,12 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml) $(CONSTRAINTS)
 demo: $(STAMP)
 	TWINKLE_HOME=$${TWINKLE_HOME:-$(CACHE)/twinkle-home} OMP_NUM_THREADS=1 $(BIN)/python examples/demo.py
 
-# Debian packages the tests drive: chromium (the dashboard's browser test, through Playwright).
+# Debian packages the tests drive: chromium (the dashboard's browser test, through Playwright) and espeak-ng
+# (English words the CMU dictionary lacks; generated speech for the audio tests).
 system:
-	@command -v chromium >/dev/null || { echo "Installing Debian's chromium for the browser test"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@command -v chromium >/dev/null && command -v espeak-ng >/dev/null || { \
+	  echo "Installing Debian's chromium and espeak-ng for the tests"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium espeak-ng >/dev/null; }
 
 test: $(STAMP) system
 	$(BIN)/lint-imports
