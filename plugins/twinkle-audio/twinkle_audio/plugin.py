@@ -1,7 +1,7 @@
 """The Twinkle plugin of twinkle-audio, found through the ``twinkle`` entry-point group.
 
-It registers the ``twinkle tts`` commands (``phonemize``). Like every Twinkle plugin module it imports nothing
-heavy at its top level.
+It registers the speech data processor (``voice-folder``) and the ``twinkle tts`` commands (``phonemize``).
+Like every Twinkle plugin module it imports nothing heavy at its top level.
 """
 
 from __future__ import annotations
@@ -13,3 +13,11 @@ from twinkle_core import Register, hookimpl
 def register_commands(register: Register) -> None:
     """``twinkle tts``."""
     register("tts", "twinkle_audio.cli:tts", description="Text-to-speech: offline front ends (zh-cn, en)")
+
+
+@hookimpl
+def register_data_processors(register: Register) -> None:
+    """A voice corpus: audio files and a transcript (metadata.csv or a MeloTTS filelist) at any URI."""
+    register("voice-folder", "twinkle_audio.speech_data:SpeechDataProcessor", task="text_to_speech",
+             formats=["folder", "csv", "list"],
+             description="audio clips + metadata.csv (id|text) or a MeloTTS filelist; checked clip by clip")
