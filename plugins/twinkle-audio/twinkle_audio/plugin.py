@@ -21,3 +21,12 @@ def register_data_processors(register: Register) -> None:
     register("voice-folder", "twinkle_audio.speech_data:SpeechDataProcessor", task="text_to_speech",
              formats=["folder", "csv", "list"],
              description="audio clips + metadata.csv (id|text) or a MeloTTS filelist; checked clip by clip")
+
+
+@hookimpl
+def register_algorithms(register: Register) -> None:
+    """MelOTTS (``melotts`` is the tiny size)."""
+    register("melotts", "twinkle_audio.melotts:MelOTTS", task="text_to_speech", aliases=["melotts-tiny"],
+             description="MeloTTS-style VITS voice (tones, languages, speakers); tiny: CPU-trainable")
+    register("melotts-base", "twinkle_audio.melotts:MelOTTSBase", task="text_to_speech",
+             description="MeloTTS-style VITS voice, GPU-sized")

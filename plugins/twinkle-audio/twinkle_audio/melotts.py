@@ -1,0 +1,158 @@
+""":class:`MelOTTS`: MeloTTS-style text-to-speech in Twinkle's engine — a VITS-style network
+(:mod:`twinkle_audio.vits.network`) over the offline front ends' phones, tones and languages, trained on a
+voice corpus (:class:`~twinkle_audio.speech_data.SpeechDataProcessor`).
+
+This first version decodes latent frames to the log-magnitude spectrogram and speaks through Griffin-Lim (the
+fast, vocoder-free path that keeps CPU training and CI quick); the loss is the spectrogram's and log-mel's L1,
+the KL between posterior and flowed prior, and the duration predictor's error on the durations monotonic
+alignment search finds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+
+from twinkle_core import Algorithm
+from twinkle_core.data import DataSpec
+from twinkle_core.errors import TwinkleError
+from twinkle_core.types import PositiveFloat, PositiveInt
+
+SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"hidden": 96, "inter": 96, "ffn": 256, "heads": 2, "encoder_layers": 3, "posterior_layers": 6,
+             "flows": 4, "decoder_layers": 6, "speaker_channels": 64, "n_fft": 512, "hop": 128, "n_mels": 64},
+    "base": {"hidden": 192, "inter": 192, "ffn": 768, "heads": 2, "encoder_layers": 6, "posterior_layers": 16,
+             "flows": 4, "decoder_layers": 10, "speaker_channels": 256, "n_fft": 1024, "hop": 256, "n_mels": 80},
+}
+"""Network and spectrogram sizes of each variant."""
+
+
+class MelOTTS(Algorithm):
+    """MeloTTS-style voice model (random init unless ``weights=``); see the module docstring."""
+
+    task = "text_to_speech"
+    size: ClassVar[str] = "tiny"
+    optimizer_defaults = {"optimizer": "adamw", "lr": 1e-3, "weight_decay": 0.01}
+    supports_mixed_precision = False
+
+    def __init__(self, weights: str | None = None, c_reconstruction: PositiveFloat = 10.0,
+                 noise_scale: float = 0.667, length_scale: PositiveFloat = 1.0,
+                 griffin_lim_iterations: PositiveInt = 32) -> None:
+        """Declare the hyperparameters.
+
+        Args:
+            weights: a state dict to start from (a path or URI); never downloaded.
+            c_reconstruction: weight of the spectrogram and log-mel L1 against the KL and duration terms.
+            noise_scale: the prior's sampling temperature when speaking. length_scale: slower (> 1) or faster.
+            griffin_lim_iterations: phase-recovery iterations when speaking.
+        """
+        super().__init__()
+        self.weights, self.c_reconstruction = weights, c_reconstruction
+        self.noise_scale, self.length_scale, self.griffin_lim_iterations = noise_scale, length_scale, griffin_lim_iterations
+        self.features: Any = None
+        self._parts: dict[str, torch.Tensor] = {}
+
+    # ------------------------------------------------------------------ model
+    def build_model(self, spec: DataSpec) -> torch.nn.Module:
+        """The network for the corpus's phone inventory, speakers and sample rate."""
+        from twinkle_audio.vits.features import Spectrogram
+        from twinkle_audio.vits.network import VitsMel
+
+        if spec.task != "text_to_speech" or "sample_rate" not in spec.extra:
+            raise TwinkleError(f"{type(self).__name__} trains on a voice corpus (the voice-folder data processor)")
+        sizes = dict(SIZES[type(self).size])
+        self.features = Spectrogram(int(spec.extra["sample_rate"]), sizes.pop("n_fft"), sizes.pop("hop"),
+                                    sizes.pop("n_mels"))
+        net = VitsMel(int(spec.vocab_size or 0), int(spec.extra["num_tones"]), int(spec.extra["num_languages"]),
+                      max(len(spec.class_names), 1), self.features.bins, **sizes)
+        if self.weights:
+            from twinkle_core import load_torch_file
+
+            net.load_state_dict(load_torch_file(self.weights, "weights"))
+        return net
+
+    def example_input(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
+        """A batch of random phones and one second of noise per clip (the planner's test forward)."""
+        spec = self.data_spec
+        rate = int(spec.extra["sample_rate"])
+        length = min(int(spec.input_shape[0]), 32)
+        return {"phones": torch.randint(1, int(spec.vocab_size), (batch_size, length)),
+                "tones": torch.zeros(batch_size, length, dtype=torch.long),
+                "languages": torch.ones(batch_size, length, dtype=torch.long),
+                "phone_lengths": torch.full((batch_size,), length), "audio": torch.randn(batch_size, rate) * 0.1,
+                "audio_lengths": torch.full((batch_size,), rate), "speakers": torch.zeros(batch_size, dtype=torch.long)}
+
+    def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        """The training forward of a batch: its loss terms (see :meth:`batch_loss`)."""
+        spec = self.features.log_magnitude(batch["audio"])
+        frames = self.features.frames(batch["audio_lengths"])
+        out = self.model(batch["phones"], batch["tones"], batch["languages"], batch["phone_lengths"], spec, frames,
+                         batch["speakers"])
+        mask = out["mask"]
+        count = mask.sum()
+        magnitude = torch.sum(torch.abs(out["spec_hat"] - spec) * mask) / (count * self.features.bins)
+        mel = torch.sum(torch.abs(self.features.log_mel(out["spec_hat"]) - self.features.log_mel(spec)) * mask) / (
+            count * self.features.n_mels)
+        return {"magnitude_l1": magnitude, "mel_l1": mel, "kl": out["kl"], "duration": out["duration"]}
+
+    @property
+    def monitor(self) -> tuple[str, Literal["min", "max"]]:
+        """The held-out log-mel L1 (teacher-forced) picks the best checkpoint."""
+        return "val_mel_l1", "min"
+
+    def eval_batch_size(self, micro_batch_size: int) -> int:
+        """Validation batches as large as training ones (clips are long)."""
+        return micro_batch_size
+
+    # ----------------------------------------------------------------- steps
+    def batch_loss(self, batch: Any) -> torch.Tensor:
+        """``c_reconstruction × (magnitude L1 + log-mel L1) + KL + duration``."""
+        self._parts = self(batch)
+        parts = self._parts
+        return self.c_reconstruction * (parts["magnitude_l1"] + parts["mel_l1"]) + parts["kl"] + parts["duration"]
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        """Loss and its parts, logged as ``train_loss``, ``train_mel_l1``, ``train_kl``, ``train_duration``."""
+        loss = self.batch_loss(batch)
+        size = len(batch["phones"])
+        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=size)
+        self.log_dict({f"train_{k}": v.detach() for k, v in self._parts.items()}, on_step=False, on_epoch=True,
+                      batch_size=size)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        """``val_loss`` and its parts on held-out clips."""
+        loss = self.batch_loss(batch)
+        size = len(batch["phones"])
+        self.log_dict({"val_loss": loss, **{f"val_{k}": v for k, v in self._parts.items()}}, prog_bar=True,
+                      batch_size=size)
+
+    # ----------------------------------------------------------------- speak
+    def speak(self, text: str, lang: str | None = None, speaker: str | int = 0) -> np.ndarray:
+        """``text`` spoken by ``speaker`` (a name or index): float32 samples at the corpus's rate."""
+        from twinkle_audio.text import phonemize
+
+        spec = self.data_spec
+        lang = lang or str(spec.extra["lang"])
+        speakers = list(spec.extra["speakers"])
+        index = speakers.index(speaker) if isinstance(speaker, str) and speaker in speakers else speaker
+        if not isinstance(index, int) or not 0 <= index < len(speakers):
+            raise TwinkleError(f"unknown speaker {speaker!r}; this voice has {', '.join(map(str, speakers))}")
+        phonemes = phonemize(text, lang)
+        as_tensor = lambda values: torch.tensor([values], device=self.device)  # noqa: E731
+        self.model.eval()
+        log_magnitude, _ = self.model.infer(as_tensor(phonemes.phone_ids), as_tensor(phonemes.tones),
+                                            as_tensor(phonemes.language_ids),
+                                            torch.tensor([len(phonemes)], device=self.device),
+                                            torch.tensor([index], device=self.device), self.noise_scale,
+                                            self.length_scale)
+        audio = self.features.griffin_lim(log_magnitude, self.griffin_lim_iterations)[0]
+        return audio.clamp(-1, 1).cpu().numpy().astype(np.float32)
+
+
+class MelOTTSBase(MelOTTS):
+    """The larger MelOTTS (GPU-sized: 192 channels, 6 encoder layers, 1024-point FFT)."""
+
+    size = "base"

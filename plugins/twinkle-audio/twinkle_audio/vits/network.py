@@ -1,0 +1,142 @@
+"""The VITS-style network of :class:`~twinkle_audio.melotts.MelOTTS`, on coqui-tts's layers.
+
+- a text encoder over phones with MeloTTS's tone and language embeddings (coqui's relative-position
+  transformer), giving the prior ``N(m_p, exp(logs_p))`` per phone;
+- a posterior encoder over the clip's log-magnitude spectrogram and a normalising flow (coqui's residual
+  coupling blocks) from the posterior to the prior's space;
+- monotonic alignment search (``monotonic_alignment_search``) between phones and frames, and a duration
+  predictor trained on the found durations;
+- a speaker embedding conditioning the posterior, the flow, the duration predictor and the decoder;
+- a convolutional decoder from the latent frames to the log-magnitude spectrogram (the vocoder-free path,
+  inverted with Griffin-Lim).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def _sequence_mask(lengths: torch.Tensor, size: int) -> torch.Tensor:
+    return (torch.arange(size, device=lengths.device)[None, :] < lengths[:, None])
+
+
+def _text_encoder_class() -> type:
+    from TTS.tts.layers.vits.networks import TextEncoder
+
+    class ToneTextEncoder(TextEncoder):
+        """coqui's VITS text encoder with tone and language embeddings summed into each phone's (MeloTTS)."""
+
+        def __init__(self, n_vocab: int, n_tones: int, n_languages: int, out_channels: int, hidden: int,
+                     ffn: int, heads: int, layers: int, kernel: int, dropout: float) -> None:
+            super().__init__(n_vocab, out_channels, hidden, ffn, heads, layers, kernel, dropout)
+            self.tone_emb = nn.Embedding(n_tones, hidden)
+            self.language_emb = nn.Embedding(n_languages, hidden)
+            nn.init.normal_(self.tone_emb.weight, 0.0, hidden ** -0.5)
+            nn.init.normal_(self.language_emb.weight, 0.0, hidden ** -0.5)
+
+        def forward(self, x: torch.Tensor, tones: torch.Tensor, languages: torch.Tensor,  # type: ignore[override]
+                    lengths: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            h = (self.emb(x) + self.tone_emb(tones) + self.language_emb(languages)) * math.sqrt(self.hidden_channels)
+            h = h.transpose(1, -1)
+            mask = _sequence_mask(lengths, h.size(2)).unsqueeze(1).to(h.dtype)
+            h = self.encoder(h * mask, mask)
+            stats = self.proj(h) * mask
+            m, logs = torch.split(stats, self.out_channels, dim=1)
+            return h, m, logs, mask
+
+    return ToneTextEncoder
+
+
+class SpectrogramDecoder(nn.Module):
+    """Latent frames → log-magnitude spectrogram: residual dilated convolutions, conditioned on the speaker."""
+
+    def __init__(self, in_channels: int, hidden: int, bins: int, layers: int, speaker_channels: int) -> None:
+        """Build the stack."""
+        super().__init__()
+        self.pre = nn.Conv1d(in_channels, hidden, 7, padding=3)
+        self.cond = nn.Conv1d(speaker_channels, hidden, 1)
+        self.blocks = nn.ModuleList(nn.Conv1d(hidden, hidden, 5, padding=2 * 2 ** (i % 3), dilation=2 ** (i % 3))
+                                    for i in range(layers))
+        self.norms = nn.ModuleList(nn.GroupNorm(1, hidden) for _ in range(layers))
+        self.post = nn.Conv1d(hidden, bins, 1)
+
+    def forward(self, z: torch.Tensor, mask: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """``[B, C, F]`` latents (masked) → ``[B, bins, F]`` log magnitudes."""
+        h = self.pre(z) + self.cond(g)
+        for conv, norm in zip(self.blocks, self.norms):
+            h = h + conv(nn.functional.gelu(norm(h))) * mask
+        return self.post(h) * mask + math.log(1e-5) * (1 - mask)
+
+
+class VitsMel(nn.Module):
+    """The whole network; :meth:`forward` returns the training losses, :meth:`infer` a spectrogram."""
+
+    def __init__(self, n_vocab: int, n_tones: int, n_languages: int, n_speakers: int, bins: int, hidden: int = 96,
+                 inter: int = 96, ffn: int = 256, heads: int = 2, encoder_layers: int = 3, posterior_layers: int = 8,
+                 flows: int = 4, decoder_layers: int = 6, speaker_channels: int = 64, dropout: float = 0.1) -> None:
+        """Build every part (sizes: see :data:`twinkle_audio.melotts.SIZES`)."""
+        super().__init__()
+        from TTS.tts.layers.glow_tts.duration_predictor import DurationPredictor
+        from TTS.tts.layers.vits.networks import PosteriorEncoder, ResidualCouplingBlocks
+
+        self.enc_p = _text_encoder_class()(n_vocab, n_tones, n_languages, inter, hidden, ffn, heads, encoder_layers,
+                                           3, dropout)
+        self.enc_q = PosteriorEncoder(bins, inter, hidden, 5, 1, posterior_layers, cond_channels=speaker_channels)
+        self.flow = ResidualCouplingBlocks(inter, hidden, 5, 1, 4, num_flows=flows, cond_channels=speaker_channels)
+        self.dp = DurationPredictor(hidden, 192, 3, 0.5, cond_channels=speaker_channels)
+        self.dec = SpectrogramDecoder(inter, hidden, bins, decoder_layers, speaker_channels)
+        self.emb_g = nn.Embedding(n_speakers, speaker_channels)
+
+    def forward(self, phones: torch.Tensor, tones: torch.Tensor, languages: torch.Tensor,
+                phone_lengths: torch.Tensor, spec: torch.Tensor, spec_lengths: torch.Tensor,
+                speakers: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Losses of one batch: ``reconstruction`` (log magnitude and log mel L1 need :meth:`reconstruction`
+        outside), ``kl``, ``duration``, and the predicted spectrogram ``spec_hat`` with its ``mask``."""
+        import monotonic_alignment_search as mas
+
+        g = self.emb_g(speakers).unsqueeze(-1)
+        h, m_p, logs_p, x_mask = self.enc_p(phones, tones, languages, phone_lengths)
+        z, m_q, logs_q, y_mask = self.enc_q(spec, spec_lengths, g=g)
+        z_p = self.flow(z, y_mask, g=g)
+        with torch.no_grad():  # monotonic alignment search on the prior's log-likelihood of each frame
+            s_p_sq_r = torch.exp(-2 * logs_p)
+            neg_cent = (torch.sum(-0.5 * math.log(2 * math.pi) - logs_p, [1], keepdim=True)
+                        + torch.matmul(-0.5 * (z_p ** 2).transpose(1, 2), s_p_sq_r)
+                        + torch.matmul(z_p.transpose(1, 2), m_p * s_p_sq_r)
+                        + torch.sum(-0.5 * (m_p ** 2) * s_p_sq_r, [1], keepdim=True))  # [B, F, L]
+            attn_mask = x_mask.unsqueeze(-1) * y_mask.unsqueeze(2)  # [B, 1, L, F]
+            attn = mas.maximum_path(neg_cent.transpose(1, 2).contiguous(), attn_mask.squeeze(1)).detach()
+        durations = attn.sum(2)  # [B, L]
+        log_durations = torch.log(durations + 1e-6).unsqueeze(1) * x_mask
+        predicted = self.dp(h.detach(), x_mask, g=g.detach())
+        duration = torch.sum((predicted - log_durations) ** 2) / torch.sum(x_mask)
+        m_frames = torch.matmul(m_p, attn)  # [B, C, F]
+        logs_frames = torch.matmul(logs_p, attn)
+        kl = logs_frames - logs_q - 0.5 + 0.5 * (z_p - m_frames) ** 2 * torch.exp(-2.0 * logs_frames)
+        kl = torch.sum(kl * y_mask) / torch.sum(y_mask)
+        spec_hat = self.dec(z * y_mask, y_mask, g)
+        return {"kl": kl, "duration": duration, "spec_hat": spec_hat, "mask": y_mask}
+
+    @torch.no_grad()
+    def infer(self, phones: torch.Tensor, tones: torch.Tensor, languages: torch.Tensor, phone_lengths: torch.Tensor,
+              speakers: torch.Tensor, noise_scale: float = 0.667, length_scale: float = 1.0,
+              max_frames: int = 4000) -> tuple[torch.Tensor, torch.Tensor]:
+        """Spectrograms ``[B, bins, F]`` and their frame counts for phone sequences (durations predicted)."""
+        g = self.emb_g(speakers).unsqueeze(-1)
+        h, m_p, logs_p, x_mask = self.enc_p(phones, tones, languages, phone_lengths)
+        w = torch.exp(self.dp(h, x_mask, g=g)) * x_mask * length_scale
+        w_ceil = torch.ceil(w).clamp(max=max_frames)
+        y_lengths = torch.clamp_min(torch.sum(w_ceil, [1, 2]), 1).long()
+        y_mask = _sequence_mask(y_lengths, int(y_lengths.max())).unsqueeze(1).to(x_mask.dtype)
+        ends = torch.cumsum(w_ceil.squeeze(1), 1)  # [B, L]: each phone's last frame + 1
+        frames = torch.arange(y_mask.shape[-1], device=phones.device)
+        starts = ends - w_ceil.squeeze(1)
+        attn = ((frames[None, None, :] >= starts[..., None]) & (frames[None, None, :] < ends[..., None])).to(m_p.dtype)
+        attn = attn * x_mask.transpose(1, 2)  # [B, L, F]
+        m_frames, logs_frames = torch.matmul(m_p, attn), torch.matmul(logs_p, attn)
+        z_p = m_frames + torch.randn_like(m_frames) * torch.exp(logs_frames) * noise_scale
+        z = self.flow(z_p, y_mask, g=g, reverse=True)
+        return self.dec(z * y_mask, y_mask, g), y_lengths
