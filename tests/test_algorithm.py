@@ -57,15 +57,23 @@ def test_subclass_trains_through_trainer(twinkle_home, cancer_csv) -> None:
     assert trainer.choice.name.endswith(":WideLinear")
 
 
-def test_task_without_a_processor_is_a_clear_error(twinkle_home, cancer_csv) -> None:
+def test_task_without_a_processor_is_a_clear_error(twinkle_home, cancer_csv, monkeypatch) -> None:
+    from twinkle_core.plugins import reset_plugin_set
+
     class Speaker(Algorithm):
-        """A text-to-speech model, a task no installed plugin has a data processor for yet."""
+        """A text-to-speech model, with no plugin loaded that has a data processor for it."""
 
         def __init__(self, voices: int = 2) -> None:
             super().__init__(task="text_to_speech")
 
-    with pytest.raises(TwinkleError, match="no installed data processor serves text_to_speech"):
-        Trainer(Speaker)
+    monkeypatch.setenv("TWINKLE_LOAD_PLUGINS", "")  # core alone: twinkle-audio's voice processor is not loaded
+    reset_plugin_set()
+    try:
+        with pytest.raises(TwinkleError, match="no installed data processor serves text_to_speech"):
+            Trainer(Speaker)
+    finally:
+        monkeypatch.delenv("TWINKLE_LOAD_PLUGINS")
+        reset_plugin_set()
 
 
 @pytest.mark.parametrize(("scheduler", "lr_after"), [("onecycle", None), ("cosine", 0.0), ("step", 1e-5)])

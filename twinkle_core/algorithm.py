@@ -73,10 +73,13 @@ class Algorithm(L.LightningModule):
         task: the task when ``__init__`` does not pass one.
         optimizer_defaults: overrides of :class:`OptimizerSettings` defaults (``{"lr": 3e-4}``).
         supports_mixed_precision: ``False`` keeps the planner from choosing 16-bit precision.
+        data_keyword: a keyword ``Trainer(...)`` takes as the data's URI for this algorithm, so that ``fit()``
+            needs no argument (MelOTTS: ``Trainer(algorithm=MelOTTS, voice_samples="s3://...")``).
     """
 
     task: str | None = None
     optimizer_defaults: ClassVar[dict[str, Any]] = {}
+    data_keyword: ClassVar[str | None] = None
     supports_mixed_precision: ClassVar[bool] = True
     """Whether the algorithm trains safely in 16-bit (the planner keeps fp32 when not)."""
 

@@ -80,6 +80,10 @@ class Trainer(Operations):
         self.algorithm_ref = algorithm
         self.choice = resolve_algorithm(algorithm)
         self.task = resolve_task(self.choice, task)
+        keyword = self.choice.cls.data_keyword
+        given_data = options.pop(keyword, None) if keyword else None  # Trainer(MelOTTS, voice_samples=URI)
+        if "steps" in options:  # the article's name for the step budget
+            options["max_steps"] = options.pop("steps")
         self.hyperparams = {**self.choice.defaults, **(hyperparams or {}), **options}
         self.data_processor = data_processor
         self.resource_strategy = resource_strategy
@@ -88,7 +92,7 @@ class Trainer(Operations):
         self.verbose = verbose
         self.callbacks = list(callbacks or [])
         self.continuation: cont.Continuation | None = None
-        self.new_data: str | None = None
+        self.new_data: str | None = given_data
         self.algorithm: Algorithm | None = None
         self.result: FitResult | None = None
         self._prepared: PreparedData | None = None

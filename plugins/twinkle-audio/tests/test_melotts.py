@@ -46,13 +46,16 @@ def test_the_voice_speaks_and_reloads_from_its_run(english) -> None:
         voice.speak("Hello.", speaker="nobody")
 
 
-def test_a_mandarin_corpus_trains_the_same_way(tmp_path, monkeypatch) -> None:
+def test_the_articles_call_trains_a_mandarin_voice(tmp_path, monkeypatch) -> None:
+    from twinkle_audio import MelOTTS
     from twinkle_audio.samples import write_espeak_corpus
 
     monkeypatch.setenv("TWINKLE_HOME", str(tmp_path / "home"))
     corpus = write_espeak_corpus(tmp_path / "zh", "zh-cn", count=12, rate=16000)
-    result = Trainer("melotts", hyperparams={"max_epochs": 3, "batch_size": 4, "lang": "zh-cn", "sample_rate": 16000,
-                                             "progress_bar": False}, verbose=False).fit(str(corpus))
+    trainer = Trainer(algorithm=MelOTTS, voice_samples=str(corpus), lang="zh-cn", steps=9,  # the article's call
+                      sample_rate=16000, batch_size=4, progress_bar=False, verbose=False)
+    result = trainer.fit()
     assert result.status == "finished" and np.isfinite(result.metrics["val_mel_l1"])
+    assert trainer.settings.max_steps == 9 and result.plan.micro_batch_size == 4
     voice, *_ = Trainer.from_checkpoint(result.run_uri, mode="finetune", verbose=False).model_for_export()
     assert len(voice.speak("你好，世界。")) > 0

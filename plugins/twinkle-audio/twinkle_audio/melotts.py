@@ -33,6 +33,7 @@ class MelOTTS(Algorithm):
     """MeloTTS-style voice model (random init unless ``weights=``); see the module docstring."""
 
     task = "text_to_speech"
+    data_keyword = "voice_samples"
     size: ClassVar[str] = "tiny"
     optimizer_defaults = {"optimizer": "adamw", "lr": 1e-3, "weight_decay": 0.01}
     supports_mixed_precision = False
