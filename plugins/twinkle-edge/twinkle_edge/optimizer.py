@@ -9,7 +9,9 @@ is a ``finetune`` child run of the model's run, and the report is saved with it.
 
 Targets (``twinkle edge targets``): ``onnx-int8`` (onnxruntime static QDQ, per channel, calibrated on real
 samples), ``onnx`` (float), and the Rockchip platforms (``rk3588`` and friends: a ``.rknn`` from rknn-toolkit2's
-own quantizer, run in its simulator on validation samples; board latency is reported as not measured).
+own quantizer, run in its simulator on validation samples; with ``target_device=`` also on an attached board,
+with rknn's ``eval_perf`` and ``eval_memory``, otherwise board figures are reported as not measured). Detectors
+are converted with their raw per-scale maps and decoded on the CPU (``Algorithm.quantizable_export``).
 """
 
 from __future__ import annotations
