@@ -92,6 +92,25 @@ def test_unsupported_opset_and_torchscript_quantize_are_named_errors(trained) ->
         trainer.export(format="torchscript", quantize=True)
 
 
+def test_synthesize_is_a_named_error_for_a_model_that_makes_no_audio(trained) -> None:
+    trainer, _, _ = trained
+    with pytest.raises(TwinkleError, match="TabularMLP does not generate audio"):
+        trainer.synthesize("hello")
+
+
+def test_wav_bytes_are_16_bit_pcm() -> None:
+    import io
+    import wave
+
+    import numpy as np
+
+    from twinkle_core.engine.synthesis import wav_bytes
+
+    with wave.open(io.BytesIO(wav_bytes(np.array([0.0, 0.5, -1.5], dtype=np.float32), 16000))) as read:
+        assert (read.getnchannels(), read.getsampwidth(), read.getframerate(), read.getnframes()) == (1, 2, 16000, 3)
+        assert np.frombuffer(read.readframes(3), "<i2").tolist() == [0, 16383, -32767]
+
+
 def test_continue_on_new_data_makes_a_child_run(trained, tmp_path, cancer_csv) -> None:
     _, result, home = trained
     new_data = tmp_path / "more.csv"

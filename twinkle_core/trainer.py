@@ -397,6 +397,22 @@ class Trainer(Operations):
         exporter = exporter_for(format)  # an unknown format is an error before the model is rebuilt
         return export_run(self.store, exporter, *self.model_for_export(), output, quantize, options)
 
+    def synthesize(self, text: str, output: str | None = None, **options: Any) -> str:
+        """Speak ``text`` with the best checkpoint's model and write a WAV file; returns its path.
+
+        For algorithms that generate audio (they define ``synthesize(text, **options)`` returning samples and
+        their rate — MelOTTS takes ``lang=`` and ``speaker=``).
+
+        Args:
+            text: what to say.
+            output: where to write it (any URI); default ``<run>/samples/<text>.wav``.
+            **options: the algorithm's synthesis options.
+        """
+        from twinkle_core.engine.synthesis import synthesize
+
+        model, _, run_uri, _ = self.model_for_export()
+        return synthesize(self.store, model, run_uri, text, output, options)
+
     # ---------------------------------------------------------- continuation
     @classmethod
     def from_checkpoint(

@@ -36,6 +36,35 @@ def test_the_held_out_spectrogram_error_falls(english) -> None:
     assert {"train_kl", "train_duration", "train_magnitude_l1"} <= set(metrics.columns)
 
 
+def test_every_validation_saves_spoken_held_out_sentences(english) -> None:
+    import soundfile
+
+    folders = sorted((Path(english.run_dir) / "samples").glob("epoch-*"))
+    assert len(folders) == 20 and folders[-1].name == "epoch-019"
+    wavs, pngs = sorted(folders[-1].glob("*.wav")), sorted(folders[-1].glob("*.png"))
+    assert len(wavs) == len(pngs) >= 1 and pngs[0].stat().st_size > 5000
+    samples, rate = soundfile.read(wavs[0])
+    assert rate == 16000 and len(samples) > 1000
+
+
+def test_trainer_synthesize_and_twinkle_tts_say_write_wavs(english, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    import soundfile
+
+    trainer = Trainer.from_checkpoint(english.run_uri, mode="finetune", verbose=False)
+    written = trainer.synthesize("Seven green apples.", lang="en")
+    assert written.endswith("samples/Seven-green-apples.wav") and Path(written).exists()
+    samples, rate = soundfile.read(written)
+    assert rate == 16000 and len(samples) > 1000
+    out = tmp_path / "say.wav"
+    said = subprocess.run([sys.executable, "-m", "twinkle_core", "tts", "say", english.run_uri, "Good night.", "-o",
+                           str(out)], capture_output=True, text=True, timeout=300)
+    assert said.returncode == 0, said.stderr[-2000:]
+    assert out.exists() and soundfile.info(str(out)).samplerate == 16000
+
+
 def test_the_voice_speaks_and_reloads_from_its_run(english) -> None:
     voice, *_ = Trainer.from_checkpoint(english.run_uri, mode="finetune", verbose=False).model_for_export()
     audio = voice.speak("The train leaves at nine.")

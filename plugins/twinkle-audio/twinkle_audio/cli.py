@@ -12,7 +12,7 @@ import click
 
 @click.group()
 def tts() -> None:
-    """Text-to-speech: phonemize text (and, with a trained voice, speak it)."""
+    """Text-to-speech: phonemize text, and speak it with a trained voice."""
 
 
 @tts.command("phonemize")
@@ -30,3 +30,19 @@ def phonemize(text: str, lang: str, as_json: bool) -> None:
         return
     click.echo(f"words:  {' | '.join(result.words)}")
     click.echo(f"phones: {result}")
+
+
+@tts.command("say")
+@click.argument("run")
+@click.argument("text")
+@click.option("--output", "-o", help="The WAV to write (default: the run's samples/ folder).")
+@click.option("--lang", help="The front end (default: the voice's language).")
+@click.option("--speaker", default="0", show_default=True, help="A speaker's name or index.")
+def say(run: str, text: str, output: str | None, lang: str | None, speaker: str) -> None:
+    """Speak TEXT with the voice trained in RUN (twinkle://user/project/runN or a checkpoint) into a WAV."""
+    from twinkle_core import Trainer
+
+    chosen: str | int = int(speaker) if speaker.isdigit() else speaker
+    path = Trainer.from_checkpoint(run, mode="finetune", verbose=False).synthesize(text, output, lang=lang,
+                                                                                  speaker=chosen)
+    click.echo(f"Wrote {path}")

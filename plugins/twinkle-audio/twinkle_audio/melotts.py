@@ -27,6 +27,8 @@ SIZES: dict[str, dict[str, Any]] = {
              "flows": 4, "decoder_layers": 10, "speaker_channels": 256, "n_fft": 1024, "hop": 256, "n_mels": 80},
 }
 """Network and spectrogram sizes of each variant."""
+SAMPLES_KEPT = 2
+"""Held-out sentences spoken and saved with the run at every validation."""
 
 
 class MelOTTS(Algorithm):
@@ -129,6 +131,24 @@ class MelOTTS(Algorithm):
         size = len(batch["phones"])
         self.log_dict({"val_loss": loss, **{f"val_{k}": v for k, v in self._parts.items()}}, prog_bar=True,
                       batch_size=size)
+        if batch_idx == 0:
+            self._held_out = [(key, text, audio[:int(length)].detach().cpu()) for key, text, audio, length in
+                              zip(batch["keys"], batch["texts"], batch["audio"], batch["audio_lengths"])][:SAMPLES_KEPT]
+
+    def on_validation_epoch_end(self) -> None:
+        """Rank zero speaks the first held-out sentences and saves them with the run: ``samples/epoch-NNN/`` holds
+        each as a WAV and a PNG of its log-mel spectrogram beside the recording's."""
+        trainer = self.trainer
+        if trainer.sanity_checking or not trainer.is_global_zero or not getattr(self, "_held_out", None):
+            return
+        import os
+
+        folder = os.path.join(trainer.default_root_dir, "samples", f"epoch-{self.current_epoch:03d}")
+        for key, text, recording in self._held_out:
+            spoken = self.speak(text)
+            stem = os.path.join(folder, key.rsplit(".", 1)[0])
+            _save_sample(stem, spoken, recording.numpy(), int(self.data_spec.extra["sample_rate"]), text,
+                         self.features)
 
     # ----------------------------------------------------------------- speak
     def speak(self, text: str, lang: str | None = None, speaker: str | int = 0) -> np.ndarray:
@@ -151,6 +171,40 @@ class MelOTTS(Algorithm):
                                             self.length_scale)
         audio = self.features.griffin_lim(log_magnitude, self.griffin_lim_iterations)[0]
         return audio.clamp(-1, 1).cpu().numpy().astype(np.float32)
+
+
+    def synthesize(self, text: str, lang: str | None = None, speaker: str | int = 0) -> tuple[np.ndarray, int]:
+        """``text`` spoken (:meth:`speak`) and the sample rate — what ``Trainer.synthesize`` writes as a WAV."""
+        return self.speak(text, lang, speaker), int(self.data_spec.extra["sample_rate"])
+
+
+def _save_sample(stem: str, spoken: np.ndarray, recording: np.ndarray, rate: int, text: str, features: Any) -> None:
+    """``<stem>.wav`` (the voice) and ``<stem>.png`` (its log-mel over the recording's), written atomically."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import soundfile
+
+    from twinkle_core.data import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    soundfile.write(buffer, spoken, rate, format="WAV", subtype="PCM_16")
+    atomic_write_bytes(stem + ".wav", buffer.getvalue())
+    with torch.no_grad():
+        mels = [features.log_mel(features.log_magnitude(torch.from_numpy(np.ascontiguousarray(a))[None]))[0].numpy()
+                for a in (spoken, recording)]
+    figure, axes = plt.subplots(2, 1, figsize=(8, 4.5), sharex=True)
+    for axis, mel, title in zip(axes, mels, ("spoken by the model", "recording")):
+        axis.imshow(mel, origin="lower", aspect="auto", interpolation="none")
+        axis.set_title(f"{title}: {text[:60]}", fontsize=9)
+    figure.tight_layout()
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=80)
+    plt.close(figure)
+    atomic_write_bytes(stem + ".png", image.getvalue())
 
 
 class MelOTTSBase(MelOTTS):
