@@ -34,6 +34,9 @@ def test_the_held_out_spectrogram_error_falls(english) -> None:
     held_out = metrics["val_mel_l1"].dropna().tolist()
     assert len(held_out) == 20 and held_out[-1] < 0.6 * held_out[0]
     assert {"train_kl", "train_duration", "train_magnitude_l1"} <= set(metrics.columns)
+    last = metrics.dropna(subset=["val_mcd"]).iloc[-1]
+    print("MCD-DTW", dict(last[["val_mcd", "val_mcd_white_noise", "val_mcd_mean_spectrum"]]))
+    assert np.isfinite(last["val_mcd"]) and last["val_mcd"] < last["val_mcd_white_noise"]  # beats white noise
 
 
 def test_every_validation_saves_spoken_held_out_sentences(english) -> None:

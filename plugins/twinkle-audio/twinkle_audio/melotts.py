@@ -136,19 +136,28 @@ class MelOTTS(Algorithm):
                               zip(batch["keys"], batch["texts"], batch["audio"], batch["audio_lengths"])][:SAMPLES_KEPT]
 
     def on_validation_epoch_end(self) -> None:
-        """Rank zero speaks the first held-out sentences and saves them with the run: ``samples/epoch-NNN/`` holds
-        each as a WAV and a PNG of its log-mel spectrogram beside the recording's."""
-        trainer = self.trainer
-        if trainer.sanity_checking or not trainer.is_global_zero or not getattr(self, "_held_out", None):
-            return
+        """Speak the first held-out sentences and score them against their recordings: ``val_mcd`` (MCD-DTW, dB)
+        beside its baselines ``val_mcd_white_noise`` and ``val_mcd_mean_spectrum`` (averaged over ranks). Rank
+        zero saves them with the run: ``samples/epoch-NNN/`` holds each as a WAV and a PNG of its log-mel
+        spectrogram over the recording's."""
         import os
 
+        from twinkle_audio.quality import scores
+
+        trainer = self.trainer
+        if trainer.sanity_checking or not getattr(self, "_held_out", None):
+            return
+        rate = int(self.data_spec.extra["sample_rate"])
         folder = os.path.join(trainer.default_root_dir, "samples", f"epoch-{self.current_epoch:03d}")
+        totals: dict[str, float] = {}
         for key, text, recording in self._held_out:
             spoken = self.speak(text)
-            stem = os.path.join(folder, key.rsplit(".", 1)[0])
-            _save_sample(stem, spoken, recording.numpy(), int(self.data_spec.extra["sample_rate"]), text,
-                         self.features)
+            for name, value in scores(recording.numpy(), spoken, rate).items():
+                totals[name] = totals.get(name, 0.0) + value / len(self._held_out)
+            if trainer.is_global_zero:
+                _save_sample(os.path.join(folder, key.rsplit(".", 1)[0]), spoken, recording.numpy(), rate, text,
+                             self.features)
+        self.log_dict({f"val_{name}": value for name, value in totals.items()})
 
     # ----------------------------------------------------------------- speak
     def speak(self, text: str, lang: str | None = None, speaker: str | int = 0) -> np.ndarray:
