@@ -78,15 +78,44 @@ def test_the_voice_speaks_and_reloads_from_its_run(english) -> None:
         voice.speak("Hello.", speaker="nobody")
 
 
-def test_the_articles_call_trains_a_mandarin_voice(tmp_path, monkeypatch) -> None:
+@pytest.fixture
+def loopback_s3(monkeypatch):  # noqa: ANN201
+    """An S3-protocol server (moto) on 127.0.0.1 and an s3fs filesystem on it."""
+    import socket
+
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
+                       "FSSPEC_S3_ENDPOINT_URL": endpoint}.items():
+        monkeypatch.setenv(key, value)
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield s3fs.S3FileSystem(endpoint_url=endpoint)
+    s3fs.S3FileSystem.clear_instance_cache()
+    server.stop()
+
+
+def test_the_articles_call_trains_a_mandarin_voice_from_s3(tmp_path, monkeypatch, loopback_s3) -> None:
     from twinkle_audio import MelOTTS
     from twinkle_audio.samples import write_espeak_corpus
 
     monkeypatch.setenv("TWINKLE_HOME", str(tmp_path / "home"))
     corpus = write_espeak_corpus(tmp_path / "zh", "zh-cn", count=12, rate=16000)
-    trainer = Trainer(algorithm=MelOTTS, voice_samples=str(corpus), lang="zh-cn", steps=9,  # the article's call
-                      sample_rate=16000, batch_size=4, progress_bar=False, verbose=False)
+    loopback_s3.mkdir("voice-dataset")
+    loopback_s3.put(str(corpus), "voice-dataset/zh-cn", recursive=True)
+    trainer = Trainer(algorithm=MelOTTS, voice_samples="s3://voice-dataset/zh-cn/", lang="zh-cn", steps=9,
+                      sample_rate=16000, batch_size=4, progress_bar=False, verbose=False)  # the article's call
     result = trainer.fit()
+    from twinkle_core import RunStore
+
+    assert RunStore().get(result.run_uri).data_uri == "s3://voice-dataset/zh-cn/"
     assert result.status == "finished" and np.isfinite(result.metrics["val_mel_l1"])
     assert trainer.settings.max_steps == 9 and result.plan.micro_batch_size == 4
     voice, *_ = Trainer.from_checkpoint(result.run_uri, mode="finetune", verbose=False).model_for_export()

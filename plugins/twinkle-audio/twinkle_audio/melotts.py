@@ -160,8 +160,10 @@ class MelOTTS(Algorithm):
         self.log_dict({f"val_{name}": value for name, value in totals.items()})
 
     # ----------------------------------------------------------------- speak
-    def speak(self, text: str, lang: str | None = None, speaker: str | int = 0) -> np.ndarray:
-        """``text`` spoken by ``speaker`` (a name or index): float32 samples at the corpus's rate."""
+    def speak(self, text: str, lang: str | None = None, speaker: str | int = 0, seed: int = 0) -> np.ndarray:
+        """``text`` spoken by ``speaker`` (a name or index): float32 samples at the corpus's rate. The prior's
+        noise is drawn from its own generator seeded with ``seed`` (the same text, the same speech; training's
+        random state is left alone)."""
         from twinkle_audio.text import phonemize
 
         spec = self.data_spec
@@ -177,7 +179,8 @@ class MelOTTS(Algorithm):
                                             as_tensor(phonemes.language_ids),
                                             torch.tensor([len(phonemes)], device=self.device),
                                             torch.tensor([index], device=self.device), self.noise_scale,
-                                            self.length_scale)
+                                            self.length_scale,
+                                            generator=torch.Generator(device=self.device).manual_seed(seed))
         audio = self.features.griffin_lim(log_magnitude, self.griffin_lim_iterations)[0]
         return audio.clamp(-1, 1).cpu().numpy().astype(np.float32)
 

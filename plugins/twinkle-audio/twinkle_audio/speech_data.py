@@ -120,6 +120,7 @@ class SpeechDataProcessor(DataProcessor):
     def _transcript(self, uri: str) -> tuple[Any, str, str]:
         """The filesystem, the transcript's path and the corpus folder."""
         fs, path = require_exists(uri, "voice samples")
+        path = path.rstrip("/")  # "s3://voice-dataset/zh-cn/" names the folder
         if not fs.isdir(path):
             return fs, path, path.rsplit("/", 1)[0] if "/" in path else ""
         for name in ("metadata.csv", "filelist.txt"):

@@ -123,8 +123,9 @@ class VitsMel(nn.Module):
     @torch.no_grad()
     def infer(self, phones: torch.Tensor, tones: torch.Tensor, languages: torch.Tensor, phone_lengths: torch.Tensor,
               speakers: torch.Tensor, noise_scale: float = 0.667, length_scale: float = 1.0,
-              max_frames: int = 4000) -> tuple[torch.Tensor, torch.Tensor]:
-        """Spectrograms ``[B, bins, F]`` and their frame counts for phone sequences (durations predicted)."""
+              max_frames: int = 4000, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Spectrograms ``[B, bins, F]`` and their frame counts for phone sequences (durations predicted); the
+        prior's noise comes from ``generator`` (the global generator when ``None``)."""
         g = self.emb_g(speakers).unsqueeze(-1)
         h, m_p, logs_p, x_mask = self.enc_p(phones, tones, languages, phone_lengths)
         w = torch.exp(self.dp(h, x_mask, g=g)) * x_mask * length_scale
@@ -137,6 +138,7 @@ class VitsMel(nn.Module):
         attn = ((frames[None, None, :] >= starts[..., None]) & (frames[None, None, :] < ends[..., None])).to(m_p.dtype)
         attn = attn * x_mask.transpose(1, 2)  # [B, L, F]
         m_frames, logs_frames = torch.matmul(m_p, attn), torch.matmul(logs_p, attn)
-        z_p = m_frames + torch.randn_like(m_frames) * torch.exp(logs_frames) * noise_scale
+        noise = torch.randn(m_frames.shape, generator=generator, device=m_frames.device, dtype=m_frames.dtype)
+        z_p = m_frames + noise * torch.exp(logs_frames) * noise_scale
         z = self.flow(z_p, y_mask, g=g, reverse=True)
         return self.dec(z * y_mask, y_mask, g), y_lengths
