@@ -91,8 +91,9 @@ class MelOTTS(Algorithm):
         """The training forward of a batch: its loss terms (see :meth:`batch_loss`)."""
         spec = self.features.log_magnitude(batch["audio"])
         frames = self.features.frames(batch["audio_lengths"])
-        out = self.model(batch["phones"], batch["tones"], batch["languages"], batch["phone_lengths"], spec, frames,
-                         batch["speakers"])
+        (phones, tones, languages), lengths = _with_blanks(batch["phones"], batch["tones"], batch["languages"],
+                                                           lengths=batch["phone_lengths"])
+        out = self.model(phones, tones, languages, lengths, spec, frames, batch["speakers"])
         mask = out["mask"]
         count = mask.sum()
         magnitude = torch.sum(torch.abs(out["spec_hat"] - spec) * mask) / (count * self.features.bins)
@@ -174,10 +175,11 @@ class MelOTTS(Algorithm):
             raise TwinkleError(f"unknown speaker {speaker!r}; this voice has {', '.join(map(str, speakers))}")
         phonemes = phonemize(text, lang)
         as_tensor = lambda values: torch.tensor([values], device=self.device)  # noqa: E731
+        (phones, tones, languages), lengths = _with_blanks(
+            as_tensor(phonemes.phone_ids), as_tensor(phonemes.tones), as_tensor(phonemes.language_ids),
+            lengths=torch.tensor([len(phonemes)], device=self.device))
         self.model.eval()
-        log_magnitude, _ = self.model.infer(as_tensor(phonemes.phone_ids), as_tensor(phonemes.tones),
-                                            as_tensor(phonemes.language_ids),
-                                            torch.tensor([len(phonemes)], device=self.device),
+        log_magnitude, _ = self.model.infer(phones, tones, languages, lengths,
                                             torch.tensor([index], device=self.device), self.noise_scale,
                                             self.length_scale,
                                             generator=torch.Generator(device=self.device).manual_seed(seed))
@@ -188,6 +190,17 @@ class MelOTTS(Algorithm):
     def synthesize(self, text: str, lang: str | None = None, speaker: str | int = 0) -> tuple[np.ndarray, int]:
         """``text`` spoken (:meth:`speak`) and the sample rate — what ``Trainer.synthesize`` writes as a WAV."""
         return self.speak(text, lang, speaker), int(self.data_spec.extra["sample_rate"])
+
+
+def _with_blanks(*sequences: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """VITS's ``add_blank``: the pad id (0) between every two phones and at both ends, so the alignment can give
+    each transition frames of its own; lengths become ``2 × length + 1``."""
+    out = []
+    for values in sequences:
+        spread = torch.zeros(values.shape[0], 2 * values.shape[1] + 1, dtype=values.dtype, device=values.device)
+        spread[:, 1::2] = values
+        out.append(spread)
+    return out, 2 * lengths + 1
 
 
 def _save_sample(stem: str, spoken: np.ndarray, recording: np.ndarray, rate: int, text: str, features: Any) -> None:
