@@ -110,6 +110,7 @@ class Trainer(Operations):
         other = Trainer(self.algorithm_ref, self.task, {**self.hyperparams, **hyperparams}, **options)
         other.monitor_config, other.budget_config = self.monitor_config, self.budget_config
         other._shared_data = self._shared_data
+        other.new_data = self.new_data  # data named by keyword (voice_samples=...) or by from_checkpoint
         return other
 
     def valid_hyperparameters(self) -> set[str]:

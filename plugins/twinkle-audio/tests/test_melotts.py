@@ -116,6 +116,7 @@ def test_the_articles_call_trains_a_mandarin_voice_from_s3(tmp_path, monkeypatch
     from twinkle_core import RunStore
 
     assert RunStore().get(result.run_uri).data_uri == "s3://voice-dataset/zh-cn/"
+    assert trainer.variant({"lr": 1e-4}).new_data == "s3://voice-dataset/zh-cn/"  # tuning trials keep the data
     assert result.status == "finished" and np.isfinite(result.metrics["val_mel_l1"])
     assert trainer.settings.max_steps == 9 and result.plan.micro_batch_size == 4
     voice, *_ = Trainer.from_checkpoint(result.run_uri, mode="finetune", verbose=False).model_for_export()
