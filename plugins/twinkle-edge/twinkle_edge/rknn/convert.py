@@ -184,21 +184,27 @@ class RKNNSession:
                               input_names=["input"])
         return {**self.build(onnx_path, output, target, quantize, calibration), "onnx": onnx_path}
 
-    def run(self, inputs: np.ndarray) -> list[np.ndarray]:
-        """Every sample of ``inputs`` (N × the ONNX input's shape) through the simulator; each model output,
-        stacked over the samples (float32, the ONNX layout)."""
+    def _infer(self, request: dict[str, Any], inputs: np.ndarray, what: str) -> dict[str, Any]:
+        """Send ``inputs`` with ``request`` (``run`` or ``board``); the answer with ``outputs``: each model output
+        stacked over the samples (float32, the ONNX layout). The exchanged files are removed."""
         self._runs += 1
         feed = os.path.join(self.workdir, f"inputs-{self._runs}.npy")
         result = os.path.join(self.workdir, f"outputs-{self._runs}.npz")
         np.save(feed, np.asarray(inputs, dtype=np.float32))
         try:
-            self._ask({"op": "run", "inputs": feed, "outputs": result}, f"running {self.built} in the simulator")
+            answer = self._ask({**request, "inputs": feed, "outputs": result}, what)
             with np.load(result) as stored:
-                return [stored[f"arr_{i}"] for i in range(len(stored.files))]
+                answer["outputs"] = [stored[f"arr_{i}"] for i in range(len(stored.files))]
+            return answer
         finally:
             for path in (feed, result):
                 if os.path.exists(path):
                     os.unlink(path)
+
+    def run(self, inputs: np.ndarray) -> list[np.ndarray]:
+        """Every sample of ``inputs`` (N × the ONNX input's shape) through the simulator; each model output,
+        stacked over the samples (float32, the ONNX layout)."""
+        return self._infer({"op": "run"}, inputs, f"running {self.built} in the simulator")["outputs"]
 
     def analyse(self, sample: np.ndarray, output_dir: str) -> str:
         """rknn's per-layer accuracy analysis of one sample (float reference vs the built model), written under
@@ -217,21 +223,8 @@ class RKNNSession:
         Raises:
             RKNNError: no such board (rknn's ``init_runtime`` names why), or a failing step.
         """
-        self._runs += 1
-        feed = os.path.join(self.workdir, f"inputs-{self._runs}.npy")
-        result = os.path.join(self.workdir, f"outputs-{self._runs}.npz")
-        np.save(feed, np.asarray(inputs, dtype=np.float32))
-        try:
-            answer = self._ask({"op": "board", "rknn": os.path.abspath(rknn_path), "target": target,
-                                "device": device, "inputs": feed, "outputs": result},
-                               f"running {rknn_path} on board {device!r} ({target})")
-            with np.load(result) as stored:
-                answer["outputs"] = [stored[f"arr_{i}"] for i in range(len(stored.files))]
-            return answer
-        finally:
-            for path in (feed, result):
-                if os.path.exists(path):
-                    os.unlink(path)
+        return self._infer({"op": "board", "rknn": os.path.abspath(rknn_path), "target": target, "device": device},
+                           inputs, f"running {rknn_path} on board {device!r} ({target})")
 
     def close(self) -> None:
         """Stop the worker and remove its folder."""

@@ -53,6 +53,24 @@ def step(name: str, call: Callable[[], Any], seconds: dict[str, float]) -> Any:
     return value
 
 
+def infer_all(rknn: Any, request: dict, seconds: dict[str, float]) -> int:
+    """Each sample of ``request["inputs"]`` (batch of one, NCHW) through ``rknn``'s runtime (simulator or board);
+    every model output stacked over the samples into ``request["outputs"]`` (npz). Returns the sample count."""
+    import numpy as np
+
+    inputs = np.load(request["inputs"])
+    stacks: list[list[Any]] = []
+    for index in range(len(inputs)):
+        outputs = step("inference", lambda: rknn.inference(inputs=[inputs[index:index + 1]], data_format="nchw"),
+                       seconds)
+        for position, value in enumerate(outputs):
+            if position == len(stacks):
+                stacks.append([])
+            stacks[position].append(np.asarray(value, dtype=np.float32))
+    np.savez(request["outputs"], *[np.concatenate(values) for values in stacks])
+    return int(len(inputs))
+
+
 class Simulator:
     """One model, built from ONNX and held in rknn's simulator."""
 
@@ -83,22 +101,11 @@ class Simulator:
 
     def run(self, request: dict) -> dict:
         """Each sample (batch of one, NCHW) through the simulator; every output stacked over the samples."""
-        import numpy as np
-
         if self.rknn is None:
             raise StepError("inference", "no model is built yet")
         seconds: dict[str, float] = {}
-        inputs = np.load(request["inputs"])
-        stacks: list[list[Any]] = []
-        for index in range(len(inputs)):
-            outputs = step("inference", lambda: self.rknn.inference(inputs=[inputs[index:index + 1]],
-                                                                    data_format="nchw"), seconds)
-            for position, value in enumerate(outputs):
-                if position == len(stacks):
-                    stacks.append([])
-                stacks[position].append(np.asarray(value, dtype=np.float32))
-        np.savez(request["outputs"], *[np.concatenate(values) for values in stacks])
-        return {"ok": True, "outputs": request["outputs"], "count": int(len(inputs)), "seconds": seconds}
+        count = infer_all(self.rknn, request, seconds)
+        return {"ok": True, "outputs": request["outputs"], "count": count, "seconds": seconds}
 
     def analyse(self, request: dict) -> dict:
         """rknn's per-layer accuracy analysis (float reference vs simulator) of one sample, written to a folder."""
@@ -112,7 +119,6 @@ class Simulator:
     def board(self, request: dict) -> dict:
         """The exported ``.rknn`` on a board (``device``: its adb id): the inputs run there, then rknn's
         ``eval_perf`` and ``eval_memory`` (the board's own figures, as rknn reports them)."""
-        import numpy as np
         from rknn.api import RKNN
 
         seconds: dict[str, float] = {}
@@ -121,16 +127,7 @@ class Simulator:
             step("load_rknn", lambda: rknn.load_rknn(request["rknn"]), seconds)
             step("init_runtime", lambda: rknn.init_runtime(target=request["target"], device_id=request["device"],
                                                            eval_mem=True), seconds)
-            inputs = np.load(request["inputs"])
-            stacks: list[list[Any]] = []
-            for index in range(len(inputs)):
-                outputs = step("inference", lambda: rknn.inference(inputs=[inputs[index:index + 1]],
-                                                                   data_format="nchw"), seconds)
-                for position, value in enumerate(outputs):
-                    if position == len(stacks):
-                        stacks.append([])
-                    stacks[position].append(np.asarray(value, dtype=np.float32))
-            np.savez(request["outputs"], *[np.concatenate(values) for values in stacks])
+            infer_all(rknn, request, seconds)
             perf = step("eval_perf", lambda: rknn.eval_perf(is_print=False), seconds)
             memory = step("eval_memory", lambda: rknn.eval_memory(is_print=False), seconds)
         finally:
