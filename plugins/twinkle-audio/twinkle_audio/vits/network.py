@@ -19,12 +19,9 @@ import torch
 from torch import nn
 
 
-def _sequence_mask(lengths: torch.Tensor, size: int) -> torch.Tensor:
-    return (torch.arange(size, device=lengths.device)[None, :] < lengths[:, None])
-
-
 def _text_encoder_class() -> type:
     from TTS.tts.layers.vits.networks import TextEncoder
+    from TTS.tts.utils.helpers import sequence_mask
 
     class ToneTextEncoder(TextEncoder):
         """coqui's VITS text encoder with tone and language embeddings summed into each phone's (MeloTTS)."""
@@ -41,7 +38,7 @@ def _text_encoder_class() -> type:
                     lengths: torch.Tensor) -> tuple[torch.Tensor, ...]:
             h = (self.emb(x) + self.tone_emb(tones) + self.language_emb(languages)) * math.sqrt(self.hidden_channels)
             h = h.transpose(1, -1)
-            mask = _sequence_mask(lengths, h.size(2)).unsqueeze(1).to(h.dtype)
+            mask = sequence_mask(lengths, h.size(2)).unsqueeze(1).to(h.dtype)
             h = self.encoder(h * mask, mask)
             stats = self.proj(h) * mask
             m, logs = torch.split(stats, self.out_channels, dim=1)
@@ -126,17 +123,15 @@ class VitsMel(nn.Module):
               max_frames: int = 4000, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Spectrograms ``[B, bins, F]`` and their frame counts for phone sequences (durations predicted); the
         prior's noise comes from ``generator`` (the global generator when ``None``)."""
+        from TTS.tts.utils.helpers import generate_path, sequence_mask
+
         g = self.emb_g(speakers).unsqueeze(-1)
         h, m_p, logs_p, x_mask = self.enc_p(phones, tones, languages, phone_lengths)
         w = torch.exp(self.dp(h, x_mask, g=g)) * x_mask * length_scale
         w_ceil = torch.ceil(w).clamp(max=max_frames)
         y_lengths = torch.clamp_min(torch.sum(w_ceil, [1, 2]), 1).long()
-        y_mask = _sequence_mask(y_lengths, int(y_lengths.max())).unsqueeze(1).to(x_mask.dtype)
-        ends = torch.cumsum(w_ceil.squeeze(1), 1)  # [B, L]: each phone's last frame + 1
-        frames = torch.arange(y_mask.shape[-1], device=phones.device)
-        starts = ends - w_ceil.squeeze(1)
-        attn = ((frames[None, None, :] >= starts[..., None]) & (frames[None, None, :] < ends[..., None])).to(m_p.dtype)
-        attn = attn * x_mask.transpose(1, 2)  # [B, L, F]
+        y_mask = sequence_mask(y_lengths, int(y_lengths.max())).unsqueeze(1).to(x_mask.dtype)
+        attn = generate_path(w_ceil.squeeze(1), x_mask.transpose(1, 2) * y_mask)  # [B, L, F]: phone → its frames
         m_frames, logs_frames = torch.matmul(m_p, attn), torch.matmul(logs_p, attn)
         noise = torch.randn(m_frames.shape, generator=generator, device=m_frames.device, dtype=m_frames.dtype)
         z_p = m_frames + noise * torch.exp(logs_frames) * noise_scale
