@@ -71,8 +71,8 @@ def test_trainer_synthesize_and_twinkle_tts_say_write_wavs(english, tmp_path) ->
 def test_the_voice_speaks_and_reloads_from_its_run(english) -> None:
     voice, *_ = Trainer.from_checkpoint(english.run_uri, mode="finetune", verbose=False).model_for_export()
     audio = voice.speak("The train leaves at nine.")
-    seconds = len(audio) / 16000
-    assert audio.dtype == np.float32 and np.isfinite(audio).all() and 0.3 < seconds < 10
+    audio_seconds = len(audio) / 16000  # the speech's length, not a time measured
+    assert audio.dtype == np.float32 and np.isfinite(audio).all() and 0.3 < audio_seconds < 10
     assert float(np.abs(audio).max()) > 0.001  # not silence
     with pytest.raises(Exception, match="unknown speaker 'nobody'"):
         voice.speak("Hello.", speaker="nobody")

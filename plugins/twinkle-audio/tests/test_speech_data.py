@@ -32,8 +32,8 @@ def test_a_corpus_becomes_phones_and_audio_at_the_models_rate(corpus: Path) -> N
     assert prepared.details["clips"] == 10 and prepared.details["bad_clips"] == 0
     assert (prepared.details["train_clips"], prepared.details["val_clips"]) == (9, 1)
     sample = prepared.train[0]
-    seconds = len(sample["audio"]) / 16000
-    assert 1.0 < seconds < 4.0 and sample["audio"].abs().max() <= 1.0
+    audio_seconds = len(sample["audio"]) / 16000  # the clip's length, not a time measured
+    assert 1.0 < audio_seconds < 4.0 and sample["audio"].abs().max() <= 1.0
     assert sample["phones"].shape == sample["tones"].shape == sample["languages"].shape
     assert prepared.spec.extra["sample_rate"] == 16000 and prepared.spec.class_names == ("default",)
     batch = prepared.collate_fn([prepared.train[0], prepared.train[1]])
