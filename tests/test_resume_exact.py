@@ -15,24 +15,16 @@ from twinkle_core import RunStore
 
 SCRIPT = textwrap.dedent(
     '''
-    import os, signal, sys
-    import lightning as L
+    import sys
     from twinkle_core import Trainer
-
-    class KillAt(L.Callback):
-        """SIGKILL this process when the given optimizer step is about to start."""
-        def __init__(self, step):
-            self.step = step
-        def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            if trainer.global_step == self.step:
-                os.kill(os.getpid(), signal.SIGKILL)
+    from twinkle_core.testing import KillAtStep
 
     mode, data = sys.argv[1], sys.argv[2]
     hp = {"batch_size": 32, "max_epochs": 3, "checkpoint_every_n_steps": 4, "dropout": 0.3, "progress_bar": False}
     if mode == "resume":
         result = Trainer.from_checkpoint(sys.argv[3], mode="resume", verbose=False).fit()
     else:
-        callbacks = [KillAt(int(sys.argv[3]))] if mode == "kill" else []
+        callbacks = [KillAtStep(int(sys.argv[3]))] if mode == "kill" else []
         result = Trainer("tabular-mlp", hyperparams=hp, project=mode, verbose=False, callbacks=callbacks).fit(data)
     print("RUN", result.run_uri, result.last_checkpoint)
     '''

@@ -5,10 +5,14 @@
   test and cleans up afterwards.
 * :func:`check_plugin_contract` / :func:`assert_plugin_contract` — the contract every plugin should meet;
   call it from your plugin's own tests: ``assert_plugin_contract("myplugin")``;
-* :func:`listed_plugin` — the plugin's entry in ``twinkle plugins list --json``, seen by a fresh process.
+* :func:`listed_plugin` — the plugin's entry in ``twinkle plugins list --json``, seen by a fresh process;
+* :class:`KillAtStep` — a callback that SIGKILLs training at a chosen step (exact-resume tests); imported on
+  first use (it needs Lightning, and this package loads with pytest).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from twinkle_core.testing.contract import (
     HEAVY_MODULES,
@@ -22,8 +26,18 @@ from twinkle_core.testing.listing import listed_plugin
 __all__ = [
     "HEAVY_MODULES",
     "ContractReport",
+    "KillAtStep",
     "assert_plugin_contract",
     "check_plugin_contract",
     "listed_plugin",
     "registered_plugin",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """:class:`KillAtStep`, imported on first use."""
+    if name == "KillAtStep":
+        from twinkle_core.testing.faults import KillAtStep
+
+        return KillAtStep
+    raise AttributeError(f"module 'twinkle_core.testing' has no attribute {name!r}")
