@@ -12,6 +12,26 @@ from torch import nn
 from twinkle_core.errors import TwinkleError
 
 
+Inputs = Any
+"""What an exported model takes: one tensor (array), or a dict of named tensors (arrays) for a model with
+several inputs — passed to the module positionally in the dict's order, and to the artefact by name."""
+
+
+def input_values(inputs: Inputs) -> tuple[Any, ...]:
+    """The positional arguments of ``inputs``: the dict's values in order, or the one tensor."""
+    return tuple(inputs.values()) if isinstance(inputs, dict) else (inputs,)
+
+
+def input_size(inputs: Inputs) -> int:
+    """The batch size of ``inputs`` (the first tensor's first dimension)."""
+    return len(input_values(inputs)[0])
+
+
+def map_inputs(inputs: Inputs, function: Callable[[Any], Any]) -> Inputs:
+    """``function`` applied to each tensor of ``inputs`` (the dict's keys kept)."""
+    return {name: function(value) for name, value in inputs.items()} if isinstance(inputs, dict) else function(inputs)
+
+
 class ExportError(TwinkleError):
     """An export that cannot be made as asked (an unsupported option, opset or model)."""
 
@@ -84,7 +104,7 @@ class Exporter(ABC):
     def export(
         self,
         model: nn.Module,
-        example: Any,
+        example: Inputs,
         path: str,
         *,
         quantize: bool = False,
@@ -102,8 +122,9 @@ class Exporter(ABC):
 
     @abstractmethod
     def runner(self, path: str) -> Callable[[np.ndarray], np.ndarray | list[np.ndarray]]:
-        """Load the artefact at local ``path`` and return a function from an input batch to its output (the
-        list of outputs for a graph with several)."""
+        """Load the artefact at local ``path`` and return a function from an input batch (an array, or a dict of
+        named arrays for a model with several inputs) to its output (the list of outputs for a graph with
+        several)."""
 
     def close(self) -> None:
         """Release what :meth:`export` and :meth:`runner` hold (a converter process, ...); called once the

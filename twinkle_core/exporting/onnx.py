@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from twinkle_core.exporting.base import ExportError, Exporter
+from twinkle_core.exporting.base import ExportError, Exporter, input_values
 
 DEFAULT_OPSET = 17
 LEGACY_OPSETS = range(9, 21)
@@ -39,7 +39,9 @@ class _Calibration:
 
 
 class ONNXExporter(Exporter):
-    """Exports with ``torch.onnx.export`` at the requested opset, batch axis dynamic.
+    """Exports with ``torch.onnx.export`` (the TorchScript-based exporter) at the requested opset, batch axis
+    dynamic. A model with several inputs (a dict example) becomes a graph with those named inputs, every axis
+    of every input and output dynamic (sequence models take any length).
 
     ``quantize=True`` adds onnxruntime *static* INT8 quantization in QDQ format, calibrated on the run's own
     training data (dynamic quantization makes convolutional nets slower on CPU).
@@ -75,7 +77,9 @@ class ONNXExporter(Exporter):
         target = path if not quantize else path + ".fp32.tmp"
         try:
             self._export_fp32(model, example, target, opset)
-            facts: dict[str, Any] = {"opset": self._written_opset(target), "input": "input", "output": "output"}
+            facts: dict[str, Any] = {"opset": self._written_opset(target),
+                                     "input": list(example) if isinstance(example, dict) else "input",
+                                     "output": "output"}
             if facts["opset"] != opset:
                 raise ExportError(f"the ONNX file has opset {facts['opset']}, not the requested {opset}")
             if quantize:
@@ -89,17 +93,28 @@ class ONNXExporter(Exporter):
 
     @staticmethod
     def _export_fp32(model: nn.Module, example: Any, path: str, opset: int) -> None:
+        if isinstance(example, dict):
+            names = list(example)
+            with torch.no_grad():
+                outputs = model(*input_values(example))
+            outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+            output_names = ["output", *(f"output_{i}" for i in range(1, len(outputs)))]
+            axes = {name: {axis: f"{name}_{axis}" for axis in range(tensor.dim())}
+                    for name, tensor in [*example.items(), *zip(output_names, outputs)]}
+        else:
+            names, output_names = ["input"], ["output"]
+            axes = {"input": {0: "batch"}, "output": {0: "batch"}}
         with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice
+            warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice and tracer warnings
             torch.onnx.export(
                 model,
-                (example,),
+                input_values(example),
                 path,
                 dynamo=False,
                 opset_version=opset,
-                input_names=["input"],
-                output_names=["output"],
-                dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
+                input_names=names,
+                output_names=output_names,
+                dynamic_axes=axes,
             )
 
     @staticmethod
@@ -143,10 +158,11 @@ class ONNXExporter(Exporter):
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
         session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        graph_input = session.get_inputs()[0]
-        name, dtype = graph_input.name, _ORT_TYPES.get(graph_input.type)
+        types = {graph_input.name: _ORT_TYPES.get(graph_input.type) for graph_input in session.get_inputs()}
+        first = next(iter(types))
 
-        def run(batch: np.ndarray) -> np.ndarray:
-            return session.run(None, {name: _as_input(batch, dtype)})[0]
+        def run(batch: Any) -> np.ndarray:
+            feed = batch if isinstance(batch, dict) else {first: batch}
+            return session.run(None, {name: _as_input(feed[name], types[name]) for name in types})[0]
 
         return run

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from twinkle_core.exporting.base import ExportError, Exporter
+from twinkle_core.exporting.base import ExportError, Exporter, input_values
 
 
 class TorchScriptExporter(Exporter):
@@ -35,7 +35,7 @@ class TorchScriptExporter(Exporter):
             raise ExportError(f"torchscript export takes no options, got {', '.join(sorted(options))}")
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")  # TorchScript's deprecation and tracer warnings
-            traced = torch.jit.trace(model, example, check_trace=False)
+            traced = torch.jit.trace(model, input_values(example), check_trace=False)
             torch.jit.save(traced, path)
         return {"torch": torch.__version__}
 
@@ -46,8 +46,9 @@ class TorchScriptExporter(Exporter):
             module = torch.jit.load(path, map_location="cpu")
         module.eval()
 
-        def run(batch: np.ndarray) -> np.ndarray:
+        def run(batch: Any) -> np.ndarray:
             with torch.no_grad():
-                return module(torch.from_numpy(batch)).numpy()
+                out = module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in input_values(batch)))
+            return (out[0] if isinstance(out, (tuple, list)) else out).numpy()
 
         return run

@@ -11,7 +11,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from twinkle_core.algorithm import Algorithm
-from twinkle_core.exporting.base import Exporter, ExportError, ExportResult, ExportVerificationError
+from twinkle_core.exporting.base import (Exporter, ExportError, ExportResult, ExportVerificationError, input_size,
+                                         input_values, map_inputs)
 from twinkle_core.uris import filesystem, is_local
 
 FP32_ATOL = 1e-4
@@ -25,7 +26,7 @@ def _batches(dataset: Dataset, batch_size: int, limit: int, algorithm: Algorithm
         if seen >= limit:
             return
         yield batch
-        seen += len(algorithm.export_inputs(batch))
+        seen += input_size(algorithm.export_inputs(batch))
 
 
 def export_and_verify(
@@ -61,8 +62,11 @@ def export_and_verify(
     batches = list(_batches(val, min(64, limit), limit, algorithm, collate_fn))
     if not batches:
         raise ExportError("no validation samples to verify the export with")
-    example = algorithm.export_inputs(batches[0])[:1]
+    example = map_inputs(algorithm.export_inputs(batches[0]), lambda tensor: tensor[:1])
     calib = None
+    if quantize and isinstance(example, dict):
+        raise ExportError(f"{type(algorithm).__name__} exports a model with several inputs, which Twinkle does not "
+                          "quantize; export it without quantize=True")
     if quantize:
         source = calibration if calibration is not None else val
         calib = [algorithm.export_inputs(b).numpy() for b in _batches(source, 32, calibration_samples, algorithm,
@@ -82,15 +86,15 @@ def export_and_verify(
         with torch.no_grad():
             for batch in batches:
                 x = algorithm.export_inputs(batch)
-                ref_t = module(x)
+                ref_t = module(*input_values(x))
                 ref_t = ref_t[0] if isinstance(ref_t, (tuple, list)) else ref_t
                 ref = ref_t.float().numpy()
-                got = run(x.numpy()).reshape(ref.shape)
+                got = run(map_inputs(x, lambda tensor: tensor.numpy())).reshape(ref.shape)
                 diffs.append(float(np.max(np.abs(ref - got))) if ref.size else 0.0)
                 scale = max(scale, float(np.max(np.abs(ref))) if ref.size else 0.0)
                 ref64, got64 = ref.astype(np.float64).ravel(), got.astype(np.float64).ravel()
                 dot, norm_ref, norm_got = dot + ref64 @ got64, norm_ref + ref64 @ ref64, norm_got + got64 @ got64
-                samples += len(x)
+                samples += input_size(x)
                 pairs_ref.append((batch, torch.from_numpy(ref)))
                 pairs_got.append((batch, torch.from_numpy(got)))
             metrics_ref = algorithm.export_evaluate(pairs_ref)

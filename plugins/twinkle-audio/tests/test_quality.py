@@ -4,6 +4,7 @@ pitch is close, another sentence is far, and both noise baselines are farther st
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import soundfile
 
 from twinkle_audio.quality import mcd_dtw, mean_spectrum_noise, scores, white_noise
@@ -28,3 +29,27 @@ def test_the_baselines_keep_the_recordings_length_and_loudness() -> None:
     noise, shaped = white_noise(recording), mean_spectrum_noise(recording, 16000)
     assert len(noise) == len(shaped) == len(recording)
     assert abs(np.sqrt(np.mean(noise ** 2)) - np.sqrt(np.mean(recording ** 2))) < 0.01
+
+
+def test_closed_set_identification_and_whisper_wer_tell_speech_from_noise(tmp_path) -> None:
+    from twinkle_audio.quality import closed_set_identification, word_error_rate
+
+    corpus = write_espeak_corpus(tmp_path / "en", "en", count=6, rate=22050)  # recognisers resample to 16 kHz
+    texts = [line.split("|", 1)[1] for line in (corpus / "metadata.csv").read_text().splitlines()]
+    clips = [soundfile.read(corpus / "wavs" / f"clip{i:04d}.wav", dtype="float32")[0] for i in range(6)]
+    noise = [white_noise(clip) for clip in clips]
+    silence = [np.zeros_like(clip) for clip in clips]  # exact digital zeros: dithered, not a crash
+    assert closed_set_identification(clips, texts, 22050) == 1.0
+    assert closed_set_identification(noise, texts, 22050) == 0.0
+    assert closed_set_identification(silence, texts, 22050) == 0.0
+    assert word_error_rate(clips, texts, 22050) < 0.5
+    assert word_error_rate(noise, texts, 22050) > 0.9
+
+
+def test_identification_refuses_words_outside_the_recognisers_dictionary() -> None:
+    from twinkle_core.errors import TwinkleError
+
+    from twinkle_audio.quality import closed_set_identification
+
+    with pytest.raises(TwinkleError, match="lacks qzxv"):
+        closed_set_identification([np.zeros(16000, np.float32)], ["The qzxv ran."], 16000)

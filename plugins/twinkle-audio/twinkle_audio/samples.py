@@ -25,6 +25,31 @@ ZH_SENTENCES = (
 )
 
 
+_SUBJECTS = ("the old man", "a young girl", "my brother", "the teacher", "our neighbor", "the small dog",
+             "a tired driver", "the doctor", "her friend", "the farmer", "a quiet student", "the captain")
+_VERBS = ("found", "painted", "carried", "opened", "cleaned", "watched", "sold", "fixed", "lost", "bought",
+          "pushed", "counted")
+_OBJECTS = ("a red box", "the heavy door", "two green chairs", "the broken clock", "a long letter",
+            "the wooden boat", "six yellow cups", "the empty room", "a warm coat", "the silver key",
+            "three white shirts", "the garden gate")
+_TIMES = ("this morning", "last night", "before lunch", "after the rain", "on sunday", "in the evening",
+          "at noon", "every week", "near the river", "by the window", "in the park", "at the station")
+
+
+def english_sentences(count: int, seed: int = 0) -> list[str]:
+    """``count`` distinct generated English sentences (subject, verb, object, time: up to 20,736), in a shuffled
+    order fixed by ``seed`` — a corpus larger than the built-in sentences, and held-out text it never saw. Every
+    word is in the CMU dictionary."""
+    import itertools
+    import random
+
+    grid = list(itertools.product(_SUBJECTS, _VERBS, _OBJECTS, _TIMES))
+    if not 0 < count <= len(grid):
+        raise TwinkleError(f"english_sentences: count={count} must be between 1 and {len(grid)}")
+    chosen = random.Random(seed).sample(grid, count)
+    return [f"{' '.join(parts).capitalize()}." for parts in chosen]
+
+
 def _espeak() -> str:
     binary = shutil.which("espeak-ng")
     if binary is None:
@@ -33,12 +58,12 @@ def _espeak() -> str:
 
 
 def write_espeak_corpus(root: str | Path, lang: str = "en", count: int = 12, rate: int = 22050,
-                        speed: int = 160) -> Path:
-    """Write ``count`` clips (cycling through the built-in sentences, with varied pitch) and ``metadata.csv``
-    under ``root``; returns ``root``."""
+                        speed: int = 160, sentences: list[str] | tuple[str, ...] | None = None) -> Path:
+    """Write ``count`` clips (cycling through ``sentences`` — by default the built-in ones of ``lang`` — with
+    varied pitch) and ``metadata.csv`` under ``root``; returns ``root``."""
     from pypinyin import Style, lazy_pinyin
 
-    sentences = {"en": EN_SENTENCES, "zh-cn": ZH_SENTENCES}[lang]
+    sentences = sentences or {"en": EN_SENTENCES, "zh-cn": ZH_SENTENCES}[lang]
     root = Path(root)
     (root / "wavs").mkdir(parents=True, exist_ok=True)
     lines = []

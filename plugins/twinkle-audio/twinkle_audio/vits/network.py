@@ -68,6 +68,25 @@ class SpectrogramDecoder(nn.Module):
         return self.post(h) * mask + math.log(1e-5) * (1 - mask)
 
 
+def log_alignment_prior(phone_lengths: torch.Tensor, frame_lengths: torch.Tensor,
+                        shape: torch.Size, scaling: float = 1.0) -> torch.Tensor:
+    """The beta-binomial alignment prior (Badlani et al., 2021, "One TTS alignment to rule them all"): frame ``i``
+    of ``F`` attends to phone ``k`` of ``L`` with probability ``BetaBinomial(k; L, s·i, s·(F + 1 − i))``, a soft
+    diagonal. Returns its log ``[B, F, L]`` (0 outside each item's lengths) — added to the alignment search's
+    scores so early, untrained alignments follow the diagonal instead of collapsing onto a few phones."""
+    batch, frames, phones = shape
+    k = torch.arange(phones, dtype=torch.float32, device=phone_lengths.device).view(1, 1, phones)
+    i = torch.arange(1, frames + 1, dtype=torch.float32, device=phone_lengths.device).view(1, frames, 1)
+    n = phone_lengths.float().view(batch, 1, 1)
+    m = frame_lengths.float().view(batch, 1, 1)
+    a, b = scaling * i, (scaling * (m + 1 - i)).clamp_min(1e-3)
+    lbeta = lambda x, y: torch.lgamma(x) + torch.lgamma(y) - torch.lgamma(x + y)  # noqa: E731
+    log_pmf = (torch.lgamma(n + 1) - torch.lgamma(k + 1) - torch.lgamma((n - k + 1).clamp_min(1e-3))
+               + lbeta(k + a, (n - k).clamp_min(0) + b) - lbeta(a, b))
+    inside = (k < n) & (i <= m)
+    return torch.where(inside, log_pmf, torch.zeros_like(log_pmf))
+
+
 class VitsMel(nn.Module):
     """The whole network; :meth:`forward` returns the training losses, :meth:`infer` a spectrogram."""
 
@@ -89,7 +108,7 @@ class VitsMel(nn.Module):
 
     def forward(self, phones: torch.Tensor, tones: torch.Tensor, languages: torch.Tensor,
                 phone_lengths: torch.Tensor, spec: torch.Tensor, spec_lengths: torch.Tensor,
-                speakers: torch.Tensor) -> dict[str, torch.Tensor]:
+                speakers: torch.Tensor, prior_weight: float = 0.0) -> dict[str, torch.Tensor]:
         """Losses of one batch: ``reconstruction`` (log magnitude and log mel L1 need :meth:`reconstruction`
         outside), ``kl``, ``duration``, and the predicted spectrogram ``spec_hat`` with its ``mask``."""
         import monotonic_alignment_search as mas
@@ -104,6 +123,8 @@ class VitsMel(nn.Module):
                         + torch.matmul(-0.5 * (z_p ** 2).transpose(1, 2), s_p_sq_r)
                         + torch.matmul(z_p.transpose(1, 2), m_p * s_p_sq_r)
                         + torch.sum(-0.5 * (m_p ** 2) * s_p_sq_r, [1], keepdim=True))  # [B, F, L]
+            if prior_weight > 0:
+                neg_cent = neg_cent + prior_weight * log_alignment_prior(phone_lengths, spec_lengths, neg_cent.shape)
             attn_mask = x_mask.unsqueeze(-1) * y_mask.unsqueeze(2)  # [B, 1, L, F]
             attn = mas.maximum_path(neg_cent.transpose(1, 2).contiguous(), attn_mask.squeeze(1)).detach()
         durations = attn.sum(2)  # [B, L]
@@ -119,21 +140,30 @@ class VitsMel(nn.Module):
 
     @torch.no_grad()
     def infer(self, phones: torch.Tensor, tones: torch.Tensor, languages: torch.Tensor, phone_lengths: torch.Tensor,
-              speakers: torch.Tensor, noise_scale: float = 0.667, length_scale: float = 1.0,
-              max_frames: int = 4000, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Spectrograms ``[B, bins, F]`` and their frame counts for phone sequences (durations predicted); the
-        prior's noise comes from ``generator`` (the global generator when ``None``)."""
+              speakers: torch.Tensor, noise_scale: float | torch.Tensor = 0.667,
+              length_scale: float | torch.Tensor = 1.0, max_frames: int = 4000,
+              generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Spectrograms ``[B, bins, F]`` and their frame counts for phone sequences (durations predicted).
+
+        ``noise_scale`` and ``length_scale`` are numbers or per-item ``[B]`` tensors; the prior's noise comes
+        from ``generator`` (the global generator when ``None``). Traceable for ONNX: no shape leaves the graph
+        as a Python number.
+        """
         from TTS.tts.utils.helpers import generate_path, sequence_mask
 
         g = self.emb_g(speakers).unsqueeze(-1)
         h, m_p, logs_p, x_mask = self.enc_p(phones, tones, languages, phone_lengths)
-        w = torch.exp(self.dp(h, x_mask, g=g)) * x_mask * length_scale
+        per_item = lambda value: torch.as_tensor(value, dtype=m_p.dtype, device=m_p.device).reshape(-1, 1, 1)  # noqa: E731
+        w = torch.exp(self.dp(h, x_mask, g=g)) * x_mask * per_item(length_scale)
         w_ceil = torch.ceil(w).clamp(max=max_frames)
         y_lengths = torch.clamp_min(torch.sum(w_ceil, [1, 2]), 1).long()
-        y_mask = sequence_mask(y_lengths, int(y_lengths.max())).unsqueeze(1).to(x_mask.dtype)
+        y_mask = sequence_mask(y_lengths).unsqueeze(1).to(x_mask.dtype)
         attn = generate_path(w_ceil.squeeze(1), x_mask.transpose(1, 2) * y_mask)  # [B, L, F]: phone → its frames
         m_frames, logs_frames = torch.matmul(m_p, attn), torch.matmul(logs_p, attn)
-        noise = torch.randn(m_frames.shape, generator=generator, device=m_frames.device, dtype=m_frames.dtype)
-        z_p = m_frames + noise * torch.exp(logs_frames) * noise_scale
+        if generator is None:
+            noise = torch.randn_like(m_frames)
+        else:
+            noise = torch.randn(m_frames.shape, generator=generator, device=m_frames.device, dtype=m_frames.dtype)
+        z_p = m_frames + noise * torch.exp(logs_frames) * per_item(noise_scale)
         z = self.flow(z_p, y_mask, g=g, reverse=True)
         return self.dec(z * y_mask, y_mask, g), y_lengths
