@@ -29,30 +29,8 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(os.environ.get("BENCH_RESULTS", Path(__file__).parent / "results"))
 HELD_OUT = 12
-
-
-def _corpora(work: Path, clips: int) -> tuple[Path, list[str], list[Any]]:
-    import soundfile
-
-    from twinkle_audio.samples import english_sentences, write_espeak_corpus
-
-    sentences = english_sentences(clips + HELD_OUT, seed=0)
-    train = write_espeak_corpus(work / "train", "en", count=clips, rate=16000, sentences=sentences[:clips])
-    held = write_espeak_corpus(work / "held-out", "en", count=HELD_OUT, rate=16000, sentences=sentences[clips:])
-    recordings = [soundfile.read(held / "wavs" / f"clip{i:04d}.wav", dtype="float32")[0] for i in range(HELD_OUT)]
-    return train, sentences[clips:], recordings
-
-
-def _references(texts: list[str], recordings: list[Any]) -> dict[str, Any]:
-    from twinkle_audio.quality import closed_set_identification, white_noise, word_error_rate
-
-    noise = [white_noise(r) for r in recordings]
-    return {"ground_truth": {"closed_set_id": closed_set_identification(recordings, texts, 16000),
-                             "whisper_wer": word_error_rate(recordings, texts, 16000)},
-            "white_noise": {"closed_set_id": closed_set_identification(noise, texts, 16000),
-                            "whisper_wer": word_error_rate(noise, texts, 16000)}}
 
 
 def _real_time_factors(trainer: Any, texts: list[str]) -> dict[str, Any]:
@@ -101,7 +79,7 @@ def main() -> None:
     """Run the benchmark; write the results."""
     import torch
 
-    from twinkle_audio.probe import QualityProbe
+    from twinkle_audio.probe import QualityProbe, held_out_corpus, reference_scores
     from twinkle_core import Trainer
 
     torch.set_num_threads(1)
@@ -110,8 +88,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="twinkle-tts-bench-"))
     os.environ.setdefault("TWINKLE_HOME", str(work / "home"))
     started = time.perf_counter()
-    corpus, texts, recordings = _corpora(work, clips)
-    references = _references(texts, recordings)
+    corpus, texts, recordings = held_out_corpus(str(work), clips, HELD_OUT)
+    references = reference_scores(texts, recordings, 16000)
     print(json.dumps(references), flush=True)
     RESULTS.mkdir(exist_ok=True)
     probe = QualityProbe(texts, recordings, 16000, str(RESULTS / "tts_quality_curve.json"), every)
@@ -119,7 +97,7 @@ def main() -> None:
                                                    "lang": "en", "sample_rate": 16000, "progress_bar": False},
                       verbose=False, callbacks=[probe])
     fit_started = time.perf_counter()
-    result = trainer.fit(str(corpus))
+    result = trainer.fit(corpus)
     fit_seconds = time.perf_counter() - fit_started
     rtf = _real_time_factors(Trainer.from_checkpoint(result.run_uri, mode="finetune", verbose=False), texts)
     out = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": 1},

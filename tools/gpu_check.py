@@ -1,6 +1,7 @@
-"""GPU smoke checks for a machine with CUDA: the engine's mixed precision and measured MFU, Kronos, and the
+"""GPU smoke checks for a machine with CUDA: the engine's mixed precision and measured MFU, Kronos, the
 distribution strategies (FSDP2, DDP over NCCL with and without bf16/PowerSGD gradient compression, DeepSpeed
-when installed) on the GPU.
+when installed) on the GPU, and MelOTTS's quality curve on the GPU (``TTS_STEPS``, default 3000; the same
+probe as ``bench/tts_quality.py``: MCD-DTW, closed-set identification, Whisper WER every ``TTS_EVERY`` steps).
 
 Not part of the test suite (CI has no GPU). Run on a CUDA machine after installing twinkle-core and the
 plugins; ``BARS`` is a folder of daily OHLCV CSVs (one per symbol). Prints one JSON line per check and
@@ -45,6 +46,24 @@ def check_resnet(work: Path) -> dict:
             "fit_seconds": round(seconds, 1), "export": str(exported)[:300],
             "utilisation": {k: measured.get(k) for k in ("samples_per_second", "achieved_flops_per_second", "mfu",
                                                          "peak_source", "data_wait_fraction")}}
+
+
+def check_tts(work: Path) -> dict:
+    """melotts-tiny on 400 espeak-ng English clips on the GPU: the plan, and the quality curve on 12 held-out
+    sentences (``TTS_MODEL`` picks another size, e.g. ``melotts-base``)."""
+    from twinkle_audio.probe import QualityProbe, held_out_corpus, reference_scores
+
+    steps, every = int(os.environ.get("TTS_STEPS", 3000)), int(os.environ.get("TTS_EVERY", 500))
+    corpus, texts, recordings = held_out_corpus(str(work / "voice"), 400)
+    probe = QualityProbe(texts, recordings, 16000, str(work / "tts_curve.json"), every)
+    trainer = Trainer(os.environ.get("TTS_MODEL", "melotts-tiny"), verbose=False, callbacks=[probe],
+                      hyperparams={"max_steps": steps, "max_epochs": 10_000, "batch_size": 16, "lang": "en",
+                                   "sample_rate": 16000, "progress_bar": False})
+    start = time.perf_counter()
+    result = trainer.fit(data=corpus)
+    return {"accelerator": result.plan.accelerator, "precision": result.plan.precision, "steps": steps,
+            "fit_seconds": round(time.perf_counter() - start, 1), "references": reference_scores(texts, recordings, 16000),
+            "curve": probe.rows}
 
 
 def check_kronos(bars: Path) -> dict:
@@ -118,7 +137,8 @@ def main() -> int:
     failed = 0
     for name, check in (("kronos", lambda: check_kronos(Path(os.environ["BARS"]))),
                         ("resnet18", lambda: check_resnet(work)),
-                        ("strategies", lambda: check_strategies_in_a_job(work))):
+                        ("strategies", lambda: check_strategies_in_a_job(work)),
+                        ("tts", lambda: check_tts(work))):
         try:
             print(json.dumps({"check": name, **check()}, default=str), flush=True)
         except Exception:

@@ -113,6 +113,38 @@ def test_the_onnx_export_matches_pytorch_at_any_sentence_length(english) -> None
     assert frames[2] > frames[1] > frames[0]  # longer sentences, more frames
 
 
+def test_a_new_voice_fine_tunes_from_a_run_and_reports_its_fresh_speaker_table(english, tmp_path) -> None:
+    import shutil
+
+    import torch
+
+    from twinkle_audio import MelOTTS
+    from twinkle_core import RunStore
+
+    folder = tmp_path / "two-voices"
+    shutil.copytree(Path(RunStore().get(english.run_uri).data_uri), folder)
+    rows = [line.split("|") for line in (folder / "metadata.csv").read_text().splitlines()][:16]
+    (folder / "metadata.csv").unlink()
+    (folder / "voices.list").write_text("".join(f"wavs/{key}.wav|{'ann' if i % 2 else 'bob'}|EN|{text}\n"
+                                                for i, (key, text) in enumerate(rows)))
+    with pytest.warns(UserWarning, match=r"1 tensors had no match and start fresh: emb_g.weight"):
+        result = Trainer(algorithm=MelOTTS, voice_samples=str(folder), lang="en", steps=2, sample_rate=16000,
+                         batch_size=4, weights=english.run_uri, progress_bar=False, verbose=False).fit()
+    assert result.status == "finished"
+    voice, *_ = Trainer.from_checkpoint(result.run_uri, mode="finetune", verbose=False).model_for_export()
+    source, *_ = Trainer.from_checkpoint(english.run_uri, mode="finetune", verbose=False).model_for_export()
+    assert voice.model.emb_g.weight.shape[0] == 2 and source.model.emb_g.weight.shape[0] == 1
+    assert voice.fresh_tensors == ["emb_g.weight"]
+    # two optimizer steps move the started-from weights only a little: they were loaded, not re-drawn
+    moved = (voice.model.enc_p.emb.weight - source.model.enc_p.emb.weight).detach().abs().max()
+    assert float(moved) < 0.05 and len(voice.speak("Good night.", speaker="ann")) > 0
+    bad = tmp_path / "bad.pt"
+    torch.save({"something.else": torch.zeros(3)}, bad)
+    with pytest.raises(Exception, match="match only 0 of this network"):
+        Trainer(algorithm=MelOTTS, voice_samples=str(folder), lang="en", steps=1, sample_rate=16000,
+                batch_size=4, weights=str(bad), progress_bar=False, verbose=False).fit()
+
+
 @pytest.fixture
 def loopback_s3(monkeypatch):  # noqa: ANN201
     """An S3-protocol server (moto) on 127.0.0.1 and an s3fs filesystem on it."""

@@ -47,7 +47,10 @@ class MelOTTS(Algorithm):
         """Declare the hyperparameters.
 
         Args:
-            weights: a state dict to start from (a path or URI); never downloaded.
+            weights: what a new voice fine-tunes from (never downloaded): a Twinkle run (``twinkle://…``: its
+                best checkpoint), a checkpoint file or a state dict at any path or URI. Tensors it has no match
+                for — a speaker table of another size for a corpus with other speakers — keep their fresh
+                initialisation and are reported (:attr:`fresh_tensors`, and a warning).
             c_reconstruction: weight of the spectrogram and log-mel L1 against the KL and duration terms.
             c_kl: weight of the KL term (0.1: at CPU-scale step counts, held-out MCD-DTW after 150 steps was
                 12.6 dB with 0.1 and 14.1 dB with VITS's 1.0 — the posterior stays informative).
@@ -64,6 +67,8 @@ class MelOTTS(Algorithm):
         self.features: Any = None
         self._parts: dict[str, torch.Tensor] = {}
         self._baselines: dict[str, dict[str, float]] = {}
+        self.fresh_tensors: list[str] = []
+        """The network's tensors ``weights=`` had nothing of that shape for (freshly initialised)."""
 
     # ------------------------------------------------------------------ model
     def build_model(self, spec: DataSpec) -> torch.nn.Module:
@@ -79,9 +84,7 @@ class MelOTTS(Algorithm):
         net = VitsMel(int(spec.vocab_size or 0), int(spec.extra["num_tones"]), int(spec.extra["num_languages"]),
                       max(len(spec.class_names), 1), self.features.bins, **sizes)
         if self.weights:
-            from twinkle_core import load_torch_file
-
-            net.load_state_dict(load_torch_file(self.weights, "weights"))
+            self.fresh_tensors = load_voice_weights(net, self.weights)
         return net
 
     def example_input(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
@@ -219,6 +222,41 @@ class MelOTTS(Algorithm):
     def synthesize(self, text: str, lang: str | None = None, speaker: str | int = 0) -> tuple[np.ndarray, int]:
         """``text`` spoken (:meth:`speak`) and the sample rate — what ``Trainer.synthesize`` writes as a WAV."""
         return self.speak(text, lang, speaker), int(self.data_spec.extra["sample_rate"])
+
+
+def load_voice_weights(network: torch.nn.Module, uri: str) -> list[str]:
+    """Load ``uri`` (a ``twinkle://`` run's best checkpoint, a Lightning checkpoint, or a state dict; read with
+    ``weights_only``) into ``network`` wherever names and shapes match; returns the names of the tensors left
+    freshly initialised, and warns about them.
+
+    Raises:
+        TwinkleError: a run without a checkpoint, or weights sharing fewer than half the network's tensors (not
+            a MelOTTS of this size).
+    """
+    import warnings
+
+    from twinkle_core import RunStore, load_torch_file
+
+    source = uri
+    if uri.startswith("twinkle://") and not uri.endswith(".ckpt"):
+        record = RunStore().get(uri)
+        source = record.best_checkpoint
+        if not source:
+            raise TwinkleError(f"run {uri} has no checkpoint to take weights= from; train it first")
+    state = load_torch_file(source, "weights")
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):  # a Lightning/Twinkle checkpoint
+        state = {key[len("model."):]: value for key, value in state["state_dict"].items() if key.startswith("model.")}
+    own = network.state_dict()
+    usable = {key: value for key, value in state.items() if key in own and tuple(value.shape) == tuple(own[key].shape)}
+    if len(usable) < len(own) / 2:
+        raise TwinkleError(f"weights '{uri}' match only {len(usable)} of this network's {len(own)} tensors; pass "
+                           f"the weights of a {type(network).__name__} of the same size (melotts-tiny or -base)")
+    network.load_state_dict(usable, strict=False)
+    fresh = sorted(set(own) - set(usable))
+    if fresh:
+        warnings.warn(f"weights '{uri}': {len(fresh)} tensors had no match and start fresh: {', '.join(fresh)}",
+                      stacklevel=2)
+    return fresh
 
 
 def _with_blanks(*sequences: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:

@@ -79,3 +79,33 @@ class QualityProbe(L.Callback):
         if trainer.is_global_zero and trainer.global_step != self._last_step:
             self._last_step = trainer.global_step
             self.probe(trainer, pl_module)
+
+
+def held_out_corpus(folder: str, clips: int, held_out: int = 12, rate: int = 16000,
+                    seed: int = 0) -> tuple[str, list[str], list[np.ndarray]]:
+    """An espeak-ng English training corpus of ``clips`` generated sentences under ``folder/train`` and
+    ``held_out`` other sentences with their recordings (never trained on): ``(corpus path, texts,
+    recordings)`` — what a :class:`QualityProbe` scores against."""
+    from pathlib import Path
+
+    import soundfile
+
+    from twinkle_audio.samples import english_sentences, write_espeak_corpus
+
+    sentences = english_sentences(clips + held_out, seed=seed)
+    train = write_espeak_corpus(Path(folder) / "train", "en", count=clips, rate=rate, sentences=sentences[:clips])
+    held = write_espeak_corpus(Path(folder) / "held-out", "en", count=held_out, rate=rate,
+                               sentences=sentences[clips:])
+    recordings = [soundfile.read(held / "wavs" / f"clip{i:04d}.wav", dtype="float32")[0] for i in range(held_out)]
+    return str(train), sentences[clips:], recordings
+
+
+def reference_scores(texts: Sequence[str], recordings: Sequence[np.ndarray], rate: int) -> dict[str, Any]:
+    """Closed-set identification and Whisper WER of the recordings themselves (the ceiling) and of white noise
+    as loud (the floor)."""
+    from twinkle_audio.quality import closed_set_identification, white_noise, word_error_rate
+
+    noise = [white_noise(r) for r in recordings]
+    return {name: {"closed_set_id": closed_set_identification(clips, texts, rate),
+                   "whisper_wer": word_error_rate(clips, texts, rate)}
+            for name, clips in (("ground_truth", list(recordings)), ("white_noise", noise))}
