@@ -136,6 +136,15 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Any) -> dict[str, Any]:
 def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: str) -> L.Trainer:
     plan, settings = setup.plan, setup.settings
     kwargs = plan.lightning_kwargs()
+    if not setup.algorithm.automatic_optimization:  # it steps its own optimizers (a GAN): Lightning cannot
+        name = type(setup.algorithm).__name__          # accumulate or clip for it
+        if plan.accumulate_grad_batches != 1:
+            raise TwinkleError(f"{name} steps its optimizers itself, so it cannot accumulate "
+                               f"{plan.accumulate_grad_batches} micro-batches of {plan.micro_batch_size}; set "
+                               f"batch_size={plan.micro_batch_size} (no effective_batch_size) or a smaller model")
+        if settings.gradient_clip_val is not None:
+            raise TwinkleError(f"{name} steps its optimizers itself; gradient_clip_val={settings.gradient_clip_val} "
+                               "cannot apply: leave it unset")
     log_every = max(1, min(50, plan.estimates.get("optimizer_steps_per_epoch", 50)))
     plugins: list[Any] = [AtomicCheckpointIO()]
     if os.environ.get("TWINKLE_LAUNCHER") == "ray" and plan.strategy == "ddp":  # inside Ray Train's workers

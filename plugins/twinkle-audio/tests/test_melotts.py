@@ -145,6 +145,37 @@ def test_a_new_voice_fine_tunes_from_a_run_and_reports_its_fresh_speaker_table(e
                 batch_size=4, weights=str(bad), progress_bar=False, verbose=False).fit()
 
 
+def test_the_hifigan_voice_trains_as_a_gan_speaks_waveforms_and_exports(tmp_path, monkeypatch) -> None:
+    import torch
+
+    from twinkle_audio.samples import write_espeak_corpus
+    from twinkle_core.errors import TwinkleError
+
+    monkeypatch.setenv("TWINKLE_HOME", str(tmp_path / "home"))
+    corpus = write_espeak_corpus(tmp_path / "en", "en", count=12, rate=16000)
+    options = {"lang": "en", "sample_rate": 16000, "vocoder": "hifigan", "progress_bar": False}
+    result = Trainer("melotts", hyperparams={**options, "max_epochs": 2, "batch_size": 4}, verbose=False).fit(
+        str(corpus))
+    assert result.status == "finished"
+    metrics = pd.read_csv(Path(result.run_dir) / "logs" / "metrics.csv")
+    for name in ("train_discriminator", "train_adversarial", "train_feature_matching", "train_mel_l1", "val_mel_l1"):
+        assert np.isfinite(metrics[name].dropna()).all() and len(metrics[name].dropna()) == 2, name
+    checkpoint = torch.load(result.last_checkpoint, weights_only=True)
+    assert len(checkpoint["optimizer_states"]) == 2 and checkpoint["global_step"] == 12  # 6 batches, 2 optimizers
+    trainer = Trainer.from_checkpoint(result.run_uri, mode="finetune", verbose=False)
+    voice, *_ = trainer.model_for_export()
+    audio = voice.speak("Seven green apples.")
+    assert audio.dtype == np.float32 and len(audio) % 128 == 0 and 0 < float(np.abs(audio).max()) <= 1
+    exported = trainer.export(format="onnx")  # the graph ends in the generator's waveform
+    assert exported.max_abs_diff < 1e-3 and exported.cosine > 0.9999
+    with pytest.raises(TwinkleError, match="steps its optimizers itself, so it cannot accumulate 4 micro-batches"):
+        Trainer("melotts", hyperparams={**options, "max_steps": 2, "batch_size": 2, "effective_batch_size": 8},
+                project="accumulating", verbose=False).fit(str(corpus))
+    from twinkle_core import RunStore
+
+    assert [run.status for run in RunStore().list(project="accumulating")] == ["failed"]  # never left running
+
+
 @pytest.fixture
 def loopback_s3(monkeypatch):  # noqa: ANN201
     """An S3-protocol server (moto) on 127.0.0.1 and an s3fs filesystem on it."""

@@ -1,5 +1,6 @@
 """A MelOTTS run killed with SIGKILL mid-epoch and resumed ends with the same weights as one never interrupted
-(speaking at each validation draws from its own generator, so it leaves training's random state alone)."""
+(speaking at each validation draws from its own generator, so it leaves training's random state alone) — with
+the spectrogram decoder, and with HiFi-GAN, whose generator and discriminator step their own optimizers."""
 
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ SCRIPT = textwrap.dedent(
     from twinkle_core import Trainer
     from twinkle_core.testing import KillAtStep
 
-    mode, data = sys.argv[1], sys.argv[2]
-    hp = {"batch_size": 4, "max_epochs": 4, "checkpoint_every_n_steps": 2, "lang": "en", "sample_rate": 16000,
-          "progress_bar": False}
+    mode, data, vocoder = sys.argv[1], sys.argv[2], sys.argv[-1]
+    hp = {"batch_size": 4, "max_epochs": 4 if vocoder == "griffin-lim" else 2, "checkpoint_every_n_steps": 2,
+          "lang": "en", "sample_rate": 16000, "progress_bar": False, "vocoder": vocoder}
     if mode == "resume":
         result = Trainer.from_checkpoint(sys.argv[3], mode="resume", verbose=False).fit()
     else:
@@ -46,25 +47,30 @@ def _last_line(result: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in result.stdout.splitlines() if line.startswith("RUN ")][-1].split()
 
 
-def test_sigkill_then_resume_ends_with_the_same_weights(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize(("vocoder", "kill_at"), [("griffin-lim", 7), ("hifigan", 8)])
+def test_sigkill_then_resume_ends_with_the_same_weights(tmp_path, monkeypatch, vocoder, kill_at) -> None:
     from twinkle_audio.samples import write_espeak_corpus
 
     monkeypatch.setenv("TWINKLE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("TWINKLE_USER", "tester")
-    corpus = write_espeak_corpus(tmp_path / "en", "en", count=12, rate=16000)  # 11 training clips: 3 steps/epoch
+    corpus = write_espeak_corpus(tmp_path / "en", "en", count=12, rate=16000)  # 11 training clips: 3 batches/epoch
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    _, _, full_ckpt = _last_line(_run(script, "full", str(corpus)))
-    killed = _run(script, "kill", str(corpus), "7")  # epoch 2, after the step-6 checkpoint
+    _, _, full_ckpt = _last_line(_run(script, "full", str(corpus), vocoder))
+    # griffin-lim: 4 epochs of 3 steps, killed in epoch 2 after the step-6 checkpoint; hifigan: Lightning counts
+    # both optimizers' steps, so 2 epochs of 3 batches are 12 steps, killed in epoch 1 after the step-6 checkpoint
+    killed = _run(script, "kill", str(corpus), str(kill_at), vocoder)
     assert killed.returncode == -signal.SIGKILL
     store = RunStore()
     (victim,) = store.list(project="kill")
     assert victim.status == "running"  # nothing could mark it
-    _, resumed_uri, resumed_ckpt = _last_line(_run(script, "resume", str(corpus), victim.uri))
+    _, resumed_uri, resumed_ckpt = _last_line(_run(script, "resume", str(corpus), victim.uri, vocoder))
     full = torch.load(full_ckpt, weights_only=True)
     resumed = torch.load(resumed_ckpt, weights_only=True)
     assert full["global_step"] == resumed["global_step"] == 12
     assert full["state_dict"].keys() == resumed["state_dict"].keys()
+    assert len(full["optimizer_states"]) == (2 if vocoder == "hifigan" else 1)
+    assert any(key.startswith("discriminator.") for key in full["state_dict"]) == (vocoder == "hifigan")
     for key, value in full["state_dict"].items():
         assert torch.equal(value, resumed["state_dict"][key]), key
     assert store.get(resumed_uri).status == "finished" and store.get(victim.uri).status == "interrupted"

@@ -2,10 +2,17 @@
 (:mod:`twinkle_audio.vits.network`) over the offline front ends' phones, tones and languages, trained on a
 voice corpus (:class:`~twinkle_audio.speech_data.SpeechDataProcessor`).
 
-This first version decodes latent frames to the log-magnitude spectrogram and speaks through Griffin-Lim (the
-fast, vocoder-free path that keeps CPU training and CI quick); the loss is the spectrogram's and log-mel's L1,
-the KL between posterior and flowed prior, and the duration predictor's error on the durations monotonic
-alignment search finds.
+Two decoders (``vocoder=``):
+
+- ``"griffin-lim"`` (default): latent frames → log-magnitude spectrogram, spoken through Griffin-Lim — the fast,
+  vocoder-free path that keeps CPU training and CI quick. The loss is the spectrogram's and log-mel's L1, the KL
+  between posterior and flowed prior, and the duration predictor's error on the durations monotonic alignment
+  search finds.
+- ``"hifigan"``: VITS proper — coqui's HiFi-GAN generator turns random segments of latent frames into waveforms,
+  trained against coqui's VITS discriminator (multi-period and multi-scale) with least-squares adversarial and
+  feature-matching losses besides the reconstruction, KL and duration terms. The algorithm steps its generator
+  and discriminator optimizers itself (manual optimization: no gradient accumulation; Lightning counts both
+  optimizers' steps, so ``steps=N`` trains ``N / 2`` batches).
 """
 
 from __future__ import annotations
@@ -22,9 +29,11 @@ from twinkle_core.types import PositiveFloat, PositiveInt
 
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"hidden": 96, "inter": 96, "ffn": 256, "heads": 2, "encoder_layers": 3, "posterior_layers": 6,
-             "flows": 4, "decoder_layers": 6, "speaker_channels": 64, "n_fft": 512, "hop": 128, "n_mels": 64},
+             "flows": 4, "decoder_layers": 6, "speaker_channels": 64, "n_fft": 512, "hop": 128, "n_mels": 64,
+             "generator_channels": 128},
     "base": {"hidden": 192, "inter": 192, "ffn": 768, "heads": 2, "encoder_layers": 6, "posterior_layers": 16,
-             "flows": 4, "decoder_layers": 10, "speaker_channels": 256, "n_fft": 1024, "hop": 256, "n_mels": 80},
+             "flows": 4, "decoder_layers": 10, "speaker_channels": 256, "n_fft": 1024, "hop": 256, "n_mels": 80,
+             "generator_channels": 512},
 }
 """Network and spectrogram sizes of each variant."""
 SAMPLES_KEPT = 4
@@ -43,7 +52,8 @@ class MelOTTS(Algorithm):
     def __init__(self, weights: str | None = None, c_reconstruction: PositiveFloat = 10.0,
                  noise_scale: float = 0.667, length_scale: PositiveFloat = 1.0,
                  griffin_lim_iterations: PositiveInt = 32, alignment_prior: float = 1.0,
-                 alignment_prior_steps: PositiveInt = 100_000, c_kl: PositiveFloat = 0.1) -> None:
+                 alignment_prior_steps: PositiveInt = 100_000, c_kl: PositiveFloat = 0.1,
+                 vocoder: Literal["griffin-lim", "hifigan"] = "griffin-lim", segment_frames: PositiveInt = 32) -> None:
         """Declare the hyperparameters.
 
         Args:
@@ -58,13 +68,18 @@ class MelOTTS(Algorithm):
             griffin_lim_iterations: phase-recovery iterations when speaking.
             alignment_prior: weight of the beta-binomial diagonal prior in the alignment search at step 0; it
                 falls linearly to 0 at ``alignment_prior_steps`` (0 turns it off: plain VITS).
+            vocoder: ``"griffin-lim"`` (spectrogram decoder) or ``"hifigan"`` (waveform decoder trained as a GAN;
+                see the module docstring).
+            segment_frames: with HiFi-GAN, the latent frames per clip decoded to a waveform at each step.
         """
         super().__init__()
         self.weights, self.c_reconstruction = weights, c_reconstruction
         self.noise_scale, self.length_scale, self.griffin_lim_iterations = noise_scale, length_scale, griffin_lim_iterations
         self.alignment_prior, self.alignment_prior_steps = alignment_prior, alignment_prior_steps
-        self.c_kl = c_kl
+        self.c_kl, self.vocoder, self.segment_frames = c_kl, vocoder, segment_frames
+        self.automatic_optimization = vocoder == "griffin-lim"
         self.features: Any = None
+        self.discriminator: torch.nn.Module | None = None
         self._parts: dict[str, torch.Tensor] = {}
         self._baselines: dict[str, dict[str, float]] = {}
         self.fresh_tensors: list[str] = []
@@ -79,10 +94,14 @@ class MelOTTS(Algorithm):
         if spec.task != "text_to_speech" or "sample_rate" not in spec.extra:
             raise TwinkleError(f"{type(self).__name__} trains on a voice corpus (the voice-folder data processor)")
         sizes = dict(SIZES[type(self).size])
-        self.features = Spectrogram(int(spec.extra["sample_rate"]), sizes.pop("n_fft"), sizes.pop("hop"),
+        self.features = Spectrogram(int(spec.extra["sample_rate"]), sizes.pop("n_fft"), sizes["hop"],
                                     sizes.pop("n_mels"))
         net = VitsMel(int(spec.vocab_size or 0), int(spec.extra["num_tones"]), int(spec.extra["num_languages"]),
-                      max(len(spec.class_names), 1), self.features.bins, **sizes)
+                      max(len(spec.class_names), 1), self.features.bins, vocoder=self.vocoder, **sizes)
+        if self.vocoder == "hifigan":
+            from TTS.tts.layers.vits.discriminator import VitsDiscriminator
+
+            self.discriminator = VitsDiscriminator(periods=(2, 3, 5, 7, 11))
         if self.weights:
             self.fresh_tensors = load_voice_weights(net, self.weights)
         return net
@@ -105,12 +124,24 @@ class MelOTTS(Algorithm):
         (phones, tones, languages), lengths = _with_blanks(batch["phones"], batch["tones"], batch["languages"],
                                                            lengths=batch["phone_lengths"])
         prior = self.alignment_prior * max(0.0, 1.0 - self.global_step / self.alignment_prior_steps)
-        out = self.model(phones, tones, languages, lengths, spec, frames, batch["speakers"], prior_weight=prior)
-        mask = out["mask"]
-        count = mask.sum()
-        magnitude = torch.sum(torch.abs(out["spec_hat"] - spec) * mask) / (count * self.features.bins)
-        mel = torch.sum(torch.abs(self.features.log_mel(out["spec_hat"]) - self.features.log_mel(spec)) * mask) / (
-            count * self.features.n_mels)
+        out = self.model(phones, tones, languages, lengths, spec, frames, batch["speakers"], prior_weight=prior,
+                         segment_frames=self.segment_frames)
+        if self.vocoder == "hifigan":  # the generated segments against the same stretches of the recordings
+            from TTS.tts.utils.helpers import segment
+
+            hop = self.features.hop
+            real = segment(batch["audio"].unsqueeze(1), out["segment_starts"] * hop, self.segment_frames * hop,
+                           pad_short=True)
+            self._waves = (real, out["wave_hat"])
+            spec_real, spec_fake = (self.features.log_magnitude(w.squeeze(1)) for w in self._waves)
+            magnitude = torch.mean(torch.abs(spec_fake - spec_real))
+            mel = torch.mean(torch.abs(self.features.log_mel(spec_fake) - self.features.log_mel(spec_real)))
+        else:
+            mask = out["mask"]
+            count = mask.sum()
+            magnitude = torch.sum(torch.abs(out["spec_hat"] - spec) * mask) / (count * self.features.bins)
+            mel = torch.sum(torch.abs(self.features.log_mel(out["spec_hat"]) - self.features.log_mel(spec)) * mask) / (
+                count * self.features.n_mels)
         return {"magnitude_l1": magnitude, "mel_l1": mel, "kl": out["kl"], "duration": out["duration"]}
 
     @property
@@ -130,14 +161,52 @@ class MelOTTS(Algorithm):
         return (self.c_reconstruction * (parts["magnitude_l1"] + parts["mel_l1"]) + self.c_kl * parts["kl"]
                 + parts["duration"])
 
+    def configure_optimizers(self) -> Any:
+        """Core's optimizer (``optimizer``, ``lr``, ``weight_decay``, ``scheduler``) — for HiFi-GAN one for the
+        generator (the network) and one for the discriminator, without a schedule."""
+        if self.vocoder != "hifigan":
+            return super().configure_optimizers()
+        return [self.build_optimizer(list(self.model.parameters())),
+                self.build_optimizer(list(self.discriminator.parameters()))]
+
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        """Loss and its parts, logged as ``train_loss``, ``train_mel_l1``, ``train_kl``, ``train_duration``."""
+        """Loss and its parts, logged as ``train_loss``, ``train_mel_l1``, ``train_kl``, ``train_duration``
+        (and, with HiFi-GAN, ``train_discriminator``, ``train_adversarial``, ``train_feature_matching``)."""
+        if self.vocoder == "hifigan":
+            return self._adversarial_step(batch)
         loss = self.batch_loss(batch)
         size = len(batch["phones"])
         self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=size)
         self.log_dict({f"train_{k}": v.detach() for k, v in self._parts.items()}, on_step=False, on_epoch=True,
                       batch_size=size)
         return loss
+
+    def _adversarial_step(self, batch: Any) -> torch.Tensor:
+        """One VITS step: the discriminator on real and (detached) generated segments, then the generator on
+        reconstruction, KL, duration, adversarial and feature-matching losses."""
+        from TTS.tts.layers.losses import VitsDiscriminatorLoss, feature_loss, generator_loss
+
+        generator_opt, discriminator_opt = self.optimizers()
+        reconstruction = self.batch_loss(batch)
+        real, fake = self._waves
+        scores_real, _, scores_fake, _ = self.discriminator(real, fake.detach())
+        discriminator = VitsDiscriminatorLoss.discriminator_loss(scores_real, scores_fake)[0]
+        discriminator_opt.zero_grad()
+        self.manual_backward(discriminator)
+        discriminator_opt.step()
+        _, features_real, scores_fake, features_fake = self.discriminator(real, fake)
+        adversarial = generator_loss(scores_fake)[0]
+        matching = feature_loss(features_real, features_fake)
+        loss = reconstruction + adversarial + matching
+        generator_opt.zero_grad()
+        self.manual_backward(loss)
+        generator_opt.step()
+        size = len(batch["phones"])
+        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=size)
+        self.log_dict({**{f"train_{k}": v.detach() for k, v in self._parts.items()},
+                       "train_discriminator": discriminator.detach(), "train_adversarial": adversarial.detach(),
+                       "train_feature_matching": matching.detach()}, on_step=False, on_epoch=True, batch_size=size)
+        return loss.detach()
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         """``val_loss`` and its parts on held-out clips."""
@@ -215,7 +284,10 @@ class MelOTTS(Algorithm):
                                             torch.tensor([index], device=self.device), self.noise_scale,
                                             self.length_scale,
                                             generator=torch.Generator(device=self.device).manual_seed(seed))
-        audio = self.features.griffin_lim(log_magnitude, self.griffin_lim_iterations)[0]
+        if self.vocoder == "hifigan":
+            audio = log_magnitude[0, 0]  # the generator's waveform
+        else:
+            audio = self.features.griffin_lim(log_magnitude, self.griffin_lim_iterations)[0]
         return audio.clamp(-1, 1).cpu().numpy().astype(np.float32)
 
 
@@ -270,13 +342,14 @@ def _with_blanks(*sequences: torch.Tensor, lengths: torch.Tensor) -> tuple[list[
 
 
 class SpeechGraph(torch.nn.Module):
-    """What MelOTTS exports: phones → log-magnitude spectrogram, with the durations predicted and the prior
-    sampled inside (Griffin-Lim runs outside the graph, on its output).
+    """What MelOTTS exports: phones → log-magnitude spectrogram (Griffin-Lim runs outside the graph, on its
+    output) or, with HiFi-GAN, the waveform — the durations predicted and the prior sampled inside.
 
     Inputs (``B`` sentences of up to ``L`` phones, 0-padded): ``phones``, ``tones``, ``languages`` ``[B, L]``
     int64, ``lengths`` ``[B]`` int64, ``speakers`` ``[B]`` int64 and ``scales`` ``[B, 2]`` float (noise scale,
     length scale; noise scale 0 makes the graph deterministic). Outputs: ``output`` ``[B, bins, F]`` (log
-    magnitudes; padded frames hold ``log(1e-5)``) and ``output_1`` ``[B]`` (each sentence's frame count).
+    magnitudes; padded frames hold ``log(1e-5)``) or ``[B, 1, F × hop]`` (samples; padding silent) and
+    ``output_1`` ``[B]`` (each sentence's frame count).
     """
 
     def __init__(self, network: torch.nn.Module) -> None:

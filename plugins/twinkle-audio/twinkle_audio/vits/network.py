@@ -7,8 +7,10 @@
 - monotonic alignment search (``monotonic_alignment_search``) between phones and frames, and a duration
   predictor trained on the found durations;
 - a speaker embedding conditioning the posterior, the flow, the duration predictor and the decoder;
-- a convolutional decoder from the latent frames to the log-magnitude spectrogram (the vocoder-free path,
-  inverted with Griffin-Lim).
+- a decoder from the latent frames: to the log-magnitude spectrogram (``vocoder="griffin-lim"``, inverted with
+  Griffin-Lim: the fast path for CPUs and CI), or straight to the waveform with coqui's HiFi-GAN generator
+  (``vocoder="hifigan"``, VITS proper: trained on random latent segments against coqui's multi-period
+  discriminator, see :class:`~twinkle_audio.melotts.MelOTTS`).
 """
 
 from __future__ import annotations
@@ -87,13 +89,33 @@ def log_alignment_prior(phone_lengths: torch.Tensor, frame_lengths: torch.Tensor
     return torch.where(inside, log_pmf, torch.zeros_like(log_pmf))
 
 
+def hifigan_generator(in_channels: int, hop: int, channels: int, speaker_channels: int) -> nn.Module:
+    """coqui's HiFi-GAN generator as VITS configures it (residual blocks of kernels 3/7/11, dilations 1/3/5),
+    upsampling ×8, ×8, then ×2 until one latent frame becomes ``hop`` samples; ``channels`` after its first
+    convolution, conditioned on the speaker."""
+    from TTS.vocoder.models.hifigan_generator import HifiganGenerator
+
+    factors, rest = [], hop
+    for factor in (8, 8) + (2,) * 8:
+        if rest % factor == 0 and rest > 1:
+            factors.append(factor)
+            rest //= factor
+    if rest != 1 or channels // 2 ** len(factors) < 1:
+        raise ValueError(f"hop {hop} is not 64 times a power of two, which the HiFi-GAN generator upsamples by")
+    return HifiganGenerator(in_channels, 1, "1", [[1, 3, 5]] * 3, [3, 7, 11], [2 * f for f in factors], channels,
+                            factors, inference_padding=0, cond_channels=speaker_channels, conv_pre_weight_norm=False,
+                            conv_post_weight_norm=False, conv_post_bias=False)
+
+
 class VitsMel(nn.Module):
     """The whole network; :meth:`forward` returns the training losses, :meth:`infer` a spectrogram."""
 
     def __init__(self, n_vocab: int, n_tones: int, n_languages: int, n_speakers: int, bins: int, hidden: int = 96,
                  inter: int = 96, ffn: int = 256, heads: int = 2, encoder_layers: int = 3, posterior_layers: int = 8,
-                 flows: int = 4, decoder_layers: int = 6, speaker_channels: int = 64, dropout: float = 0.1) -> None:
-        """Build every part (sizes: see :data:`twinkle_audio.melotts.SIZES`)."""
+                 flows: int = 4, decoder_layers: int = 6, speaker_channels: int = 64, dropout: float = 0.1,
+                 vocoder: str = "griffin-lim", hop: int = 256, generator_channels: int = 128) -> None:
+        """Build every part (sizes: see :data:`twinkle_audio.melotts.SIZES`); ``hop`` and
+        ``generator_channels`` size the HiFi-GAN generator when ``vocoder="hifigan"``."""
         super().__init__()
         from TTS.tts.layers.glow_tts.duration_predictor import DurationPredictor
         from TTS.tts.layers.vits.networks import PosteriorEncoder, ResidualCouplingBlocks
@@ -103,14 +125,21 @@ class VitsMel(nn.Module):
         self.enc_q = PosteriorEncoder(bins, inter, hidden, 5, 1, posterior_layers, cond_channels=speaker_channels)
         self.flow = ResidualCouplingBlocks(inter, hidden, 5, 1, 4, num_flows=flows, cond_channels=speaker_channels)
         self.dp = DurationPredictor(hidden, 192, 3, 0.5, cond_channels=speaker_channels)
-        self.dec = SpectrogramDecoder(inter, hidden, bins, decoder_layers, speaker_channels)
+        self.vocoder, self.hop = vocoder, hop
+        if vocoder == "hifigan":
+            self.dec = hifigan_generator(inter, hop, generator_channels, speaker_channels)
+        else:
+            self.dec = SpectrogramDecoder(inter, hidden, bins, decoder_layers, speaker_channels)
         self.emb_g = nn.Embedding(n_speakers, speaker_channels)
 
     def forward(self, phones: torch.Tensor, tones: torch.Tensor, languages: torch.Tensor,
                 phone_lengths: torch.Tensor, spec: torch.Tensor, spec_lengths: torch.Tensor,
-                speakers: torch.Tensor, prior_weight: float = 0.0) -> dict[str, torch.Tensor]:
-        """Losses of one batch: ``reconstruction`` (log magnitude and log mel L1 need :meth:`reconstruction`
-        outside), ``kl``, ``duration``, and the predicted spectrogram ``spec_hat`` with its ``mask``."""
+                speakers: torch.Tensor, prior_weight: float = 0.0,
+                segment_frames: int = 32) -> dict[str, torch.Tensor]:
+        """The ``kl`` and ``duration`` losses of one batch and the frames' ``mask``, with — for the spectrogram
+        decoder — the predicted spectrogram ``spec_hat``, or — for HiFi-GAN — the waveform ``wave_hat`` of a
+        random segment of ``segment_frames`` latent frames per clip starting at frame ``segment_starts``.
+        ``prior_weight`` weighs the alignment prior (:func:`log_alignment_prior`) in the alignment search."""
         import monotonic_alignment_search as mas
 
         g = self.emb_g(speakers).unsqueeze(-1)
@@ -135,15 +164,31 @@ class VitsMel(nn.Module):
         logs_frames = torch.matmul(logs_p, attn)
         kl = logs_frames - logs_q - 0.5 + 0.5 * (z_p - m_frames) ** 2 * torch.exp(-2.0 * logs_frames)
         kl = torch.sum(kl * y_mask) / torch.sum(y_mask)
-        spec_hat = self.dec(z * y_mask, y_mask, g)
-        return {"kl": kl, "duration": duration, "spec_hat": spec_hat, "mask": y_mask}
+        out = {"kl": kl, "duration": duration, "mask": y_mask}
+        if self.vocoder == "hifigan":
+            from TTS.tts.utils.helpers import rand_segments
+
+            segments, out["segment_starts"] = rand_segments(z, spec_lengths, segment_frames, let_short_samples=True,
+                                                            pad_short=True)
+            out["wave_hat"] = self.dec(segments, g=g)
+        else:
+            out["spec_hat"] = self.dec(z * y_mask, y_mask, g)
+        return out
+
+    def decode(self, z: torch.Tensor, y_mask: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """Latent frames → log-magnitude spectrogram ``[B, bins, F]`` or waveform ``[B, 1, F × hop]``."""
+        if self.vocoder == "hifigan":
+            wave = self.dec(z * y_mask, g=g)
+            return wave * torch.repeat_interleave(y_mask, self.hop, dim=2)
+        return self.dec(z * y_mask, y_mask, g)
 
     @torch.no_grad()
     def infer(self, phones: torch.Tensor, tones: torch.Tensor, languages: torch.Tensor, phone_lengths: torch.Tensor,
               speakers: torch.Tensor, noise_scale: float | torch.Tensor = 0.667,
               length_scale: float | torch.Tensor = 1.0, max_frames: int = 4000,
               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Spectrograms ``[B, bins, F]`` and their frame counts for phone sequences (durations predicted).
+        """Spectrograms ``[B, bins, F]`` (or, with HiFi-GAN, waveforms ``[B, 1, F × hop]``) and their frame
+        counts for phone sequences (durations predicted).
 
         ``noise_scale`` and ``length_scale`` are numbers or per-item ``[B]`` tensors; the prior's noise comes
         from ``generator`` (the global generator when ``None``). Traceable for ONNX: no shape leaves the graph
@@ -166,4 +211,4 @@ class VitsMel(nn.Module):
             noise = torch.randn(m_frames.shape, generator=generator, device=m_frames.device, dtype=m_frames.dtype)
         z_p = m_frames + noise * torch.exp(logs_frames) * per_item(noise_scale)
         z = self.flow(z_p, y_mask, g=g, reverse=True)
-        return self.dec(z * y_mask, y_mask, g), y_lengths
+        return self.decode(z, y_mask, g), y_lengths
