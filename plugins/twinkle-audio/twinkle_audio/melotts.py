@@ -53,7 +53,9 @@ class MelOTTS(Algorithm):
                  noise_scale: float = 0.667, length_scale: PositiveFloat = 1.0,
                  griffin_lim_iterations: PositiveInt = 32, alignment_prior: float = 1.0,
                  alignment_prior_steps: PositiveInt = 100_000, c_kl: PositiveFloat = 0.1,
-                 vocoder: Literal["griffin-lim", "hifigan"] = "griffin-lim", segment_frames: PositiveInt = 32) -> None:
+                 vocoder: Literal["griffin-lim", "hifigan"] = "griffin-lim", segment_frames: PositiveInt = 32,
+                 transformer_flow: bool = True, speaker_text_encoder: bool = True, mas_noise: float = 0.01,
+                 mas_noise_decay: float = 2e-6) -> None:
         """Declare the hyperparameters.
 
         Args:
@@ -71,12 +73,17 @@ class MelOTTS(Algorithm):
             vocoder: ``"griffin-lim"`` (spectrogram decoder) or ``"hifigan"`` (waveform decoder trained as a GAN;
                 see the module docstring).
             segment_frames: with HiFi-GAN, the latent frames per clip decoded to a waveform at each step.
+            transformer_flow: VITS2's flow (a transformer block in every coupling layer); off: VITS's.
+            speaker_text_encoder: VITS2's speaker-conditioned text encoder; off: VITS's.
+            mas_noise: VITS2's noise-scaled alignment search at step 0, falling by ``mas_noise_decay`` a step.
         """
         super().__init__()
         self.weights, self.c_reconstruction = weights, c_reconstruction
         self.noise_scale, self.length_scale, self.griffin_lim_iterations = noise_scale, length_scale, griffin_lim_iterations
         self.alignment_prior, self.alignment_prior_steps = alignment_prior, alignment_prior_steps
         self.c_kl, self.vocoder, self.segment_frames = c_kl, vocoder, segment_frames
+        self.transformer_flow, self.speaker_text_encoder = transformer_flow, speaker_text_encoder
+        self.mas_noise, self.mas_noise_decay = mas_noise, mas_noise_decay
         self.automatic_optimization = vocoder == "griffin-lim"
         self.features: Any = None
         self.discriminator: torch.nn.Module | None = None
@@ -97,7 +104,8 @@ class MelOTTS(Algorithm):
         self.features = Spectrogram(int(spec.extra["sample_rate"]), sizes.pop("n_fft"), sizes["hop"],
                                     sizes.pop("n_mels"))
         net = VitsMel(int(spec.vocab_size or 0), int(spec.extra["num_tones"]), int(spec.extra["num_languages"]),
-                      max(len(spec.class_names), 1), self.features.bins, vocoder=self.vocoder, **sizes)
+                      max(len(spec.class_names), 1), self.features.bins, vocoder=self.vocoder,
+                      transformer_flow=self.transformer_flow, speaker_text_encoder=self.speaker_text_encoder, **sizes)
         if self.vocoder == "hifigan":
             from TTS.tts.layers.vits.discriminator import VitsDiscriminator
 
@@ -124,8 +132,9 @@ class MelOTTS(Algorithm):
         (phones, tones, languages), lengths = _with_blanks(batch["phones"], batch["tones"], batch["languages"],
                                                            lengths=batch["phone_lengths"])
         prior = self.alignment_prior * max(0.0, 1.0 - self.global_step / self.alignment_prior_steps)
+        noise = max(0.0, self.mas_noise - self.mas_noise_decay * self.global_step) if self.training else 0.0
         out = self.model(phones, tones, languages, lengths, spec, frames, batch["speakers"], prior_weight=prior,
-                         segment_frames=self.segment_frames)
+                         segment_frames=self.segment_frames, mas_noise=noise)
         if self.vocoder == "hifigan":  # the generated segments against the same stretches of the recordings
             from TTS.tts.utils.helpers import segment
 

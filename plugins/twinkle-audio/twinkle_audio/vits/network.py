@@ -1,11 +1,13 @@
 """The VITS-style network of :class:`~twinkle_audio.melotts.MelOTTS`, on coqui-tts's layers.
 
 - a text encoder over phones with MeloTTS's tone and language embeddings (coqui's relative-position
-  transformer), giving the prior ``N(m_p, exp(logs_p))`` per phone;
+  transformer, conditioned on the speaker before its third block as in VITS2), giving the prior
+  ``N(m_p, exp(logs_p))`` per phone;
 - a posterior encoder over the clip's log-magnitude spectrogram and a normalising flow (coqui's residual
-  coupling blocks) from the posterior to the prior's space;
-- monotonic alignment search (``monotonic_alignment_search``) between phones and frames, and a duration
-  predictor trained on the found durations;
+  coupling blocks, each with a transformer block before its WaveNet: VITS2's transformer flow) from the
+  posterior to the prior's space;
+- monotonic alignment search (``monotonic_alignment_search``) between phones and frames — with VITS2's noise
+  and a beta-binomial diagonal prior early on — and a duration predictor trained on the found durations;
 - a speaker embedding conditioning the posterior, the flow, the duration predictor and the decoder;
 - a decoder from the latent frames: to the log-magnitude spectrogram (``vocoder="griffin-lim"``, inverted with
   Griffin-Lim: the fast path for CPUs and CI), or straight to the waveform with coqui's HiFi-GAN generator
@@ -29,24 +31,69 @@ def _text_encoder_class() -> type:
         """coqui's VITS text encoder with tone and language embeddings summed into each phone's (MeloTTS)."""
 
         def __init__(self, n_vocab: int, n_tones: int, n_languages: int, out_channels: int, hidden: int,
-                     ffn: int, heads: int, layers: int, kernel: int, dropout: float) -> None:
+                     ffn: int, heads: int, layers: int, kernel: int, dropout: float, speaker_channels: int = 0) -> None:
             super().__init__(n_vocab, out_channels, hidden, ffn, heads, layers, kernel, dropout)
+            # VITS2: the speaker enters before the third transformer block (the last, in shallower encoders)
+            self.speaker_layer = min(2, layers - 1)
+            self.speaker_proj = nn.Linear(speaker_channels, hidden) if speaker_channels else None
             self.tone_emb = nn.Embedding(n_tones, hidden)
             self.language_emb = nn.Embedding(n_languages, hidden)
             nn.init.normal_(self.tone_emb.weight, 0.0, hidden ** -0.5)
             nn.init.normal_(self.language_emb.weight, 0.0, hidden ** -0.5)
 
         def forward(self, x: torch.Tensor, tones: torch.Tensor, languages: torch.Tensor,  # type: ignore[override]
-                    lengths: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                    lengths: torch.Tensor, g: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
             h = (self.emb(x) + self.tone_emb(tones) + self.language_emb(languages)) * math.sqrt(self.hidden_channels)
             h = h.transpose(1, -1)
             mask = sequence_mask(lengths, h.size(2)).unsqueeze(1).to(h.dtype)
-            h = self.encoder(h * mask, mask)
+            h = self._encode(h * mask, mask, g)
             stats = self.proj(h) * mask
             m, logs = torch.split(stats, self.out_channels, dim=1)
             return h, m, logs, mask
 
+        def _encode(self, x: torch.Tensor, x_mask: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
+            """coqui's relative-position transformer, layer by layer, with the speaker vector ``g`` ``[B, C, 1]``
+            added before block :attr:`speaker_layer` (VITS2's speaker-conditioned text encoder)."""
+            encoder = self.encoder
+            attn_mask = x_mask.unsqueeze(2) * x_mask.unsqueeze(-1)
+            for i in range(encoder.num_layers):
+                if i == self.speaker_layer and self.speaker_proj is not None and g is not None:
+                    x = x + self.speaker_proj(g.transpose(1, 2)).transpose(1, 2)
+                x = x * x_mask
+                y = encoder.dropout(encoder.attn_layers[i](x, x, attn_mask))
+                x = encoder.norm_layers_1[i](x + y)
+                y = encoder.dropout(encoder.ffn_layers[i](x, x_mask))
+                x = encoder.norm_layers_2[i](x + y)
+            return x * x_mask
+
     return ToneTextEncoder
+
+
+class _AttentiveWN(nn.Module):
+    """VITS2's transformer coupling: a relative-position transformer block (residual) before a coupling
+    layer's WaveNet, so the flow sees the whole utterance, not just a convolution's reach."""
+
+    def __init__(self, attention: nn.Module, wavenet: nn.Module) -> None:
+        super().__init__()
+        self.attention, self.wavenet = attention, wavenet
+
+    def forward(self, h: torch.Tensor, x_mask: torch.Tensor, g: torch.Tensor | None = None) -> torch.Tensor:
+        return self.wavenet(h + self.attention(h * x_mask, x_mask), x_mask, g=g)
+
+
+def coupling_flow(channels: int, hidden: int, flows: int, speaker_channels: int, transformer: bool,
+                  heads: int = 2, ffn: int = 256, dropout: float = 0.1) -> nn.Module:
+    """coqui's residual coupling blocks (VITS: mean-only affine couplings on WaveNets of 4 layers, kernel 5) —
+    with ``transformer``, VITS2's transformer flow (a transformer block before each coupling's WaveNet)."""
+    from TTS.tts.layers.glow_tts.transformer import RelativePositionTransformer
+    from TTS.tts.layers.vits.networks import ResidualCouplingBlocks
+
+    blocks = ResidualCouplingBlocks(channels, hidden, 5, 1, 4, num_flows=flows, cond_channels=speaker_channels)
+    if transformer:
+        for flow in blocks.flows:
+            flow.enc = _AttentiveWN(RelativePositionTransformer(hidden, hidden, hidden, ffn, heads, 1, 3, dropout,
+                                                                rel_attn_window_size=4), flow.enc)
+    return blocks
 
 
 class SpectrogramDecoder(nn.Module):
@@ -113,17 +160,19 @@ class VitsMel(nn.Module):
     def __init__(self, n_vocab: int, n_tones: int, n_languages: int, n_speakers: int, bins: int, hidden: int = 96,
                  inter: int = 96, ffn: int = 256, heads: int = 2, encoder_layers: int = 3, posterior_layers: int = 8,
                  flows: int = 4, decoder_layers: int = 6, speaker_channels: int = 64, dropout: float = 0.1,
-                 vocoder: str = "griffin-lim", hop: int = 256, generator_channels: int = 128) -> None:
+                 vocoder: str = "griffin-lim", hop: int = 256, generator_channels: int = 128,
+                 transformer_flow: bool = True, speaker_text_encoder: bool = True) -> None:
         """Build every part (sizes: see :data:`twinkle_audio.melotts.SIZES`); ``hop`` and
-        ``generator_channels`` size the HiFi-GAN generator when ``vocoder="hifigan"``."""
+        ``generator_channels`` size the HiFi-GAN generator when ``vocoder="hifigan"``;
+        ``transformer_flow`` and ``speaker_text_encoder`` are VITS2's (off: VITS's)."""
         super().__init__()
         from TTS.tts.layers.glow_tts.duration_predictor import DurationPredictor
-        from TTS.tts.layers.vits.networks import PosteriorEncoder, ResidualCouplingBlocks
+        from TTS.tts.layers.vits.networks import PosteriorEncoder
 
         self.enc_p = _text_encoder_class()(n_vocab, n_tones, n_languages, inter, hidden, ffn, heads, encoder_layers,
-                                           3, dropout)
+                                           3, dropout, speaker_channels if speaker_text_encoder else 0)
         self.enc_q = PosteriorEncoder(bins, inter, hidden, 5, 1, posterior_layers, cond_channels=speaker_channels)
-        self.flow = ResidualCouplingBlocks(inter, hidden, 5, 1, 4, num_flows=flows, cond_channels=speaker_channels)
+        self.flow = coupling_flow(inter, hidden, flows, speaker_channels, transformer_flow, heads, ffn, dropout)
         self.dp = DurationPredictor(hidden, 192, 3, 0.5, cond_channels=speaker_channels)
         self.vocoder, self.hop = vocoder, hop
         if vocoder == "hifigan":
@@ -134,16 +183,18 @@ class VitsMel(nn.Module):
 
     def forward(self, phones: torch.Tensor, tones: torch.Tensor, languages: torch.Tensor,
                 phone_lengths: torch.Tensor, spec: torch.Tensor, spec_lengths: torch.Tensor,
-                speakers: torch.Tensor, prior_weight: float = 0.0,
-                segment_frames: int = 32) -> dict[str, torch.Tensor]:
+                speakers: torch.Tensor, prior_weight: float = 0.0, segment_frames: int = 32,
+                mas_noise: float = 0.0) -> dict[str, torch.Tensor]:
         """The ``kl`` and ``duration`` losses of one batch and the frames' ``mask``, with — for the spectrogram
         decoder — the predicted spectrogram ``spec_hat``, or — for HiFi-GAN — the waveform ``wave_hat`` of a
         random segment of ``segment_frames`` latent frames per clip starting at frame ``segment_starts``.
-        ``prior_weight`` weighs the alignment prior (:func:`log_alignment_prior`) in the alignment search."""
+        ``prior_weight`` weighs the alignment prior (:func:`log_alignment_prior`) in the alignment search;
+        ``mas_noise`` is VITS2's noise-scaled alignment search (Gaussian noise of that many standard deviations
+        of the scores added to them, so early alignments explore)."""
         import monotonic_alignment_search as mas
 
         g = self.emb_g(speakers).unsqueeze(-1)
-        h, m_p, logs_p, x_mask = self.enc_p(phones, tones, languages, phone_lengths)
+        h, m_p, logs_p, x_mask = self.enc_p(phones, tones, languages, phone_lengths, g=g)
         z, m_q, logs_q, y_mask = self.enc_q(spec, spec_lengths, g=g)
         z_p = self.flow(z, y_mask, g=g)
         with torch.no_grad():  # monotonic alignment search on the prior's log-likelihood of each frame
@@ -154,6 +205,8 @@ class VitsMel(nn.Module):
                         + torch.sum(-0.5 * (m_p ** 2) * s_p_sq_r, [1], keepdim=True))  # [B, F, L]
             if prior_weight > 0:
                 neg_cent = neg_cent + prior_weight * log_alignment_prior(phone_lengths, spec_lengths, neg_cent.shape)
+            if mas_noise > 0:
+                neg_cent = neg_cent + torch.std(neg_cent) * torch.randn_like(neg_cent) * mas_noise
             attn_mask = x_mask.unsqueeze(-1) * y_mask.unsqueeze(2)  # [B, 1, L, F]
             attn = mas.maximum_path(neg_cent.transpose(1, 2).contiguous(), attn_mask.squeeze(1)).detach()
         durations = attn.sum(2)  # [B, L]
@@ -197,7 +250,7 @@ class VitsMel(nn.Module):
         from TTS.tts.utils.helpers import generate_path, sequence_mask
 
         g = self.emb_g(speakers).unsqueeze(-1)
-        h, m_p, logs_p, x_mask = self.enc_p(phones, tones, languages, phone_lengths)
+        h, m_p, logs_p, x_mask = self.enc_p(phones, tones, languages, phone_lengths, g=g)
         per_item = lambda value: torch.as_tensor(value, dtype=m_p.dtype, device=m_p.device).reshape(-1, 1, 1)  # noqa: E731
         w = torch.exp(self.dp(h, x_mask, g=g)) * x_mask * per_item(length_scale)
         w_ceil = torch.ceil(w).clamp(max=max_frames)
