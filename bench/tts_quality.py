@@ -16,6 +16,10 @@ Writes ``bench/results/tts_quality.json`` (and the curve, row by row, to ``tts_q
 runs). It takes about an hour at the defaults; run it in the background, once:
 
     STEPS=3000 EVERY=250 CLIPS=400 python bench/tts_quality.py
+
+``HYPERPARAMS`` (JSON) overrides MelOTTS's hyperparameters for an ablation, e.g.
+``HYPERPARAMS='{"transformer_flow": false, "speaker_text_encoder": false, "mas_noise": 0}'`` (VITS's network);
+``BENCH_RESULTS`` writes elsewhere. ``tts_quality_vits1.json`` is the same run of the network before VITS2's parts.
 """
 
 from __future__ import annotations
@@ -80,7 +84,7 @@ def main() -> None:
     import torch
 
     from twinkle_audio.probe import QualityProbe, held_out_corpus, reference_scores
-    from twinkle_core import Trainer
+    from twinkle_core import RunStore, Trainer
 
     torch.set_num_threads(1)
     steps, every = int(os.environ.get("STEPS", 3000)), int(os.environ.get("EVERY", 250))
@@ -93,8 +97,10 @@ def main() -> None:
     print(json.dumps(references), flush=True)
     RESULTS.mkdir(exist_ok=True)
     probe = QualityProbe(texts, recordings, 16000, str(RESULTS / "tts_quality_curve.json"), every)
+    overrides = json.loads(os.environ.get("HYPERPARAMS", "{}"))
     trainer = Trainer("melotts-tiny", hyperparams={"max_steps": steps, "max_epochs": 10_000, "batch_size": 8,
-                                                   "lang": "en", "sample_rate": 16000, "progress_bar": False},
+                                                   "lang": "en", "sample_rate": 16000, "progress_bar": False,
+                                                   **overrides},
                       verbose=False, callbacks=[probe])
     fit_started = time.perf_counter()
     result = trainer.fit(corpus)
@@ -102,7 +108,9 @@ def main() -> None:
     rtf = _real_time_factors(Trainer.from_checkpoint(result.run_uri, mode="finetune", verbose=False), texts)
     out = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": 1},
            "corpus": {"train_clips": clips, "held_out_sentences": HELD_OUT, "rate": 16000},
-           "steps": steps, "batch_size": 8, "fit_seconds": round(fit_seconds, 1), "status": result.status,
+           "steps": steps, "batch_size": 8, "overrides": overrides,
+           "hyperparams": RunStore().get(result.run_uri).hyperparams,
+           "fit_seconds": round(fit_seconds, 1), "status": result.status,
            "references": references, "curve": probe.rows, "onnx": rtf,
            "total_seconds": round(time.perf_counter() - started, 1)}
     (RESULTS / "tts_quality.json").write_text(json.dumps(out, indent=1) + "\n")

@@ -11,8 +11,7 @@ Two decoders (``vocoder=``):
 - ``"hifigan"``: VITS proper — coqui's HiFi-GAN generator turns random segments of latent frames into waveforms,
   trained against coqui's VITS discriminator (multi-period and multi-scale) with least-squares adversarial and
   feature-matching losses besides the reconstruction, KL and duration terms. The algorithm steps its generator
-  and discriminator optimizers itself (manual optimization: no gradient accumulation; Lightning counts both
-  optimizers' steps, so ``steps=N`` trains ``N / 2`` batches).
+  and discriminator optimizers itself (manual optimization: no gradient accumulation); a step is one batch.
 """
 
 from __future__ import annotations
@@ -202,7 +201,9 @@ class MelOTTS(Algorithm):
         discriminator = VitsDiscriminatorLoss.discriminator_loss(scores_real, scores_fake)[0]
         discriminator_opt.zero_grad()
         self.manual_backward(discriminator)
-        discriminator_opt.step()
+        # the unwrapped optimizer, so Lightning counts one step per batch (the generator's); MelOTTS trains in
+        # full precision, so no precision plugin is bypassed, and manual_backward has synchronised the gradients
+        discriminator_opt.optimizer.step()
         _, features_real, scores_fake, features_fake = self.discriminator(real, fake)
         adversarial = generator_loss(scores_fake)[0]
         matching = feature_loss(features_real, features_fake)
