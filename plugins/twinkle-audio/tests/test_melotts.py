@@ -158,12 +158,14 @@ def test_the_hifigan_voice_trains_as_a_gan_speaks_waveforms_and_exports(tmp_path
         str(corpus))
     assert result.status == "finished"
     metrics = pd.read_csv(Path(result.run_dir) / "logs" / "metrics.csv")
-    for name in ("train_discriminator", "train_adversarial", "train_feature_matching", "train_mel_l1", "val_mel_l1"):
+    for name in ("train_discriminator", "train_adversarial", "train_feature_matching", "train_duration_discriminator",
+                 "train_duration_adversarial", "train_mel_l1", "val_mel_l1"):
         assert np.isfinite(metrics[name].dropna()).all() and len(metrics[name].dropna()) == 2, name
     checkpoint = torch.load(result.last_checkpoint, weights_only=True)
-    assert len(checkpoint["optimizer_states"]) == 2 and checkpoint["global_step"] == 6  # a step is a batch
-    generator_state, discriminator_state = checkpoint["optimizer_states"]
-    assert all(int(s["step"]) == 6 for s in discriminator_state["state"].values())  # the discriminator learned too
+    assert len(checkpoint["optimizer_states"]) == 3 and checkpoint["global_step"] == 6  # a step is a batch
+    generator_state, discriminator_state, duration_state = checkpoint["optimizer_states"]
+    for state in (discriminator_state, duration_state):  # both discriminators learned too
+        assert state["state"] and all(int(s["step"]) == 6 for s in state["state"].values())
     assert all(int(s["step"]) == 6 for s in generator_state["state"].values())
     trainer = Trainer.from_checkpoint(result.run_uri, mode="finetune", verbose=False)
     voice, *_ = trainer.model_for_export()

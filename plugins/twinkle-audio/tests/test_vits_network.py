@@ -1,6 +1,6 @@
 """The VITS network's parts, without training: the alignment prior is coqui's beta-binomial one, both flows
 invert exactly, the text encoder hears the speaker (VITS2), the HiFi-GAN generator gives ``hop`` samples per
-frame, and add_blank interleaves blanks."""
+frame, the duration discriminator judges each phone within its mask, and add_blank interleaves blanks."""
 
 from __future__ import annotations
 
@@ -62,3 +62,16 @@ def test_the_hifigan_generator_gives_hop_samples_per_frame() -> None:
 def test_add_blank_puts_the_blank_between_and_around_phones() -> None:
     (spread,), lengths = _with_blanks(torch.tensor([[5, 6, 7], [8, 9, 0]]), lengths=torch.tensor([3, 2]))
     assert spread.tolist() == [[0, 5, 0, 6, 0, 7, 0], [0, 8, 0, 9, 0, 0, 0]] and lengths.tolist() == [7, 5]
+
+
+def test_the_duration_discriminator_gives_masked_per_phone_probabilities() -> None:
+    from twinkle_audio.vits.network import DurationDiscriminator
+
+    torch.manual_seed(0)
+    judge = DurationDiscriminator(32, channels=16, speaker_channels=8).eval()
+    states, mask = torch.randn(2, 32, 7), torch.ones(2, 1, 7)
+    mask[1, :, 5:] = 0
+    with torch.no_grad():
+        p = judge(states, mask, torch.randn(2, 1, 7), torch.randn(2, 8, 1))
+    assert p.shape == (2, 1, 7) and 0 <= float(p.min()) and float(p.max()) <= 1
+    assert p[1, :, 5:].abs().max() == 0 and p[1, :, :5].min() > 0

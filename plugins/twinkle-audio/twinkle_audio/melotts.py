@@ -10,7 +10,8 @@ Two decoders (``vocoder=``):
   search finds.
 - ``"hifigan"``: VITS proper — coqui's HiFi-GAN generator turns random segments of latent frames into waveforms,
   trained against coqui's VITS discriminator (multi-period and multi-scale) with least-squares adversarial and
-  feature-matching losses besides the reconstruction, KL and duration terms. The algorithm steps its generator
+  feature-matching losses besides the reconstruction, KL and duration terms; VITS2's duration discriminator
+  trains the duration predictor adversarially as well. The algorithm steps its generator
   and discriminator optimizers itself (manual optimization: no gradient accumulation); a step is one batch.
 """
 
@@ -54,7 +55,7 @@ class MelOTTS(Algorithm):
                  alignment_prior_steps: PositiveInt = 100_000, c_kl: PositiveFloat = 0.1,
                  vocoder: Literal["griffin-lim", "hifigan"] = "griffin-lim", segment_frames: PositiveInt = 32,
                  transformer_flow: bool = True, speaker_text_encoder: bool = True, mas_noise: float = 0.01,
-                 mas_noise_decay: float = 2e-6) -> None:
+                 mas_noise_decay: float = 2e-6, duration_discriminator: bool = True) -> None:
         """Declare the hyperparameters.
 
         Args:
@@ -75,6 +76,8 @@ class MelOTTS(Algorithm):
             transformer_flow: VITS2's flow (a transformer block in every coupling layer); off: VITS's.
             speaker_text_encoder: VITS2's speaker-conditioned text encoder; off: VITS's.
             mas_noise: VITS2's noise-scaled alignment search at step 0, falling by ``mas_noise_decay`` a step.
+            duration_discriminator: with HiFi-GAN, VITS2's duration discriminator trains the duration
+                predictor adversarially too.
         """
         super().__init__()
         self.weights, self.c_reconstruction = weights, c_reconstruction
@@ -83,6 +86,8 @@ class MelOTTS(Algorithm):
         self.c_kl, self.vocoder, self.segment_frames = c_kl, vocoder, segment_frames
         self.transformer_flow, self.speaker_text_encoder = transformer_flow, speaker_text_encoder
         self.mas_noise, self.mas_noise_decay = mas_noise, mas_noise_decay
+        self.use_duration_discriminator = duration_discriminator
+        self.duration_discriminator: torch.nn.Module | None = None
         self.automatic_optimization = vocoder == "griffin-lim"
         self.features: Any = None
         self.discriminator: torch.nn.Module | None = None
@@ -109,6 +114,11 @@ class MelOTTS(Algorithm):
             from TTS.tts.layers.vits.discriminator import VitsDiscriminator
 
             self.discriminator = VitsDiscriminator(periods=(2, 3, 5, 7, 11))
+            if self.use_duration_discriminator:
+                from twinkle_audio.vits.network import DurationDiscriminator
+
+                self.duration_discriminator = DurationDiscriminator(sizes["hidden"],
+                                                                    speaker_channels=sizes["speaker_channels"])
         if self.weights:
             self.fresh_tensors = load_voice_weights(net, self.weights)
         return net
@@ -141,6 +151,7 @@ class MelOTTS(Algorithm):
             real = segment(batch["audio"].unsqueeze(1), out["segment_starts"] * hop, self.segment_frames * hop,
                            pad_short=True)
             self._waves = (real, out["wave_hat"])
+            self._durations = out
             spec_real, spec_fake = (self.features.log_magnitude(w.squeeze(1)) for w in self._waves)
             magnitude = torch.mean(torch.abs(spec_fake - spec_real))
             mel = torch.mean(torch.abs(self.features.log_mel(spec_fake) - self.features.log_mel(spec_real)))
@@ -171,11 +182,15 @@ class MelOTTS(Algorithm):
 
     def configure_optimizers(self) -> Any:
         """Core's optimizer (``optimizer``, ``lr``, ``weight_decay``, ``scheduler``) — for HiFi-GAN one for the
-        generator (the network) and one for the discriminator, without a schedule."""
+        generator (the network), one for the discriminator and one for the duration discriminator, without a
+        schedule."""
         if self.vocoder != "hifigan":
             return super().configure_optimizers()
-        return [self.build_optimizer(list(self.model.parameters())),
-                self.build_optimizer(list(self.discriminator.parameters()))]
+        optimizers = [self.build_optimizer(list(self.model.parameters())),
+                      self.build_optimizer(list(self.discriminator.parameters()))]
+        if self.duration_discriminator is not None:
+            optimizers.append(self.build_optimizer(list(self.duration_discriminator.parameters())))
+        return optimizers
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         """Loss and its parts, logged as ``train_loss``, ``train_mel_l1``, ``train_kl``, ``train_duration``
@@ -190,32 +205,42 @@ class MelOTTS(Algorithm):
         return loss
 
     def _adversarial_step(self, batch: Any) -> torch.Tensor:
-        """One VITS step: the discriminator on real and (detached) generated segments, then the generator on
-        reconstruction, KL, duration, adversarial and feature-matching losses."""
+        """One VITS2 step: the discriminator on real and (detached) generated segments and the duration
+        discriminator on the alignment's and the predictor's durations, then the generator on reconstruction,
+        KL, duration, adversarial, feature-matching and duration-adversarial losses."""
         from TTS.tts.layers.losses import VitsDiscriminatorLoss, feature_loss, generator_loss
 
-        generator_opt, discriminator_opt = self.optimizers()
+        generator_opt, discriminator_opt, *duration_opt = self.optimizers()
         reconstruction = self.batch_loss(batch)
         real, fake = self._waves
         scores_real, _, scores_fake, _ = self.discriminator(real, fake.detach())
         discriminator = VitsDiscriminatorLoss.discriminator_loss(scores_real, scores_fake)[0]
-        discriminator_opt.zero_grad()
-        self.manual_backward(discriminator)
-        # the unwrapped optimizer, so Lightning counts one step per batch (the generator's); MelOTTS trains in
-        # full precision, so no precision plugin is bypassed, and manual_backward has synchronised the gradients
-        discriminator_opt.optimizer.step()
+        _step(self, discriminator_opt, discriminator)
+        logs: dict[str, torch.Tensor] = {"train_discriminator": discriminator.detach()}
+        duration_adversarial = torch.zeros((), device=reconstruction.device)
+        if duration_opt:
+            d, judge = self._durations, self.duration_discriminator
+            mask, count = d["text_mask"], d["text_mask"].sum()
+            true = judge(d["text_states"], mask, d["log_durations"], d["speaker"])
+            false = judge(d["text_states"], mask, d["predicted_log_durations"].detach(), d["speaker"])
+            judged = (torch.sum((1 - true) ** 2 * mask) + torch.sum(false ** 2 * mask)) / count
+            _step(self, duration_opt[0], judged)
+            false = judge(d["text_states"], mask, d["predicted_log_durations"], d["speaker"])
+            duration_adversarial = torch.sum((1 - false) ** 2 * mask) / count
+            logs.update(train_duration_discriminator=judged.detach(),
+                        train_duration_adversarial=duration_adversarial.detach())
         _, features_real, scores_fake, features_fake = self.discriminator(real, fake)
         adversarial = generator_loss(scores_fake)[0]
         matching = feature_loss(features_real, features_fake)
-        loss = reconstruction + adversarial + matching
+        loss = reconstruction + adversarial + matching + duration_adversarial
         generator_opt.zero_grad()
         self.manual_backward(loss)
         generator_opt.step()
         size = len(batch["phones"])
         self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=size)
-        self.log_dict({**{f"train_{k}": v.detach() for k, v in self._parts.items()},
-                       "train_discriminator": discriminator.detach(), "train_adversarial": adversarial.detach(),
-                       "train_feature_matching": matching.detach()}, on_step=False, on_epoch=True, batch_size=size)
+        self.log_dict({**{f"train_{k}": v.detach() for k, v in self._parts.items()}, **logs,
+                       "train_adversarial": adversarial.detach(), "train_feature_matching": matching.detach()},
+                      on_step=False, on_epoch=True, batch_size=size)
         return loss.detach()
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
@@ -304,6 +329,15 @@ class MelOTTS(Algorithm):
     def synthesize(self, text: str, lang: str | None = None, speaker: str | int = 0) -> tuple[np.ndarray, int]:
         """``text`` spoken (:meth:`speak`) and the sample rate — what ``Trainer.synthesize`` writes as a WAV."""
         return self.speak(text, lang, speaker), int(self.data_spec.extra["sample_rate"])
+
+
+def _step(module: Any, optimizer: Any, loss: torch.Tensor) -> None:
+    """Backward and step a discriminator's optimizer, unwrapped, so Lightning counts one step per batch (the
+    generator's). MelOTTS trains in full precision, so no precision plugin is bypassed; ``manual_backward``
+    has synchronised the gradients between ranks."""
+    optimizer.zero_grad()
+    module.manual_backward(loss)
+    optimizer.optimizer.step()
 
 
 def load_voice_weights(network: torch.nn.Module, uri: str) -> list[str]:

@@ -154,6 +154,42 @@ def hifigan_generator(in_channels: int, hop: int, channels: int, speaker_channel
                             conv_post_weight_norm=False, conv_post_bias=False)
 
 
+class DurationDiscriminator(nn.Module):
+    """VITS2's duration discriminator: from the (detached) text states and speaker, the probability that a
+    sequence of log durations is the alignment's rather than the duration predictor's — trained adversarially
+    (least squares) so predicted durations get the alignment's rhythm, not just its average."""
+
+    def __init__(self, in_channels: int, channels: int = 192, kernel: int = 3, dropout: float = 0.1,
+                 speaker_channels: int = 0) -> None:
+        """Two convolutions over the text states, then two over them joined with the durations, then a
+        per-phone probability."""
+        super().__init__()
+        pad = kernel // 2
+        self.cond = nn.Conv1d(speaker_channels, in_channels, 1) if speaker_channels else None
+        self.text = nn.ModuleList([nn.Conv1d(in_channels, channels, kernel, padding=pad),
+                                   nn.Conv1d(channels, channels, kernel, padding=pad)])
+        self.duration = nn.Conv1d(1, channels, 1)
+        self.joint = nn.ModuleList([nn.Conv1d(2 * channels, channels, kernel, padding=pad),
+                                    nn.Conv1d(channels, channels, kernel, padding=pad)])
+        self.norms = nn.ModuleList(nn.GroupNorm(1, channels) for _ in range(4))
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(channels, 1)
+
+    def _stack(self, convs: nn.ModuleList, norms: list[nn.Module], x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        for conv, norm in zip(convs, norms):
+            x = self.dropout(norm(torch.relu(conv(x * mask))))
+        return x * mask
+
+    def forward(self, states: torch.Tensor, mask: torch.Tensor, log_durations: torch.Tensor,
+                g: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, C, L]`` text states, ``[B, 1, L]`` mask and log durations → ``[B, 1, L]`` probabilities."""
+        x = states.detach() + (self.cond(g.detach()) if self.cond is not None and g is not None else 0)
+        x = self._stack(self.text, list(self.norms[:2]), x, mask)
+        x = torch.cat([x, self.duration(log_durations * mask)], dim=1)
+        x = self._stack(self.joint, list(self.norms[2:]), x, mask)
+        return torch.sigmoid(self.out(x.transpose(1, 2))).transpose(1, 2) * mask
+
+
 class VitsMel(nn.Module):
     """The whole network; :meth:`forward` returns the training losses, :meth:`infer` a spectrogram."""
 
@@ -217,7 +253,9 @@ class VitsMel(nn.Module):
         logs_frames = torch.matmul(logs_p, attn)
         kl = logs_frames - logs_q - 0.5 + 0.5 * (z_p - m_frames) ** 2 * torch.exp(-2.0 * logs_frames)
         kl = torch.sum(kl * y_mask) / torch.sum(y_mask)
-        out = {"kl": kl, "duration": duration, "mask": y_mask}
+        out = {"kl": kl, "duration": duration, "mask": y_mask,  # and what a duration discriminator judges:
+               "text_states": h.detach(), "text_mask": x_mask, "speaker": g.detach(),
+               "log_durations": log_durations, "predicted_log_durations": predicted * x_mask}
         if self.vocoder == "hifigan":
             from TTS.tts.utils.helpers import rand_segments
 
