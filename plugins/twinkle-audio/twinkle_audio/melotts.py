@@ -55,7 +55,7 @@ class MelOTTS(Algorithm):
                  alignment_prior_steps: PositiveInt = 100_000, c_kl: PositiveFloat = 0.1,
                  vocoder: Literal["griffin-lim", "hifigan"] = "griffin-lim", segment_frames: PositiveInt = 32,
                  transformer_flow: bool = True, speaker_text_encoder: bool = True, mas_noise: float = 0.01,
-                 mas_noise_decay: float = 2e-6, duration_discriminator: bool = True) -> None:
+                 mas_noise_decay: float = 2e-6, duration_discriminator: bool = True, bert: str | None = None) -> None:
         """Declare the hyperparameters.
 
         Args:
@@ -78,6 +78,9 @@ class MelOTTS(Algorithm):
             mas_noise: VITS2's noise-scaled alignment search at step 0, falling by ``mas_noise_decay`` a step.
             duration_discriminator: with HiFi-GAN, VITS2's duration discriminator trains the duration
                 predictor adversarially too.
+            bert: a local folder with a BERT-style model and fast tokenizer (``save_pretrained``) whose
+                per-word hidden states join each phone's embedding (MeloTTS's BERT features;
+                :class:`~twinkle_audio.bert.BertFeatures`). Off by default; never downloaded.
         """
         super().__init__()
         self.weights, self.c_reconstruction = weights, c_reconstruction
@@ -87,6 +90,7 @@ class MelOTTS(Algorithm):
         self.transformer_flow, self.speaker_text_encoder = transformer_flow, speaker_text_encoder
         self.mas_noise, self.mas_noise_decay = mas_noise, mas_noise_decay
         self.use_duration_discriminator = duration_discriminator
+        self.bert, self._bert = bert, None
         self.duration_discriminator: torch.nn.Module | None = None
         self.automatic_optimization = vocoder == "griffin-lim"
         self.features: Any = None
@@ -107,9 +111,14 @@ class MelOTTS(Algorithm):
         sizes = dict(SIZES[type(self).size])
         self.features = Spectrogram(int(spec.extra["sample_rate"]), sizes.pop("n_fft"), sizes["hop"],
                                     sizes.pop("n_mels"))
+        if self.bert:
+            from twinkle_audio.bert import BertFeatures
+
+            self._bert = BertFeatures(self.bert)
         net = VitsMel(int(spec.vocab_size or 0), int(spec.extra["num_tones"]), int(spec.extra["num_languages"]),
                       max(len(spec.class_names), 1), self.features.bins, vocoder=self.vocoder,
-                      transformer_flow=self.transformer_flow, speaker_text_encoder=self.speaker_text_encoder, **sizes)
+                      transformer_flow=self.transformer_flow, speaker_text_encoder=self.speaker_text_encoder,
+                      bert_channels=self._bert.channels if self._bert else 0, **sizes)
         if self.vocoder == "hifigan":
             from TTS.tts.layers.vits.discriminator import VitsDiscriminator
 
@@ -143,7 +152,7 @@ class MelOTTS(Algorithm):
         prior = self.alignment_prior * max(0.0, 1.0 - self.global_step / self.alignment_prior_steps)
         noise = max(0.0, self.mas_noise - self.mas_noise_decay * self.global_step) if self.training else 0.0
         out = self.model(phones, tones, languages, lengths, spec, frames, batch["speakers"], prior_weight=prior,
-                         segment_frames=self.segment_frames, mas_noise=noise)
+                         segment_frames=self.segment_frames, mas_noise=noise, bert=self._bert_of(batch))
         if self.vocoder == "hifigan":  # the generated segments against the same stretches of the recordings
             from TTS.tts.utils.helpers import segment
 
@@ -162,6 +171,23 @@ class MelOTTS(Algorithm):
             mel = torch.sum(torch.abs(self.features.log_mel(out["spec_hat"]) - self.features.log_mel(spec)) * mask) / (
                 count * self.features.n_mels)
         return {"magnitude_l1": magnitude, "mel_l1": mel, "kl": out["kl"], "duration": out["duration"]}
+
+    def _bert_of(self, batch: dict[str, Any]) -> torch.Tensor | None:
+        """The batch's per-phone BERT features, blanks interleaved (``None`` without BERT)."""
+        if self._bert is None:
+            return None
+        if "texts" not in batch:  # the planner's random example: features of the right shape
+            phones = batch["phones"]
+            return torch.zeros(phones.shape[0], 2 * phones.shape[1] + 1, self._bert.channels, device=phones.device)
+        from twinkle_audio.text import phonemize
+
+        lang = str(self.data_spec.extra["lang"])
+        sentences = [phonemize(text, lang) for text in batch["texts"]]
+        for text, phonemes, length in zip(batch["texts"], sentences, batch["phone_lengths"].tolist()):
+            if len(phonemes) != length:
+                raise TwinkleError(f"BERT features: {text!r} reads as {len(phonemes)} phones now but {length} in the "
+                                   "corpus; the front end changed since the data was prepared")
+        return _blank_features(self._bert.phone_features(sentences, batch["phones"].shape[1], self.device))
 
     @property
     def monitor(self) -> tuple[str, Literal["min", "max"]]:
@@ -288,9 +314,15 @@ class MelOTTS(Algorithm):
         """A validation batch's sentences as :class:`SpeechGraph`'s named inputs, with the noise scale 0 (so the
         artefact and PyTorch are compared on the same, deterministic speech) and this model's length scale."""
         size = len(batch["phones"])
-        return {"phones": batch["phones"], "tones": batch["tones"], "languages": batch["languages"],
-                "lengths": batch["phone_lengths"], "speakers": batch["speakers"],
-                "scales": torch.tensor([[0.0, float(self.length_scale)]]).repeat(size, 1)}
+        inputs = {"phones": batch["phones"], "tones": batch["tones"], "languages": batch["languages"],
+                  "lengths": batch["phone_lengths"], "speakers": batch["speakers"],
+                  "scales": torch.tensor([[0.0, float(self.length_scale)]]).repeat(size, 1)}
+        if self._bert is not None:
+            from twinkle_audio.text import phonemize
+
+            sentences = [phonemize(text, str(self.data_spec.extra["lang"])) for text in batch["texts"]]
+            inputs["bert"] = self._bert.phone_features(sentences, batch["phones"].shape[1])
+        return inputs
 
     def export_evaluate(self, pairs: Any) -> dict[str, float]:
         """No task metric: an export is judged by its spectrograms matching PyTorch's."""
@@ -314,11 +346,14 @@ class MelOTTS(Algorithm):
         (phones, tones, languages), lengths = _with_blanks(
             as_tensor(phonemes.phone_ids), as_tensor(phonemes.tones), as_tensor(phonemes.language_ids),
             lengths=torch.tensor([len(phonemes)], device=self.device))
+        bert = None if self._bert is None else _blank_features(
+            self._bert.phone_features([phonemes], len(phonemes), self.device))
         self.model.eval()
         log_magnitude, _ = self.model.infer(phones, tones, languages, lengths,
                                             torch.tensor([index], device=self.device), self.noise_scale,
                                             self.length_scale,
-                                            generator=torch.Generator(device=self.device).manual_seed(seed))
+                                            generator=torch.Generator(device=self.device).manual_seed(seed),
+                                            bert=bert)
         if self.vocoder == "hifigan":
             audio = log_magnitude[0, 0]  # the generator's waveform
         else:
@@ -385,13 +420,20 @@ def _with_blanks(*sequences: torch.Tensor, lengths: torch.Tensor) -> tuple[list[
     return out, 2 * lengths + 1
 
 
+def _blank_features(features: torch.Tensor) -> torch.Tensor:
+    """Per-phone features ``[B, L, C]`` spread like :func:`_with_blanks` spreads ids: zeros for the blanks."""
+    spread = torch.stack([torch.zeros_like(features), features], dim=2).flatten(1, 2)
+    return torch.cat([spread, torch.zeros_like(features[:, :1])], dim=1)
+
+
 class SpeechGraph(torch.nn.Module):
     """What MelOTTS exports: phones → log-magnitude spectrogram (Griffin-Lim runs outside the graph, on its
     output) or, with HiFi-GAN, the waveform — the durations predicted and the prior sampled inside.
 
     Inputs (``B`` sentences of up to ``L`` phones, 0-padded): ``phones``, ``tones``, ``languages`` ``[B, L]``
     int64, ``lengths`` ``[B]`` int64, ``speakers`` ``[B]`` int64 and ``scales`` ``[B, 2]`` float (noise scale,
-    length scale; noise scale 0 makes the graph deterministic). Outputs: ``output`` ``[B, bins, F]`` (log
+    length scale; noise scale 0 makes the graph deterministic) and, for a voice with BERT features, ``bert``
+    ``[B, L, C]`` (each phone's, from :class:`~twinkle_audio.bert.BertFeatures`). Outputs: ``output`` ``[B, bins, F]`` (log
     magnitudes; padded frames hold ``log(1e-5)``) or ``[B, 1, F × hop]`` (samples; padding silent) and
     ``output_1`` ``[B]`` (each sentence's frame count).
     """
@@ -402,10 +444,12 @@ class SpeechGraph(torch.nn.Module):
         self.network = network
 
     def forward(self, phones: torch.Tensor, tones: torch.Tensor, languages: torch.Tensor, lengths: torch.Tensor,
-                speakers: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                speakers: torch.Tensor, scales: torch.Tensor,
+                bert: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Spectrograms and frame counts (see the class docstring)."""
         (phones, tones, languages), lengths = _with_blanks(phones, tones, languages, lengths=lengths)
-        return self.network.infer(phones, tones, languages, lengths, speakers, scales[:, 0], scales[:, 1])
+        return self.network.infer(phones, tones, languages, lengths, speakers, scales[:, 0], scales[:, 1],
+                                  bert=None if bert is None else _blank_features(bert))
 
 
 def _save_sample(stem: str, spoken: np.ndarray, recording: np.ndarray, rate: int, text: str, features: Any) -> None:

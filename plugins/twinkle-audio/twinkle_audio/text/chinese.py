@@ -72,11 +72,12 @@ def phonemize(text: str) -> Phonemes:
     for run in _RUNS.findall(normalize(text)):
         if _HAN.match(run):
             for word in _segmenter().lcut(run):
+                index = len(result.words)
                 result.words.append(word)
                 for initial, final, tone in syllables(word):
                     if initial:
-                        result.add("zh:" + initial, ZH_TONE_OFFSET + tone, LANGUAGE)
-                    result.add("zh:" + final, ZH_TONE_OFFSET + tone, LANGUAGE)
+                        result.add("zh:" + initial, ZH_TONE_OFFSET + tone, LANGUAGE, index)
+                    result.add("zh:" + final, ZH_TONE_OFFSET + tone, LANGUAGE, index)
         else:
             try:
                 result.extend(english.phonemize(run))

@@ -115,12 +115,13 @@ def phonemize(text: str) -> Phonemes:
             result.extend(phonemize(read_number(token)))
             continue
         if token[0].isascii() and token[0].isalpha():
+            index = len(result.words)
             result.words.append(token)
             for phone in word_phones(token):
                 if phone[-1].isdigit():
-                    result.add("en:" + phone[:-1], EN_TONE_OFFSET + int(phone[-1]), LANGUAGE)
+                    result.add("en:" + phone[:-1], EN_TONE_OFFSET + int(phone[-1]), LANGUAGE, index)
                 else:
-                    result.add("en:" + phone, EN_TONE_OFFSET, LANGUAGE)
+                    result.add("en:" + phone, EN_TONE_OFFSET, LANGUAGE, index)
             continue
         if token in PUNCTUATION_MAP:
             result.add(PUNCTUATION_MAP[token], 0, "")

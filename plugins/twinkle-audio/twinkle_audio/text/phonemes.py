@@ -20,25 +20,30 @@ class Phonemes:
         phones: language-prefixed phone symbols (``zh:n``, ``en:HH``) and punctuation.
         tones: one tone id per phone (see :mod:`twinkle_audio.text.symbols`).
         languages: one language per phone (``zh-cn``, ``en``; ``""`` for punctuation and pauses).
-        words: the words read, in order (for reports).
+        words: the words read, in order.
+        word_of: for each phone, the index in :attr:`words` of the word it belongs to (-1 for punctuation and
+            pauses) — how word-level features (BERT's) reach the phones.
     """
 
     phones: list[str] = field(default_factory=list)
     tones: list[int] = field(default_factory=list)
     languages: list[str] = field(default_factory=list)
     words: list[str] = field(default_factory=list)
+    word_of: list[int] = field(default_factory=list)
 
-    def add(self, phone: str, tone: int, language: str) -> None:
-        """Append one phone."""
+    def add(self, phone: str, tone: int, language: str, word: int = -1) -> None:
+        """Append one phone (of word number ``word``, or none)."""
         self.phones.append(phone)
         self.tones.append(tone)
         self.languages.append(language)
+        self.word_of.append(word)
 
     def extend(self, other: Phonemes) -> None:
-        """Append another sentence's phones."""
+        """Append another sentence's phones (and words)."""
         self.phones += other.phones
         self.tones += other.tones
         self.languages += other.languages
+        self.word_of += [w + len(self.words) if w >= 0 else -1 for w in other.word_of]
         self.words += other.words
 
     @property

@@ -31,8 +31,10 @@ def _text_encoder_class() -> type:
         """coqui's VITS text encoder with tone and language embeddings summed into each phone's (MeloTTS)."""
 
         def __init__(self, n_vocab: int, n_tones: int, n_languages: int, out_channels: int, hidden: int,
-                     ffn: int, heads: int, layers: int, kernel: int, dropout: float, speaker_channels: int = 0) -> None:
+                     ffn: int, heads: int, layers: int, kernel: int, dropout: float, speaker_channels: int = 0,
+                     bert_channels: int = 0) -> None:
             super().__init__(n_vocab, out_channels, hidden, ffn, heads, layers, kernel, dropout)
+            self.bert_proj = nn.Linear(bert_channels, hidden) if bert_channels else None  # MeloTTS's BERT input
             # VITS2: the speaker enters before the third transformer block (the last, in shallower encoders)
             self.speaker_layer = min(2, layers - 1)
             self.speaker_proj = nn.Linear(speaker_channels, hidden) if speaker_channels else None
@@ -42,8 +44,12 @@ def _text_encoder_class() -> type:
             nn.init.normal_(self.language_emb.weight, 0.0, hidden ** -0.5)
 
         def forward(self, x: torch.Tensor, tones: torch.Tensor, languages: torch.Tensor,  # type: ignore[override]
-                    lengths: torch.Tensor, g: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
-            h = (self.emb(x) + self.tone_emb(tones) + self.language_emb(languages)) * math.sqrt(self.hidden_channels)
+                    lengths: torch.Tensor, g: torch.Tensor | None = None,
+                    bert: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+            h = self.emb(x) + self.tone_emb(tones) + self.language_emb(languages)
+            if self.bert_proj is not None and bert is not None:
+                h = h + self.bert_proj(bert)
+            h = h * math.sqrt(self.hidden_channels)
             h = h.transpose(1, -1)
             mask = sequence_mask(lengths, h.size(2)).unsqueeze(1).to(h.dtype)
             h = self._encode(h * mask, mask, g)
@@ -197,16 +203,17 @@ class VitsMel(nn.Module):
                  inter: int = 96, ffn: int = 256, heads: int = 2, encoder_layers: int = 3, posterior_layers: int = 8,
                  flows: int = 4, decoder_layers: int = 6, speaker_channels: int = 64, dropout: float = 0.1,
                  vocoder: str = "griffin-lim", hop: int = 256, generator_channels: int = 128,
-                 transformer_flow: bool = True, speaker_text_encoder: bool = True) -> None:
+                 transformer_flow: bool = True, speaker_text_encoder: bool = True, bert_channels: int = 0) -> None:
         """Build every part (sizes: see :data:`twinkle_audio.melotts.SIZES`); ``hop`` and
         ``generator_channels`` size the HiFi-GAN generator when ``vocoder="hifigan"``;
-        ``transformer_flow`` and ``speaker_text_encoder`` are VITS2's (off: VITS's)."""
+        ``transformer_flow`` and ``speaker_text_encoder`` are VITS2's (off: VITS's); ``bert_channels`` adds
+        MeloTTS's per-phone BERT features to the text encoder's input."""
         super().__init__()
         from TTS.tts.layers.glow_tts.duration_predictor import DurationPredictor
         from TTS.tts.layers.vits.networks import PosteriorEncoder
 
         self.enc_p = _text_encoder_class()(n_vocab, n_tones, n_languages, inter, hidden, ffn, heads, encoder_layers,
-                                           3, dropout, speaker_channels if speaker_text_encoder else 0)
+                                           3, dropout, speaker_channels if speaker_text_encoder else 0, bert_channels)
         self.enc_q = PosteriorEncoder(bins, inter, hidden, 5, 1, posterior_layers, cond_channels=speaker_channels)
         self.flow = coupling_flow(inter, hidden, flows, speaker_channels, transformer_flow, heads, ffn, dropout)
         self.dp = DurationPredictor(hidden, 192, 3, 0.5, cond_channels=speaker_channels)
@@ -220,17 +227,18 @@ class VitsMel(nn.Module):
     def forward(self, phones: torch.Tensor, tones: torch.Tensor, languages: torch.Tensor,
                 phone_lengths: torch.Tensor, spec: torch.Tensor, spec_lengths: torch.Tensor,
                 speakers: torch.Tensor, prior_weight: float = 0.0, segment_frames: int = 32,
-                mas_noise: float = 0.0) -> dict[str, torch.Tensor]:
+                mas_noise: float = 0.0, bert: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """The ``kl`` and ``duration`` losses of one batch and the frames' ``mask``, with — for the spectrogram
         decoder — the predicted spectrogram ``spec_hat``, or — for HiFi-GAN — the waveform ``wave_hat`` of a
         random segment of ``segment_frames`` latent frames per clip starting at frame ``segment_starts``.
         ``prior_weight`` weighs the alignment prior (:func:`log_alignment_prior`) in the alignment search;
         ``mas_noise`` is VITS2's noise-scaled alignment search (Gaussian noise of that many standard deviations
-        of the scores added to them, so early alignments explore)."""
+        of the scores added to them, so early alignments explore); ``bert`` are per-phone BERT features
+        ``[B, L, C]`` when the network takes them."""
         import monotonic_alignment_search as mas
 
         g = self.emb_g(speakers).unsqueeze(-1)
-        h, m_p, logs_p, x_mask = self.enc_p(phones, tones, languages, phone_lengths, g=g)
+        h, m_p, logs_p, x_mask = self.enc_p(phones, tones, languages, phone_lengths, g=g, bert=bert)
         z, m_q, logs_q, y_mask = self.enc_q(spec, spec_lengths, g=g)
         z_p = self.flow(z, y_mask, g=g)
         with torch.no_grad():  # monotonic alignment search on the prior's log-likelihood of each frame
@@ -277,7 +285,8 @@ class VitsMel(nn.Module):
     def infer(self, phones: torch.Tensor, tones: torch.Tensor, languages: torch.Tensor, phone_lengths: torch.Tensor,
               speakers: torch.Tensor, noise_scale: float | torch.Tensor = 0.667,
               length_scale: float | torch.Tensor = 1.0, max_frames: int = 4000,
-              generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+              generator: torch.Generator | None = None,
+              bert: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Spectrograms ``[B, bins, F]`` (or, with HiFi-GAN, waveforms ``[B, 1, F × hop]``) and their frame
         counts for phone sequences (durations predicted).
 
@@ -288,7 +297,7 @@ class VitsMel(nn.Module):
         from TTS.tts.utils.helpers import generate_path, sequence_mask
 
         g = self.emb_g(speakers).unsqueeze(-1)
-        h, m_p, logs_p, x_mask = self.enc_p(phones, tones, languages, phone_lengths, g=g)
+        h, m_p, logs_p, x_mask = self.enc_p(phones, tones, languages, phone_lengths, g=g, bert=bert)
         per_item = lambda value: torch.as_tensor(value, dtype=m_p.dtype, device=m_p.device).reshape(-1, 1, 1)  # noqa: E731
         w = torch.exp(self.dp(h, x_mask, g=g)) * x_mask * per_item(length_scale)
         w_ceil = torch.ceil(w).clamp(max=max_frames)
