@@ -80,6 +80,17 @@ def test_the_voice_speaks_and_reloads_from_its_run(english) -> None:
         voice.speak("Hello.", speaker="nobody")
 
 
+def test_a_voice_plans_and_continues_like_every_algorithm(english) -> None:
+    from twinkle_core import RunStore
+
+    more = Trainer.from_checkpoint(english.run_uri, mode="continue", hyperparams={"max_epochs": 1}, verbose=False)
+    again = more.fit()
+    assert again.status == "finished" and again.parent == english.run_uri
+    record = RunStore().get(again.run_uri)
+    assert record.algorithm == "melotts" and record.mode == "continue" and np.isfinite(again.metrics["val_mel_l1"])
+    assert english.plan.micro_batch_size == 8 and english.plan.estimates["flops_per_sample"] > 0
+
+
 def test_the_onnx_export_matches_pytorch_at_any_sentence_length(english) -> None:
     import onnxruntime as ort
     import torch
