@@ -378,13 +378,13 @@ def _step(module: Any, optimizer: Any, loss: torch.Tensor) -> None:
 def load_voice_weights(network: torch.nn.Module, uri: str) -> list[str]:
     """Load ``uri`` (a ``twinkle://`` run's best checkpoint, a Lightning checkpoint, or a state dict; read with
     ``weights_only``) into ``network`` wherever names and shapes match; returns the names of the tensors left
-    freshly initialised, and warns about them.
+    freshly initialised, and warns about them (once, from rank zero).
 
     Raises:
         TwinkleError: a run without a checkpoint, or weights sharing fewer than half the network's tensors (not
             a MelOTTS of this size).
     """
-    import warnings
+    from lightning.pytorch.utilities import rank_zero_warn
 
     from twinkle_core import RunStore, load_torch_file
 
@@ -405,8 +405,7 @@ def load_voice_weights(network: torch.nn.Module, uri: str) -> list[str]:
     network.load_state_dict(usable, strict=False)
     fresh = sorted(set(own) - set(usable))
     if fresh:
-        warnings.warn(f"weights '{uri}': {len(fresh)} tensors had no match and start fresh: {', '.join(fresh)}",
-                      stacklevel=2)
+        rank_zero_warn(f"weights '{uri}': {len(fresh)} tensors had no match and start fresh: {', '.join(fresh)}")
     return fresh
 
 
