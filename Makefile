@@ -21,15 +21,20 @@ export YOLO_OFFLINE := 1
 export YOLO_AUTOINSTALL := 0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install system demo test bench lock clean
+UV := $(BIN)/uv
+export UV_CACHE_DIR := $(CACHE)/uv
+# uv installs (one unpacked copy of torch in .cache/uv, linked into every venv); pip's config says where from
+UV_INSTALL = $(UV) pip install -q --python $(BIN)/python --link-mode hardlink $$($(PYTHON) tools/uv_sources.py)
+
+.PHONY: install system demo test docs dist journeys bench lock clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml) $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q $(TORCH_PINS)
-	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[test]' $(foreach p,$(PLUGINS),-e 'plugins/$(p)')
-	$(BIN)/python -m pip check
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) uv
+	$(UV_INSTALL) -c $(CONSTRAINTS) $(TORCH_PINS) -e '.[test,docs,release]' $(foreach p,$(PLUGINS),-e 'plugins/$(p)')
+	$(UV) pip check --python $(BIN)/python
 	$(BIN)/python tools/offline_setup.py
 	$(BIN)/twinkle edge setup  # rknn-toolkit2's converter venv, cached in .cache (about 630 MB)
 	touch $@
@@ -44,9 +49,27 @@ system:
 	  echo "Installing Debian's chromium and espeak-ng for the tests"; apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium espeak-ng >/dev/null; }
 
+# Core's suite runs against the editable install; each plugin's suite runs against its wheel (make journeys).
 test: $(STAMP) system
 	$(BIN)/lint-imports
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests plugins
+	$(MAKE) docs
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests
+	$(MAKE) journeys
+
+# The documentation site, built strictly (a broken link or reference fails); the CLI reference is generated.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir $(CACHE)/site
+
+# Wheels and sdists of the five distributions in dist/, checked by twine.
+dist: $(STAMP)
+	rm -rf dist && mkdir -p dist
+	for project in . $(foreach p,$(PLUGINS),plugins/$(firstword $(subst [, ,$(p)))); do \
+	  $(UV) build -q $$($(PYTHON) tools/uv_sources.py) --out-dir dist $$project || exit 1; done
+	$(BIN)/twine check --strict dist/*
+
+# Every plugin (and a 'twinkle plugins new' project) in a fresh venv from dist/: its journey, then its tests.
+journeys: dist system
+	$(BIN)/python tools/wheel_journeys.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/cli_startup.py
@@ -60,4 +83,4 @@ lock: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^twinkle' > $(CONSTRAINTS)
 
 clean:
-	rm -rf $(VENV) $(CACHE)
+	rm -rf $(VENV) $(CACHE) dist

@@ -30,15 +30,18 @@ def site_dir(tmp_path: Path) -> Path:
 
 
 def write_distribution(
-    site: Path, name: str, version: str, entry_points: dict[str, str], modules: dict[str, str]
+    site: Path, name: str, version: str, entry_points: dict[str, str], modules: dict[str, str],
+    requires: tuple[str, ...] = (),
 ) -> None:
     """Install a minimal distribution into ``site``: its dist-info metadata plus module sources.
 
-    ``importlib.metadata`` reads ``*.dist-info`` folders on ``sys.path`` exactly like a pip install's.
+    ``importlib.metadata`` reads ``*.dist-info`` folders on ``sys.path`` exactly like a pip install's;
+    ``requires`` become its ``Requires-Dist`` lines.
     """
     dist_info = site / f"{name.replace('-', '_')}-{version}.dist-info"
     dist_info.mkdir()
-    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    requires_lines = "".join(f"Requires-Dist: {r}\n" for r in requires)
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{requires_lines}")
     lines = ["[twinkle]", *(f"{k} = {v}" for k, v in entry_points.items())]
     (dist_info / "entry_points.txt").write_text("\n".join(lines) + "\n")
     for module, source in modules.items():
@@ -47,10 +50,11 @@ def write_distribution(
 
 @pytest.fixture
 def make_dist(site_dir: Path) -> Callable[..., None]:
-    """``make_dist(name, version, entry_points, modules)`` installs a fake distribution into ``site_dir``."""
+    """``make_dist(name, version, entry_points, modules, requires=())`` installs a fake distribution into ``site_dir``."""
 
-    def make(name: str, version: str, entry_points: dict[str, str], modules: dict[str, str]) -> None:
-        write_distribution(site_dir, name, version, entry_points, modules)
+    def make(name: str, version: str, entry_points: dict[str, str], modules: dict[str, str],
+             requires: tuple[str, ...] = ()) -> None:
+        write_distribution(site_dir, name, version, entry_points, modules, requires)
 
     return make
 

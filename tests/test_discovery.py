@@ -167,3 +167,28 @@ def test_registration_error_marks_plugin_broken(run_twinkle, make_dist) -> None:
     algorithms = _names(run_twinkle("algorithms", "list", "--json"))
     assert "fine" not in algorithms  # all or nothing: a plugin that fails registers nothing
     assert "acme-linear" in algorithms
+
+
+def test_plugin_for_another_core_is_listed_with_a_named_error_and_not_imported(run_twinkle, make_dist) -> None:
+    from importlib.metadata import version
+
+    core = version("twinkle-core")
+    make_dist(
+        "future-twinkle", "9.0.0", {"future": "future_plugin"},
+        {"future_plugin": "raise ImportError('needs twinkle_core.api_of_the_future')\n"},
+        requires=("twinkle-core>=99,<100", "numpy"),
+    )
+    make_dist(
+        "fits-twinkle", "1.0.0", {"fits": "fits_plugin"}, {"fits_plugin": '"""A plugin that registers nothing."""\n'},
+        requires=(f"twinkle-core=={core}", "twinkle-core<0.0.1; extra == 'legacy'"),
+    )
+    result = run_twinkle("plugins", "list", "--json")
+    rows = _names(result)
+    error = rows["future"]["error"]
+    assert error.startswith("IncompatiblePluginError: future-twinkle 9.0.0 supports twinkle-core<100,>=99")
+    assert f"twinkle-core {core} is installed" in error and "pip install" in error
+    assert "api_of_the_future" not in result.stderr  # never imported
+    assert rows["fits"]["error"] is None  # its extra's range does not apply
+    assert rows["acme"]["error"] is None  # no declared range: loaded as before
+    table = run_twinkle("plugins", "list")
+    assert "IncompatiblePluginError" in table.stdout

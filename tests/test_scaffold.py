@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.scaffold import create_plugin_project, plugin_names
+from twinkle_core.scaffold import core_range, create_plugin_project, plugin_names
 
 
 def test_names() -> None:
@@ -21,9 +21,17 @@ def test_names() -> None:
         "cls": "AcmeTabLinear",
         "task": "acme_tab_classification",
         "core_version": plugin_names("x")["core_version"],
+        "core_range": plugin_names("x")["core_range"],
     }
     with pytest.raises(TwinkleError, match="not valid"):
         plugin_names("acme tab")
+
+
+def test_core_range_is_the_minor_series() -> None:
+    assert core_range("0.2.0") == ">=0.2,<0.3"
+    assert core_range("0.2.7.dev1") == ">=0.2,<0.3"
+    assert core_range("1.4.0") == ">=1.4,<2"
+    assert core_range("0+unknown") == ""
 
 
 def test_existing_folder_is_refused(tmp_path: Path) -> None:

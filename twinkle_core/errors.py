@@ -28,6 +28,10 @@ class PluginLoadError(PluginError):
     """A plugin's module, or a component's ``module:attr`` target, failed to import."""
 
 
+class IncompatiblePluginError(PluginLoadError):
+    """A plugin whose distribution declares a ``twinkle-core`` range that the installed core is outside of."""
+
+
 class RegistrationError(PluginError):
     """A plugin called ``register`` with bad arguments (empty name, bad target, missing meta)."""
 
@@ -88,6 +92,7 @@ def __getattr__(name: str) -> type[TwinkleError]:
 __all__ = [
     "AmbiguousComponentError",
     "HyperparameterError",
+    "IncompatiblePluginError",
     "PluginError",
     "PluginLoadError",
     "RegistrationError",

@@ -7,7 +7,10 @@ Discovery has three phases, each as late as possible:
 3. a component's ``module:attr`` target is imported only when that component is used.
 
 A plugin that fails in phase 2 is reported — in ``twinkle plugins list`` and once on stderr — and
-skipped. Environment variables:
+skipped. Before phase 2, a plugin's distribution is checked against the installed core: a plugin that requires
+a ``twinkle-core`` range (``Requires-Dist: twinkle-core>=0.2,<0.3``) the installed core is outside of is not
+imported at all, and is reported with an :class:`~twinkle_core.errors.IncompatiblePluginError`. Environment
+variables:
 
 * ``TWINKLE_STRICT_PLUGINS=1``: re-raise a plugin's failure instead of skipping it;
 * ``TWINKLE_LOAD_PLUGINS=a,b``: load only these entry-point plugins (set but empty: none);
@@ -29,7 +32,7 @@ import pluggy
 
 from twinkle_core import hookspecs
 from twinkle_core.components import KINDS, Component, make_component
-from twinkle_core.errors import PluginError, PluginLoadError
+from twinkle_core.errors import IncompatiblePluginError, PluginError, PluginLoadError
 from twinkle_core.registry import Registry
 
 BUILTIN_PLUGIN = "twinkle-core"
@@ -125,7 +128,7 @@ class PluginSet:
             if self._load_entry_points:
                 for ep in entry_points():
                     if self._enabled(ep.name):
-                        self._add(_info_from_entry_point(ep), ep.load)
+                        self._add(_info_from_entry_point(ep), _checked_loader(ep))
         return self
 
     def _enabled(self, name: str) -> bool:
@@ -205,7 +208,8 @@ class PluginSet:
         self._registry = None
 
     def _fail(self, info: PluginInfo, err: BaseException) -> None:
-        info.error = f"{type(err).__name__}: {err}" if not isinstance(err, PluginError) else str(err)
+        named = isinstance(err, IncompatiblePluginError) or not isinstance(err, PluginError)
+        info.error = f"{type(err).__name__}: {err}" if named else str(err)
         info.hooks, info.components = [], {}
         self._infos.setdefault(info.name, info)
         self._registry = None
@@ -277,6 +281,66 @@ def entry_points() -> list[metadata.EntryPoint]:
             seen.add(ep.name)
             found.append(ep)
     return found
+
+
+def core_requirement(dist: metadata.Distribution) -> str | None:
+    """The ``twinkle-core`` version range a distribution requires (``">=0.2,<0.3"``), or ``None`` if it names none.
+
+    Requirements that apply only under an extra or another environment marker are ignored.
+    """
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    for line in dist.requires or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) == BUILTIN_PLUGIN and (req.marker is None or req.marker.evaluate({"extra": ""})):
+            return str(req.specifier)
+    return None
+
+
+def check_compatible(dist: metadata.Distribution, core_version: str | None = None) -> None:
+    """Refuse a plugin distribution whose declared ``twinkle-core`` range excludes the installed core.
+
+    Args:
+        dist: the plugin's installed distribution.
+        core_version: the core version to check against (default: the installed ``twinkle-core``'s).
+
+    Raises:
+        IncompatiblePluginError: naming the plugin, its range, the installed core and both ways out.
+    """
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    wanted = core_requirement(dist)
+    core_version = core_version or _dist_version(BUILTIN_PLUGIN)
+    if not wanted or core_version is None:
+        return
+    try:
+        ok = SpecifierSet(wanted).contains(Version(core_version), prereleases=True)
+    except InvalidVersion:
+        return  # a source tree's "0+unknown" core cannot be compared; the import decides
+    if not ok:
+        name, version = dist.metadata["Name"], dist.version
+        raise IncompatiblePluginError(
+            f"{name} {version} supports twinkle-core{wanted}, but twinkle-core {core_version} is installed; "
+            f"install a {name} release made for twinkle-core {core_version} (pip install --upgrade {name}) "
+            f"or a twinkle-core it supports (pip install 'twinkle-core{wanted}')"
+        )
+
+
+def _checked_loader(ep: metadata.EntryPoint) -> Any:
+    """``ep.load``, preceded by the ``twinkle-core`` range check of the entry point's distribution."""
+
+    def load() -> Any:
+        dist = getattr(ep, "dist", None)
+        if dist is not None:
+            check_compatible(dist)
+        return ep.load()
+
+    return load
 
 
 def _info_from_entry_point(ep: metadata.EntryPoint) -> PluginInfo:

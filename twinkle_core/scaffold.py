@@ -33,7 +33,26 @@ def plugin_names(name: str) -> dict[str, str]:
         "cls": "".join(p.capitalize() for p in parts) + "Linear",
         "task": "_".join(parts) + "_classification",
         "core_version": __version__.split("+")[0],
+        "core_range": core_range(__version__),
     }
+
+
+def core_range(version: str) -> str:
+    """The ``twinkle-core`` range a plugin made for core ``version`` declares: the same minor series.
+
+    ``"0.2.1"`` gives ``">=0.2,<0.3"`` (while the major number is 0 a minor release may break the API) and
+    ``"1.4.0"`` gives ``">=1.4,<2"``. A source tree's ``"0+unknown"`` (or any version that does not parse) gives ``""``.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        return ""
+    if parsed.release == (0,):  # "0+unknown": no release to be compatible with
+        return ""
+    major, minor = parsed.major, parsed.minor
+    return f">={major}.{minor},<{major}.{minor + 1}" if major == 0 else f">={major}.{minor},<{major + 1}"
 
 
 def create_plugin_project(name: str, directory: Path | str = ".") -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import twinkle_core
 from twinkle_core.testing import assert_plugin_contract, listed_plugin
 
 
@@ -11,4 +12,4 @@ def test_plugin_meets_contract() -> None:
 
 def test_plugin_is_listed_with_version_and_no_error() -> None:
     entry = listed_plugin("audio")
-    assert (entry["distribution"], entry["version"], entry["error"]) == ("twinkle-audio", "0.1.0", None)
+    assert (entry["distribution"], entry["version"], entry["error"]) == ("twinkle-audio", twinkle_core.__version__, None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import twinkle_core
 from twinkle_core.testing import assert_plugin_contract, listed_plugin
 
 
@@ -11,7 +12,7 @@ def test_plugin_meets_contract() -> None:
 
 def test_plugin_is_listed_with_version_and_no_error() -> None:
     entry = listed_plugin("edge")
-    assert (entry["distribution"], entry["version"], entry["error"]) == ("twinkle-edge", "0.1.0", None)
+    assert (entry["distribution"], entry["version"], entry["error"]) == ("twinkle-edge", twinkle_core.__version__, None)
 
 
 def test_twinkle_edge_is_a_plugin_command(tmp_path) -> None:

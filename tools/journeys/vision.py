@@ -1,0 +1,32 @@
+"""twinkle-vision's journey from its wheel: list, train ResNet-18 on the bundled digits, export ONNX, continue."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from common import start
+
+
+def main(work: Path) -> None:
+    """Run the journey in ``work`` (its data and run store)."""
+    start("vision", "twinkle_vision")
+    from twinkle_core import Trainer
+    from twinkle_vision.samples import write_digits
+
+    data = write_digits(work / "digits")
+    trainer = Trainer("resnet18", hyperparams={"max_epochs": 2, "batch_size": 64}, home=str(work / "home"),
+                      progress_bar=False)
+    result = trainer.fit(data=str(data))
+    assert result.status == "finished", result.status
+    exported = trainer.export(format="onnx")
+    print(f"exported: {exported.path} max |diff| {exported.max_abs_diff:.2g}")
+    child = Trainer.from_checkpoint(result.run_uri, hyperparams={"max_epochs": 3}, home=str(work / "home"),
+                                    progress_bar=False).fit()
+    assert child.status == "finished" and child.parent == result.run_uri
+    print(f"trained {result.run_uri} (val accuracy {result.best_metric:.3f}), continued as {child.run_uri} "
+          f"({child.best_metric:.3f})")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
