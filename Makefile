@@ -52,8 +52,7 @@ system:
 # Core's suite runs against the editable install; each plugin's suite runs against its wheel (make journeys).
 test: $(STAMP) system
 	$(BIN)/lint-imports
-	$(MAKE) docs
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests  # includes mkdocs build --strict (tests/test_docs_site.py)
 	$(MAKE) journeys
 
 # The documentation site, built strictly (a broken link or reference fails); the CLI reference is generated.

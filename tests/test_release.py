@@ -76,3 +76,43 @@ def test_every_data_file_of_a_package_is_package_data(folder: Path) -> None:
         if not any(fnmatch.fnmatch(inside, pattern.replace("**/", "*")) for pattern in package_data.get(top, [])):
             missing.append(path)
     assert not missing, f"{folder.name}: files its wheel would leave out; add them to [tool.setuptools.package-data]"
+
+
+# imported without being declared, on purpose: starlette is FastAPI's own (the serve extra); rknn runs in the
+# converter venv that 'twinkle edge setup' makes, never in the training environment
+_BROUGHT_BY_ANOTHER = {"starlette", "rknn"}
+
+
+def _third_party_imports(package: Path) -> dict[str, str]:
+    import ast
+    import sys
+
+    found: dict[str, str] = {}
+    for source in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and not top.startswith("twinkle") and top not in _BROUGHT_BY_ANOTHER:
+                    found.setdefault(top, str(source.relative_to(ROOT)))
+    return found
+
+
+@pytest.mark.parametrize("folder", PROJECTS, ids=lambda p: p.name)
+def test_every_import_is_a_declared_dependency(folder: Path) -> None:
+    from importlib.metadata import packages_distributions
+    from packaging.utils import canonicalize_name
+
+    project = _project(folder)["project"]
+    declared = {canonicalize_name(Requirement(r).name)
+                for r in [*project["dependencies"], *sum(project.get("optional-dependencies", {}).values(), [])]}
+    owners = packages_distributions()
+    package = folder / _project(folder)["tool"]["setuptools"]["packages"]["find"]["include"][0].rstrip("*")
+    undeclared = {top: where for top, where in _third_party_imports(package).items()
+                  if not {canonicalize_name(d) for d in owners.get(top, [top])} & declared}
+    assert not undeclared, f"imported but not declared in {folder.name}/pyproject.toml: {undeclared}"

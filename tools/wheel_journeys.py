@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", default=[*PLUGINS, "acme"], help="plugins (and 'acme'); default: all")
     parser.add_argument("--dist", type=Path, default=ROOT / "dist")
     parser.add_argument("--work", type=Path, default=CACHE / "journeys")
-    parser.add_argument("--summary", type=Path, default=CACHE / "journeys" / "summary.json")
+    parser.add_argument("--summary", type=Path, default=ROOT / "artifacts" / "journeys.json")
     parser.add_argument("--no-tests", action="store_true", help="the journeys only, not the plugins' test suites")
     args = parser.parse_args(argv)
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")

@@ -33,18 +33,18 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 class Register(Protocol):
-    """The callback each hook receives: ``register(name, target, **meta)``.
-
-    Args:
-        name: the component's name, unique within its kind (``"resnet50"``, ``"onnx"``).
-        target: ``"package.module:attr"`` (imported on first use) or the object itself.
-        **meta: descriptive metadata: ``task`` (algorithms and data processors), ``format`` (exporters),
-            ``description`` (all), ``aliases`` (a list of other names), and anything else the plugin
-            wants listed.
-    """
+    """The callback each hook receives: ``register(name, target, **meta)``."""
 
     def __call__(self, name: str, target: Any, **meta: Any) -> None:
-        """Register one component."""
+        """Register one component.
+
+        Args:
+            name: the component's name, unique within its kind (``"resnet50"``, ``"onnx"``).
+            target: ``"package.module:attr"`` (imported on first use) or the object itself.
+            **meta: descriptive metadata: ``task`` (algorithms and data processors), ``format`` (exporters),
+                ``description`` (all), ``aliases`` (a list of other names), and anything else the plugin
+                wants listed.
+        """
 
 
 @hookspec

@@ -152,11 +152,14 @@ class FinancialDataProcessor(DataProcessor):
             features: columns to model, in order (``close`` is always required). Default: open, high, low,
                 close, volume, and ``amount`` (traded value, also read from a ``turnover`` column) when every
                 file has it.
-            lookback_window: bars the model sees. pred_len: bars it forecasts.
-            val_start, test_start: ISO dates starting the validation and test periods.
+            lookback_window: bars the model sees.
+            pred_len: bars it forecasts.
+            val_start: the ISO date the validation period starts.
+            test_start: the ISO date the test period starts.
             repair: fix what can be fixed (and count it) instead of raising.
             adjust: split-adjust prices with an adjusted-close column when there is one.
-            clip: the z-score clip. stride: bars between consecutive window starts.
+            clip: the z-score clip.
+            stride: bars between consecutive window starts.
         """
         super().__init__()
         if timeframe not in TIMEFRAMES:

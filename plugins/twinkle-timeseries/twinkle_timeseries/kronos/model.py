@@ -81,10 +81,16 @@ class KronosModel(Algorithm):
         """Sizes, context and the two training stages.
 
         Args:
-            n_heads, d_model, n_layers, ff_dim: the predictor's transformer.
-            s1_bits, s2_bits: bits of the coarse and fine subtokens (vocabularies of 2^bits).
-            tokenizer_d_model, tokenizer_heads, tokenizer_ff_dim, tokenizer_layers: the tokenizer's encoder
-                and decoder (``tokenizer_layers`` blocks each).
+            n_heads: the predictor transformer's attention heads.
+            d_model: its width.
+            n_layers: its blocks.
+            ff_dim: its feed-forward width.
+            s1_bits: bits of the coarse subtokens (a vocabulary of 2^bits).
+            s2_bits: bits of the fine subtokens.
+            tokenizer_d_model: the width of the tokenizer's encoder and decoder.
+            tokenizer_heads: their attention heads.
+            tokenizer_ff_dim: their feed-forward width.
+            tokenizer_layers: their blocks (each).
             dropout: dropout in every block.
             max_context: the most bars the predictor sees (longer contexts keep their last bars).
             tokenizer_epochs: epochs of the tokenizer stage; the predictor trains for the rest. With 0 the

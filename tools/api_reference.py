@@ -1,0 +1,116 @@
+"""Write the site's API reference pages (``docs/reference/*-api.md``) from the code: one mkdocstrings entry per
+public name, under the module that defines it.
+
+Core's public names are each public module's ``__all__``; a plugin's are the components it registers and the
+modules its guides use (``PLUGIN_OBJECTS``). ``tests/test_docs_site.py`` fails when a page differs from what this
+writes, so a new public name cannot be left out: run ``python tools/api_reference.py`` and commit the pages.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE_MODULES = {
+    "twinkle_core": "The facade and the names most plugins need",
+    "twinkle_core.data": "Writing a data processor",
+    "twinkle_core.planning": "Resource strategies and their deciders",
+    "twinkle_core.exporting": "Writing an exporter",
+    "twinkle_core.tasks": "Tasks",
+    "twinkle_core.types": "Hyperparameter types with their ranges",
+    "twinkle_core.errors": "Errors (every one a TwinkleError)",
+    "twinkle_core.testing": "Testing a plugin",
+    "twinkle_core.hookspecs": "Hooks",
+    "twinkle_core.client": "The service's Python client",
+}
+PLUGIN_OBJECTS = {
+    "twinkle-vision": [
+        "twinkle_vision.classification.TimmClassifier", "twinkle_vision.classification.ResNet50",
+        "twinkle_vision.images.ImageFolderProcessor", "twinkle_vision.yolo.data.YoloDataProcessor",
+        "twinkle_vision.yolo.strategy.DetectionStrategy", "twinkle_vision.samples",
+    ],
+    "twinkle-timeseries": [
+        "twinkle_timeseries.data.FinancialDataProcessor", "twinkle_timeseries.kronos.model.KronosModel",
+        "twinkle_timeseries.kronos.frames.plot_forecast",
+    ],
+    "twinkle-audio": [
+        "twinkle_audio.melotts.MelOTTS", "twinkle_audio.melotts.MelOTTSBase",
+        "twinkle_audio.speech_data.SpeechDataProcessor", "twinkle_audio.quality", "twinkle_audio.probe.QualityProbe",
+        "twinkle_audio.samples",
+    ],
+    "twinkle-edge": [
+        "twinkle_edge.optimizer.EdgeOptimizer", "twinkle_edge.report.EdgeReport",
+        "twinkle_edge.exporters.RKNNExporter", "twinkle_edge.exporters.ONNXInt8Exporter",
+    ],
+}
+
+
+def _defining_path(module_name: str, name: str) -> str | None:
+    """``package.module.Name`` where ``name`` (exported by ``module_name``) is defined; ``None`` for plain values."""
+    obj = getattr(importlib.import_module(module_name), name)
+    home = getattr(obj, "__module__", None)
+    if home is None or not (callable(obj) or isinstance(obj, type)):
+        return None
+    if name not in vars(importlib.import_module(home)):
+        return f"{module_name}.{name}"
+    return f"{home}.{name}"
+
+
+def core_page() -> str:
+    """The core API page: every public module's ``__all__``."""
+    lines = ["# Python API: twinkle-core", "",
+             "Every name a plugin or a user may import from `twinkle-core`, with its docstring and signature, generated",
+             "from the code (`tools/api_reference.py`). The tables of [the public plugin API](../plugins/api.md) say",
+             "the same in one line each.", ""]
+    for module_name, title in CORE_MODULES.items():
+        module = importlib.import_module(module_name)
+        lines += [f"## `{module_name}` — {title}", ""]
+        if not hasattr(module, "__all__"):  # documented whole
+            lines += [f"::: {module_name}", "    options:", "      show_root_heading: false", "      heading_level: 3", ""]
+            continue
+        values = []
+        for name in sorted(module.__all__, key=str.lower):
+            path = _defining_path(module_name, name)
+            if path is None:
+                values.append(name)
+                continue
+            lines += [f"::: {path}", "    options:", "      heading_level: 3", ""]
+        if values:
+            lines += ["Values: " + ", ".join(f"`{v}`" for v in values) + ".", ""]
+    return "\n".join(lines)
+
+
+def plugins_page() -> str:
+    """The plugins' API page: their components and the modules their guides use."""
+    lines = ["# Python API: the plugins", "",
+             "What each of Twinkle's plugins offers beyond its registered names, generated from the code",
+             "(`tools/api_reference.py`).", ""]
+    for distribution, paths in PLUGIN_OBJECTS.items():
+        lines += [f"## {distribution}", ""]
+        for path in paths:
+            lines += [f"::: {path}", "    options:", "      heading_level: 3", ""]
+    return "\n".join(lines)
+
+
+PAGES = {"docs/reference/python-api.md": core_page, "docs/reference/plugins-api.md": plugins_page}
+
+
+def main() -> int:
+    """Write (or with ``--check``, compare) the pages."""
+    stale = []
+    for relative, make in PAGES.items():
+        path, text = ROOT / relative, make()
+        if "--check" in sys.argv:
+            if not path.exists() or path.read_text() != text:
+                stale.append(relative)
+        else:
+            path.write_text(text)
+    if stale:
+        print(f"stale: {', '.join(stale)}; run python tools/api_reference.py", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
