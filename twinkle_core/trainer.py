@@ -489,7 +489,7 @@ class Trainer(Operations):
     def model_for_export(self) -> tuple[Algorithm, PreparedData, str | None, str | None]:
         """The model to export (best checkpoint's weights), its data, its run URI and checkpoint URI."""
         if self.result is not None and self.algorithm is not None and self._prepared is not None:
-            model = copy.deepcopy(self.algorithm)
+            model = _copy_model(self.algorithm)
             best = self.result.best_checkpoint or self.result.last_checkpoint
             if best:
                 model.load_state_dict(load_checkpoint(best)["state_dict"])
@@ -527,3 +527,19 @@ def _checkpoint_uri(store: RunStore, ref: str, mode: str) -> str:
 
 
 __all__ = ["FitResult", "Trainer"]
+
+
+def _copy_model(algorithm: Algorithm) -> Algorithm:
+    """A deep copy of a trained algorithm.
+
+    Tensors a module computes from its parameters and keeps as plain attributes — ``torch.nn.utils.weight_norm``'s
+    ``weight`` after a training step — are not graph leaves, and ``copy.deepcopy`` refuses them; they are
+    recomputed before every forward, so they are detached first.
+    """
+    import torch
+
+    for module in algorithm.modules():
+        for name, value in list(vars(module).items()):
+            if isinstance(value, torch.Tensor) and not value.is_leaf:
+                setattr(module, name, value.detach())
+    return copy.deepcopy(algorithm)

@@ -201,8 +201,8 @@ class MelOTTS(Algorithm):
     # ----------------------------------------------------------------- steps
     def batch_loss(self, batch: Any) -> torch.Tensor:
         """``c_reconstruction × (magnitude L1 + log-mel L1) + c_kl × KL + duration``."""
-        self._parts = self(batch)
-        parts = self._parts
+        parts = self(batch)
+        self._parts = {k: v.detach() for k, v in parts.items()}  # for logging; kept off the graph (and copyable)
         return (self.c_reconstruction * (parts["magnitude_l1"] + parts["mel_l1"]) + self.c_kl * parts["kl"]
                 + parts["duration"])
 
