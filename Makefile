@@ -23,8 +23,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 UV := $(BIN)/uv
 export UV_CACHE_DIR := $(CACHE)/uv
-# uv installs (one unpacked copy of torch in .cache/uv, linked into every venv); pip's config says where from
-UV_INSTALL = $(UV) pip install -q --python $(BIN)/python --link-mode hardlink $$($(PYTHON) tools/uv_sources.py)
+# uv installs (one unpacked copy of torch in .cache/uv, linked into every venv; bytecode compiled at install, as
+# pip does); pip's config says where from
+UV_INSTALL = $(UV) pip install -q --python $(BIN)/python --link-mode hardlink --compile-bytecode $$($(PYTHON) tools/uv_sources.py)
 
 .PHONY: install system demo test docs dist journeys bench lock clean
 
