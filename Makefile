@@ -24,7 +24,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 UV := $(BIN)/uv
 export UV_CACHE_DIR := $(CACHE)/uv
 # uv installs (one unpacked copy of torch in .cache/uv, linked into every venv; bytecode compiled at install, as
-# pip does); pip's config says where from
+# pip does: with PYTHONDONTWRITEBYTECODE set, as in CI, every process would compile torch again); pip's config
+# says where from
 UV_INSTALL = $(UV) pip install -q --python $(BIN)/python --link-mode hardlink --compile-bytecode $$($(PYTHON) tools/uv_sources.py)
 
 .PHONY: install system demo test docs dist journeys bench lock clean
@@ -53,7 +54,7 @@ system:
 # Core's suite runs against the editable install; each plugin's suite runs against its wheel (make journeys).
 test: $(STAMP) system
 	$(BIN)/lint-imports
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests  # includes mkdocs build --strict (tests/test_docs_site.py)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --durations=15 tests  # includes mkdocs build --strict (tests/test_docs_site.py)
 	$(MAKE) journeys
 
 # The documentation site, built strictly (a broken link or reference fails); the CLI reference is generated.

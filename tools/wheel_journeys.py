@@ -69,7 +69,10 @@ def wheel(dist_dir: Path, distribution: str) -> Path:
 
 def clean_env() -> dict[str, str]:
     """This process's environment without anything that points Python at the source tree or the dev venv."""
-    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}}
+    # PYTHONDONTWRITEBYTECODE is dropped too: uv does not compile at install, so without it every process of a
+    # plugin's test suite would compile torch and the rest from source again
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE"}}
     env.update(CACHE_ENV)
     env["UV_CACHE_DIR"] = str(CACHE / "uv")
     return env
