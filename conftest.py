@@ -11,7 +11,7 @@ from pathlib import Path
 
 _CACHE = Path(__file__).resolve().parent / ".cache"
 
-for _key, _value in {
+CACHE_DEFAULTS = {
     "OMP_NUM_THREADS": "1",
     "XDG_CACHE_HOME": str(_CACHE / "xdg"),
     "MPLCONFIGDIR": str(_CACHE / "matplotlib"),
@@ -22,5 +22,8 @@ for _key, _value in {
     "YOLO_CONFIG_DIR": str(_CACHE / "ultralytics"),
     "YOLO_OFFLINE": "1",
     "YOLO_AUTOINSTALL": "0",
-}.items():
+}
+"""The environment every test session starts from (tools/wheel_journeys.py gives it to the journeys too)."""
+
+for _key, _value in CACHE_DEFAULTS.items():
     os.environ.setdefault(_key, _value)

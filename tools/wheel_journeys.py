@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -43,19 +44,9 @@ TEST_SIBLINGS = {
     # plugins whose test suites (not code) use another plugin: that plugin comes from dist/ too
     "edge": ("twinkle-vision[yolo]",),
 }
-CACHE_ENV = {
-    "OMP_NUM_THREADS": "1",
-    "XDG_CACHE_HOME": str(CACHE / "xdg"),  # shared with the dev venv: rknn's converter venv is found there
-    "MPLCONFIGDIR": str(CACHE / "matplotlib"),
-    "TORCH_HOME": str(CACHE / "torch"),
-    "TORCH_EXTENSIONS_DIR": str(CACHE / "torch_extensions"),
-    "HF_HOME": str(CACHE / "huggingface"),
-    "HF_HUB_OFFLINE": "1",
-    "YOLO_CONFIG_DIR": str(CACHE / "ultralytics"),
-    "YOLO_OFFLINE": "1",
-    "YOLO_AUTOINSTALL": "0",
-    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-}
+# the test sessions' environment (one thread, every cache in .cache, nothing online); its XDG cache is the dev
+# venv's, so rknn's converter venv is found there
+CACHE_ENV: dict[str, str] = runpy.run_path(str(ROOT / "conftest.py"))["CACHE_DEFAULTS"]
 
 
 def wheel(dist_dir: Path, distribution: str) -> Path:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import start
+from common import continued, start
 
 
 def main(work: Path) -> None:
@@ -31,10 +31,8 @@ def main(work: Path) -> None:
     print(f"exported: {exported.path} max |diff| {exported.max_abs_diff:.2g}")
     wav = trainer.synthesize("Hello there.", output=str(work / "hello.wav"))
     assert Path(wav).stat().st_size > 1000
-    child = Trainer.from_checkpoint(result.run_uri, hyperparams={"max_steps": 12}, home=str(work / "home"),
-                                    progress_bar=False).fit()
-    assert child.status == "finished" and child.parent == result.run_uri
-    print(f"trained {result.run_uri}, spoke {wav}, continued as {child.run_uri}")
+    child = continued(result.run_uri, work, max_steps=12)
+    print(f"trained {result.run_uri}, spoke {wav}, continued as {child}")
 
 
 if __name__ == "__main__":

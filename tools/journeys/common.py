@@ -31,6 +31,15 @@ def plugins_listed() -> dict[str, dict]:
     return {row["name"]: row for row in json.loads(out.stdout)}
 
 
+def continued(run_uri: str, work: Path, **hyperparams: object) -> str:
+    """Continue ``run_uri`` (the store in ``work/home``) with ``hyperparams``; checks it finished as its child."""
+    from twinkle_core import Trainer
+
+    child = Trainer.from_checkpoint(run_uri, hyperparams=hyperparams, home=str(work / "home"), progress_bar=False).fit()
+    assert child.status == "finished" and child.parent == run_uri, (child.status, child.parent)
+    return child.run_uri
+
+
 def start(plugin: str, package: str) -> dict:
     """The journey's first steps: wheels only, then the plugin is listed without an error; returns its row."""
     assert_installed_from_wheels(package)

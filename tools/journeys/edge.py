@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from common import start
+from common import continued, start
 
 
 def main(work: Path) -> None:
@@ -29,10 +29,8 @@ def main(work: Path) -> None:
     for target in ("onnx-int8", "rknn"):
         exported = trainer.export(format=target)
         print(f"exported {target}: {exported.path} ({exported.size_bytes} bytes, cosine {exported.cosine})")
-    child = Trainer.from_checkpoint(result.run_uri, hyperparams={"max_epochs": 4}, home=str(work / "home"),
-                                    progress_bar=False).fit()
-    assert child.status == "finished" and child.parent == result.run_uri
-    print(f"trained {result.run_uri} (val accuracy {result.best_metric:.3f}), continued as {child.run_uri}")
+    child = continued(result.run_uri, work, max_epochs=4)
+    print(f"trained {result.run_uri} (val accuracy {result.best_metric:.3f}), continued as {child}")
 
 
 if __name__ == "__main__":

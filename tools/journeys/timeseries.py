@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from common import start
+from common import continued, start
 
 
 def main(work: Path) -> None:
@@ -36,10 +36,8 @@ def main(work: Path) -> None:
         print(f"export refused by name: {err}")
     forecast = trainer.algorithm.predict(pd.read_csv(bars / "AAPL.csv").tail(60), pred_len=8, seed=0)
     assert len(forecast) == 8, forecast
-    child = Trainer.from_checkpoint(result.run_uri, hyperparams={"max_epochs": 3}, home=str(work / "home"),
-                                    progress_bar=False).fit()
-    assert child.status == "finished" and child.parent == result.run_uri
-    print(f"trained {result.run_uri}, forecast 8 bars, continued as {child.run_uri}")
+    child = continued(result.run_uri, work, max_epochs=3)
+    print(f"trained {result.run_uri}, forecast 8 bars, continued as {child}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from common import start
+from common import continued, start
 
 
 def main(work: Path) -> None:
@@ -21,11 +21,9 @@ def main(work: Path) -> None:
     assert result.status == "finished", result.status
     exported = trainer.export(format="onnx")
     print(f"exported: {exported.path} max |diff| {exported.max_abs_diff:.2g}")
-    child = Trainer.from_checkpoint(result.run_uri, hyperparams={"max_epochs": 3}, home=str(work / "home"),
-                                    progress_bar=False).fit()
-    assert child.status == "finished" and child.parent == result.run_uri
-    print(f"trained {result.run_uri} (val accuracy {result.best_metric:.3f}), continued as {child.run_uri} "
-          f"({child.best_metric:.3f})")
+    child = continued(result.run_uri, work, max_epochs=3)
+    print(f"trained {result.run_uri} (val accuracy {result.best_metric:.3f}), continued as {child} "
+          f"")
 
 
 if __name__ == "__main__":
