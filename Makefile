@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml) $(CONSTRAINTS)
 	$(UV_INSTALL) -c $(CONSTRAINTS) $(TORCH_PINS) -e '.[test,docs,release]' $(foreach p,$(PLUGINS),-e 'plugins/$(p)')
 	$(UV) pip check --python $(BIN)/python
 	$(BIN)/python tools/offline_setup.py
-	$(BIN)/twinkle edge setup  # rknn-toolkit2's converter venv, cached in .cache (about 630 MB)
+	$(BIN)/twinkle edge setup  # rknn-toolkit2's converter venv, inside .venv (about 630 MB; found when activated)
 	touch $@
 
 demo: $(STAMP)
@@ -51,11 +51,12 @@ system:
 	  echo "Installing Debian's chromium and espeak-ng for the tests"; apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium espeak-ng >/dev/null; }
 
-# Core's suite runs against the editable install; each plugin's suite runs against its wheel (make journeys).
-test: $(STAMP) system
-	$(BIN)/lint-imports
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --durations=15 tests  # includes mkdocs build --strict (tests/test_docs_site.py)
-	$(MAKE) journeys
+# The set-up, then the whole suite on both cores (tools/suite.py): core's suite against the editable install, the
+# documentation site, each plugin's suite against its wheel (make journeys); it ends with one line of counts and
+# times and writes artifacts/test-times.json (the suite's budget: 25 minutes on 2 cores from a fresh clone).
+test:
+	@started=$$(date +%s.%N); $(MAKE) --no-print-directory install system && \
+	  $(BIN)/python tools/suite.py --started $$started --set-up-done $$(date +%s.%N)
 
 # The documentation site, built strictly (a broken link or reference fails); the CLI reference is generated.
 docs: $(STAMP)

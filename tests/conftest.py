@@ -13,12 +13,27 @@ import pytest
 
 
 _TWINKLE_VARS = ("TWINKLE_STRICT_PLUGINS", "TWINKLE_LOAD_PLUGINS", "TWINKLE_DISABLED_PLUGINS")
+_OUTSIDE_VARS = ("TWINKLE_CATALOGUE", "TWINKLE_SERVER", "TWINKLE_TOKEN", "TWINKLE_NAS_ROOT", "TWINKLE_PRICES",
+                 "TWINKLE_LAUNCHER", "TWINKLE_NUM_NODES", "TWINKLE_JOB_DIR")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Module- and session-scoped fixtures (set up before any test's own) also write to a temporary store,
+    never to ``~/.twinkle``."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("TWINKLE_HOME", str(tmp_path_factory.mktemp("session-home")))
+    yield
+    patch.undo()
 
 
 @pytest.fixture(autouse=True)
-def _clean_plugin_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in _TWINKLE_VARS:
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every test starts with a run store of its own (``TWINKLE_HOME`` in its temporary folder) and none of the
+    shell's Twinkle settings, so tests can run in any order and two at a time (pytest-xdist)."""
+    for var in (*_TWINKLE_VARS, *_OUTSIDE_VARS):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TWINKLE_HOME", str(tmp_path / "twinkle-home"))
 
 
 @pytest.fixture

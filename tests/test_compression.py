@@ -31,6 +31,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.processes
 def test_compressed_ddp_keeps_accuracy_and_sends_fewer_bytes(run_job, twinkle_home, cancer_csv, tmp_path) -> None:
     script = tmp_path / "compress.py"
     script.write_text(SCRIPT)

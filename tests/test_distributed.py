@@ -10,6 +10,7 @@ import os
 import signal
 import textwrap
 
+import pytest
 import torch
 
 from twinkle_core import RunStore
@@ -64,6 +65,7 @@ SCRIPT = textwrap.dedent(
 
 
 
+@pytest.mark.processes
 def test_two_processes_make_one_run_and_resume_exactly(run_job, twinkle_home, cancer_csv, tmp_path) -> None:
     script = tmp_path / "train_ddp.py"
     script.write_text(SCRIPT)
@@ -98,6 +100,7 @@ def test_two_processes_make_one_run_and_resume_exactly(run_job, twinkle_home, ca
     assert store.get(victim.uri).status == "interrupted"
 
 
+@pytest.mark.processes
 def test_an_alert_rule_stops_every_rank_at_the_same_step(run_job, twinkle_home, cancer_csv, tmp_path) -> None:
     script = tmp_path / "train_ddp.py"
     script.write_text(SCRIPT)
@@ -141,6 +144,7 @@ FSDP_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.processes
 def test_fsdp2_shards_on_two_cpu_processes_and_continues_in_one(run_job, twinkle_home, cancer_csv, tmp_path) -> None:
     script = tmp_path / "train_fsdp.py"
     script.write_text(FSDP_SCRIPT)

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from twinkle_core.testing import once
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 ARTEFACTS = ROOT / "artifacts"
@@ -58,20 +60,18 @@ def _runnable(page: Path) -> bool:
     return any(lang in RUN_LANGUAGES and why is None for lang, _, why in blocks(page))
 
 
-@functools.cache
-def built_site(tmp: str) -> Path:
-    """``mkdocs build --strict`` into ``tmp`` (once per session)."""
-    site = Path(tmp) / "site"
-    proc = subprocess.run([str(Path(sys.executable).with_name("mkdocs")), "build", "--strict", "--site-dir", str(site)],
-                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+def build_site(folder: Path) -> None:
+    """``mkdocs build --strict`` into ``folder/site``."""
+    proc = subprocess.run([str(Path(sys.executable).with_name("mkdocs")), "build", "--strict", "--site-dir",
+                           str(folder / "site")], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return site
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The built site."""
-    return built_site(str(tmp_path_factory.mktemp("docs")))
+    """The built site: built once per session, whichever worker asks first (the others wait for it)."""
+    return once(tmp_path_factory, "docs-site", build_site) / "site"
 
 
 def test_the_site_builds_strictly_with_every_page_in_its_nav(site: Path) -> None:
@@ -118,8 +118,17 @@ def test_every_block_runs_or_says_why_not() -> None:
             assert lang, f"{page.relative_to(DOCS)}: a code block without a language:\n{code[:200]}"
 
 
+PROCESS_PAGES = {"scaling.md": "DDP on two processes, a supervised job, Ray workers"}
+"""Pages whose code starts several busy processes (they run in the ``processes`` group), and what they start."""
+
+
+def _page_param(page: Path) -> object:
+    name = page.relative_to(DOCS).as_posix()
+    return pytest.param(page, id=name, marks=[pytest.mark.processes] if name in PROCESS_PAGES else [])
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("page", [p for p in pages() if _runnable(p)], ids=lambda p: p.relative_to(DOCS).as_posix())
+@pytest.mark.parametrize("page", [_page_param(p) for p in pages() if _runnable(p)])
 def test_the_pages_code_runs(page: Path, tmp_path: Path) -> None:
     script = tmp_path / "page.py"
     script.write_text(page_script(page))
@@ -136,6 +145,7 @@ def test_the_pages_code_runs(page: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, f"{page.name}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
 
 
+@pytest.mark.not_isolated("keeps its screenshots in artifacts/ for CI (one file name per page)")
 def test_the_home_page_and_an_api_page_render_in_chromium(site: Path) -> None:
     """Served on 127.0.0.1 and opened in Debian's chromium; the screenshots are saved under ``artifacts/``."""
     import http.server

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from twinkle_core import RunStore
 
 
@@ -19,6 +21,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.processes
 def test_two_torchrun_nodes_make_one_run_with_equal_weights(tmp_path, cancer_csv) -> None:
     home = tmp_path / "home"
     env = {**os.environ, "TWINKLE_HOME": str(home), "TWINKLE_USER": "tester", "OMP_NUM_THREADS": "1"}
@@ -46,6 +49,7 @@ def test_two_torchrun_nodes_make_one_run_with_equal_weights(tmp_path, cancer_csv
     assert reasons["num_nodes"] == "torchrun: 2 node(s)"
 
 
+@pytest.mark.processes
 def test_torchrun_restarts_a_killed_rank_and_the_run_resumes(tmp_path, cancer_csv) -> None:
     """``--max-restarts``: SIGKILL one rank mid-training; torchrun restarts the group, which resumes the same run."""
     import signal

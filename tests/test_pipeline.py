@@ -21,6 +21,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.processes
 def test_two_pipeline_stages_train_and_the_run_exports(tmp_path, cancer_csv, monkeypatch) -> None:
     home = tmp_path / "home"
     env = {**os.environ, "TWINKLE_HOME": str(home), "TWINKLE_USER": "tester", "OMP_NUM_THREADS": "1"}

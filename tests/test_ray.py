@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from twinkle_core import RunStore, Trainer
@@ -40,6 +41,7 @@ def _kill_worker_once(home: Path, killed: list[int], stop: threading.Event) -> N
         time.sleep(0.05)
 
 
+@pytest.mark.processes
 def test_ray_workers_train_one_run_and_recover_from_a_killed_worker(tmp_path, cancer_csv, monkeypatch) -> None:
     import ray
 

@@ -14,7 +14,7 @@ from twinkle_core.client import Client
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("TWINKLE_ARTIFACTS", Path(__file__).resolve().parents[1] / ".cache" / "artifacts"))
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.processes]  # a server and its worker pool
 
 
 def test_log_in_submit_watch_the_curve_grow_and_cancel_in_chromium(twinkle_service, cancer_csv: Path) -> None:

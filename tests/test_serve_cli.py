@@ -17,7 +17,7 @@ import pytest
 from twinkle_core import RunStore
 from twinkle_core.client import Client
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.processes]  # a server and its worker pool
 
 
 def twinkle(home: Path, *args: str, server: str | None = None, token: str | None = None,

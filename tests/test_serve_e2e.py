@@ -18,7 +18,7 @@ from twinkle_core import RunStore
 from twinkle_core.client import Client
 
 HP = {"max_epochs": 8, "batch_size": 16, "checkpoint_every_n_steps": 4, "seed": 3, "progress_bar": False}
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.processes]  # a server and its worker pool
 
 
 def db_rows(home: Path, sql: str, *args) -> list[sqlite3.Row]:  # noqa: ANN002

@@ -16,7 +16,7 @@ import pytest
 from twinkle_core import RunStore
 from twinkle_core.client import Client
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.processes]  # a server and its worker pool
 
 
 def test_a_queued_job_trains_on_the_servers_ray_cluster(twinkle_service, cancer_csv: Path,

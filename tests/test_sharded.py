@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 
 from twinkle_core import RunStore
@@ -61,6 +62,7 @@ def _table(path: Path) -> Path:
 
 
 
+@pytest.mark.processes
 def test_two_ranks_stream_their_own_shards_and_see_each_sample_once(run_job, twinkle_home, tmp_path) -> None:
     data = _table(tmp_path / "wide.csv")
     assert os.path.getsize(data) > 150_000  # more than half the 300 kB the run may use

@@ -28,6 +28,17 @@ def trained(tmp_path_factory, cancer_csv):
     mp.undo()
 
 
+@pytest.fixture
+def own_store(trained, tmp_path, monkeypatch) -> Path:
+    """A copy of the shared run's store, made this test's ``TWINKLE_HOME``: for tests that add runs to it."""
+    from twinkle_core.testing import copy_of
+
+    home = copy_of(trained[2], tmp_path / "store")
+    monkeypatch.setenv("TWINKLE_HOME", str(home))
+    monkeypatch.setenv("TWINKLE_USER", "tester")
+    return home
+
+
 def test_reaches_accuracy_and_records_the_run(trained) -> None:
     trainer, result, home = trained
     assert result.status == "finished"
@@ -111,8 +122,9 @@ def test_wav_bytes_are_16_bit_pcm() -> None:
         assert np.frombuffer(read.readframes(3), "<i2").tolist() == [0, 16383, -32767]
 
 
-def test_continue_on_new_data_makes_a_child_run(trained, tmp_path, cancer_csv) -> None:
-    _, result, home = trained
+def test_continue_on_new_data_makes_a_child_run(trained, own_store, tmp_path, cancer_csv) -> None:
+    _, result, _ = trained
+    home = own_store
     new_data = tmp_path / "more.csv"
     pd.read_csv(cancer_csv).sample(frac=1.0, random_state=1).to_csv(new_data, index=False)
     child = Trainer.from_checkpoint(result.run_uri, new_data=str(new_data), hyperparams={"max_epochs": 2})
@@ -126,7 +138,7 @@ def test_continue_on_new_data_makes_a_child_run(trained, tmp_path, cancer_csv) -
     assert child_result.best_metric >= 0.93  # starts from the trained weights
 
 
-def test_finetune_and_resume_modes(trained, tmp_path, cancer_csv) -> None:
+def test_finetune_and_resume_modes(trained, own_store, tmp_path, cancer_csv) -> None:
     _, result, _ = trained
     finetune = Trainer.from_checkpoint(result.run_uri, mode="finetune", hyperparams={"max_epochs": 1, "lr": 1e-4})
     assert finetune.continuation.optimizer_states == []

@@ -10,8 +10,10 @@ For each plugin (and for a project made by ``twinkle plugins new acme``) this
 4. adds the plugin's ``test`` extra and runs the plugin's own test suite, copied out of the source tree, against
    the installed wheel.
 
-It writes a summary (wheel sizes, install and run times, test counts) to ``--summary`` and exits non-zero when any
-step fails. ``make journeys`` runs it after ``make dist``; ``make test`` runs both.
+Two journeys run at a time (``--jobs``; the longest first), each test suite in one process: the machine CI runs
+on has two cores. It writes a summary (wheel sizes, install and run times, test counts) to ``--summary``, each
+suite's JUnit XML to ``--junit`` (when given), and exits non-zero when any step fails. ``make journeys`` runs it
+after ``make dist``; ``make test`` runs both.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import shutil
 import subprocess
 import sys
 import time
+import threading
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from uv_sources import pip_sources
@@ -34,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache"
 TORCH_PINS = ("torch==2.14.1", "torchvision==0.29.1")
 PLUGINS = {
-    # name: (distribution, extras the journey itself needs)
+    # name: (distribution, extras the journey itself needs), the longest journeys first
     "vision": ("twinkle-vision", ""),
     "timeseries": ("twinkle-timeseries", "data"),
     "audio": ("twinkle-audio", ""),
@@ -44,9 +48,11 @@ TEST_SIBLINGS = {
     # plugins whose test suites (not code) use another plugin: that plugin comes from dist/ too
     "edge": ("twinkle-vision[yolo]",),
 }
-# the test sessions' environment (one thread, every cache in .cache, nothing online); its XDG cache is the dev
-# venv's, so rknn's converter venv is found there
+# the test sessions' environment (one thread, every cache in .cache, nothing online)
 CACHE_ENV: dict[str, str] = runpy.run_path(str(ROOT / "conftest.py"))["CACHE_DEFAULTS"]
+# rknn-toolkit2's converter venv that 'make' built inside the dev venv (700 MB; it borrows the same pinned torch):
+# the journeys' fresh venvs use it instead of making their own
+RKNN_VENV = ROOT / ".venv" / "share" / "twinkle" / "rknn-venv"
 
 
 def wheel(dist_dir: Path, distribution: str) -> Path:
@@ -66,15 +72,17 @@ def clean_env() -> dict[str, str]:
            if k not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE"}}
     env.update(CACHE_ENV)
     env["UV_CACHE_DIR"] = str(CACHE / "uv")
+    env.setdefault("TWINKLE_RKNN_VENV", str(RKNN_VENV))
     return env
 
 
 class Journey:
     """One plugin's venv, installs, journey and tests; ``record`` collects what the summary reports."""
 
-    def __init__(self, name: str, dist_dir: Path, work: Path, uv: str) -> None:
-        """Prepare the journey of ``name``: its venv lives in ``work/name/venv``."""
-        self.name, self.dist_dir, self.uv = name, dist_dir, uv
+    def __init__(self, name: str, dist_dir: Path, work: Path, uv: str, junit: Path | None = None) -> None:
+        """Prepare the journey of ``name``: its venv lives in ``work/name/venv``; its suite's JUnit XML goes to
+        ``junit/journey-<name>.xml`` when ``junit`` is given."""
+        self.name, self.dist_dir, self.uv, self.junit = name, dist_dir, uv, junit
         self.folder = work / name
         self.venv = self.folder / "venv"
         self.python = self.venv / "bin" / "python"
@@ -113,17 +121,29 @@ class Journey:
                "filterwarnings =", *(f"    {w}" for w in options["filterwarnings"]),
                "markers =", *(f"    {m}" for m in options["markers"])]
         (suite / "pytest.ini").write_text("\n".join(ini) + "\n")
-        done = self.run("tests", [str(self.python), "-m", "pytest", "-q", "tests"], cwd=suite)
+        report = [f"--junitxml={self.junit / f'journey-{self.name}.xml'}"] if self.junit else []
+        done = self.run("tests", [str(self.python), "-m", "pytest", "-q", "--durations=5", *report, "tests"],
+                        cwd=suite)
         counts = re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|deselected)", done.stdout)
         self.record["tests"] = {kind: int(n) for n, kind in counts}
-        print(done.stdout.strip().splitlines()[-1])
+        say(self.name, done.stdout.strip().splitlines()[-1])
 
 
-def plugin_journey(name: str, dist_dir: Path, work: Path, uv: str, tests: bool) -> dict[str, object]:
+_PRINT = threading.Lock()
+
+
+def say(name: str, text: str) -> None:
+    """Print a journey's lines, each prefixed with its name (two journeys print at once)."""
+    with _PRINT:
+        print("\n".join(f"[{name}] {line}" for line in text.splitlines()), flush=True)
+
+
+def plugin_journey(name: str, dist_dir: Path, work: Path, uv: str, tests: bool,
+                   junit: Path | None = None) -> dict[str, object]:
     """The whole journey of one of Twinkle's own plugins; returns its record."""
     distribution, extras = PLUGINS[name]
     core, plugin = wheel(dist_dir, "twinkle-core"), wheel(dist_dir, distribution)
-    journey = Journey(name, dist_dir, work, uv)
+    journey = Journey(name, dist_dir, work, uv, junit)
     journey.fresh_venv()
     journey.install("install", [*TORCH_PINS, str(core), f"{distribution}[{extras}] @ {plugin.as_uri()}" if extras
                                 else str(plugin)])
@@ -132,7 +152,7 @@ def plugin_journey(name: str, dist_dir: Path, work: Path, uv: str, tests: bool) 
     scratch.mkdir()
     done = journey.run("journey", [str(journey.python), str(ROOT / "tools" / "journeys" / f"{name}.py"), str(scratch)],
                        cwd=scratch)
-    print("\n".join(f"  {line}" for line in done.stdout.strip().splitlines()[-4:]))
+    say(name, "\n".join(done.stdout.strip().splitlines()[-4:]))
     if tests:
         siblings = [f"{d} @ {wheel(dist_dir, d.split('[')[0]).as_uri()}" for d in TEST_SIBLINGS.get(name, ())]
         journey.install("test_install", [f"{distribution}[test] @ {plugin.as_uri()}", *siblings])
@@ -140,10 +160,10 @@ def plugin_journey(name: str, dist_dir: Path, work: Path, uv: str, tests: bool) 
     return journey.record
 
 
-def scaffold_journey(dist_dir: Path, work: Path, uv: str) -> dict[str, object]:
+def scaffold_journey(dist_dir: Path, work: Path, uv: str, junit: Path | None = None) -> dict[str, object]:
     """``twinkle plugins new acme`` in a venv with only core's wheel: the project builds, installs and passes."""
     core = wheel(dist_dir, "twinkle-core")
-    journey = Journey("acme", dist_dir, work, uv)
+    journey = Journey("acme", dist_dir, work, uv, junit)
     journey.fresh_venv()
     journey.install("install", [*TORCH_PINS, str(core)])
     twinkle = str(journey.venv / "bin" / "twinkle")
@@ -161,31 +181,39 @@ def scaffold_journey(dist_dir: Path, work: Path, uv: str) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the journeys named on the command line (default: all) and write the summary."""
+    """Run the journeys named on the command line (default: all), two at a time, and write the summary."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", default=[*PLUGINS, "acme"], help="plugins (and 'acme'); default: all")
     parser.add_argument("--dist", type=Path, default=ROOT / "dist")
     parser.add_argument("--work", type=Path, default=CACHE / "journeys")
     parser.add_argument("--summary", type=Path, default=ROOT / "artifacts" / "journeys.json")
+    parser.add_argument("--junit", type=Path, default=None, help="a folder for each suite's JUnit XML")
+    parser.add_argument("--jobs", type=int, default=2, help="journeys at a time (default 2: one per core)")
     parser.add_argument("--no-tests", action="store_true", help="the journeys only, not the plugins' test suites")
     args = parser.parse_args(argv)
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
     if uv is None:
         raise SystemExit("uv is not installed: pip install 'twinkle-core[release]' (make installs it)")
-    records, failures = [], []
+    if args.junit:
+        args.junit.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    for name in args.names:
-        print(f"== journey: {name}", flush=True)
+
+    def one(name: str) -> dict[str, object]:
+        say(name, "== journey")
         try:
             if name == "acme":
-                records.append(scaffold_journey(args.dist, args.work, uv))
+                record = scaffold_journey(args.dist, args.work, uv, args.junit)
             else:
-                records.append(plugin_journey(name, args.dist, args.work, uv, tests=not args.no_tests))
+                record = plugin_journey(name, args.dist, args.work, uv, tests=not args.no_tests, junit=args.junit)
         except (RuntimeError, AssertionError) as err:
-            failures.append(name)
-            records.append({"plugin": name, "error": str(err)[-3000:]})
-            print(err, file=sys.stderr)
-        print(json.dumps(records[-1]), flush=True)
+            record = {"plugin": name, "error": str(err)[-3000:]}
+            say(name, str(err))
+        say(name, json.dumps(record))
+        return record
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        records = list(pool.map(one, args.names))
+    failures = [str(r["plugin"]) for r in records if "error" in r]
     sizes = {p.name: p.stat().st_size for p in sorted(args.dist.glob("*")) if p.suffix in {".whl", ".gz"}}
     summary = {"dist": sizes, "journeys": records, "total_seconds": round(time.perf_counter() - started, 1)}
     args.summary.parent.mkdir(parents=True, exist_ok=True)

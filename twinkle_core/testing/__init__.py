@@ -7,7 +7,11 @@
   call it from your plugin's own tests: ``assert_plugin_contract("myplugin")``;
 * :func:`listed_plugin` — the plugin's entry in ``twinkle plugins list --json``, seen by a fresh process;
 * :class:`KillAtStep` — a callback that SIGKILLs training at a chosen step (exact-resume tests); imported on
-  first use (it needs Lightning, and this package loads with pytest).
+  first use (it needs Lightning, and this package loads with pytest);
+* :func:`once` / :func:`copy_of` — work done once per test session and shared read-only by every pytest-xdist
+  worker (a trained run, a built site), and a private copy of it for a test that changes it;
+* the marker ``processes`` (declared by the pytest plugin): tests that start several busy processes themselves run
+  one after another on one xdist worker (``--dist loadgroup``), never beside each other.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from twinkle_core.testing.contract import (
 )
 from twinkle_core.testing.inprocess import registered_plugin
 from twinkle_core.testing.listing import listed_plugin
+from twinkle_core.testing.once import copy_of, once
 
 __all__ = [
     "HEAVY_MODULES",
@@ -29,7 +34,9 @@ __all__ = [
     "KillAtStep",
     "assert_plugin_contract",
     "check_plugin_contract",
+    "copy_of",
     "listed_plugin",
+    "once",
     "registered_plugin",
 ]
 

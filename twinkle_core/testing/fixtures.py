@@ -25,3 +25,37 @@ def twinkle_plugin() -> Iterator[Callable[..., Any]]:
     yield register
     for name in reversed(names):
         get_plugin_set().unregister(name)
+
+
+PROCESSES_GROUP = "processes"
+"""The pytest-xdist group of tests marked ``processes``: they run one after another on one worker."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Declare the ``processes`` marker."""
+    config.addinivalue_line(
+        "markers",
+        "processes: the test starts several busy processes itself (DDP, torchrun, Ray, FSDP2, pipeline stages, a "
+        "service's workers); under pytest-xdist (--dist loadgroup) such tests run one after another on one worker, "
+        "never beside each other")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put every ``processes`` test in one xdist group, and first in the collection: the longest unit of work
+    starts first while the other worker takes the rest."""
+    for item in items:
+        if item.get_closest_marker("processes") is not None:
+            item.add_marker(pytest.mark.xdist_group(PROCESSES_GROUP))
+    items.sort(key=lambda item: item.get_closest_marker("processes") is None)
+
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Under ``--dist loadgroup``, fail a ``processes`` test that pytest-xdist did not put in its group (a pytest
+    it does not support: pytest-xdist#1386) rather than run it beside another multi-process test."""
+    if (item.get_closest_marker("processes") is not None and getattr(item.config.option, "loadgroup", False)
+            and not item.nodeid.endswith(f"@{PROCESSES_GROUP}")):
+        pytest.fail("pytest-xdist did not put this 'processes' test in its group: this pytest and pytest-xdist do "
+                    "not work together (pytest-xdist#1386); install the versions in requirements/constraints.txt",
+                    pytrace=False)

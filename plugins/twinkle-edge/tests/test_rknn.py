@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def converter() -> str:
-    return setup()  # made once per machine (cached under the cache folder), kept while its pins are the same
+    return setup()  # made once per environment (inside its venv), kept while its pins are the same
 
 
 @pytest.fixture(scope="module")

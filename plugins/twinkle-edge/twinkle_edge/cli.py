@@ -32,7 +32,7 @@ def targets(as_json: bool) -> None:
 @edge.command("setup")
 @click.option("--force", is_flag=True, help="Make it again even when it is up to date.")
 def setup(force: bool) -> None:
-    """Make rknn-toolkit2's converter venv (cached; $TWINKLE_RKNN_VENV puts it elsewhere)."""
+    """Make rknn-toolkit2's converter venv (inside this venv; $TWINKLE_RKNN_VENV puts it elsewhere)."""
     from twinkle_edge.rknn.venv import setup as make
 
     click.echo(make(force=force, echo=lambda text: click.echo(text, err=True)))

@@ -21,7 +21,7 @@ from twinkle_core.errors import TwinkleError
 RKNN_TOOLKIT = "rknn-toolkit2==2.5.0"
 """The converter release the worker is written for."""
 VENV_ENV = "TWINKLE_RKNN_VENV"
-"""Environment variable naming the converter venv (default: ``<cache>/rknn-venv``)."""
+"""Environment variable naming the converter venv (default: see :func:`venv_dir`)."""
 REQUIREMENTS = Path(__file__).with_name("requirements.txt")
 
 
@@ -30,8 +30,14 @@ class ConverterMissingError(TwinkleError):
 
 
 def venv_dir() -> Path:
-    """Where the converter venv lives."""
-    return Path(os.environ.get(VENV_ENV) or os.path.join(local_cache_dir(), "rknn-venv"))
+    """Where the converter venv lives: ``$TWINKLE_RKNN_VENV``; else, in a virtual environment, inside it
+    (``<venv>/share/twinkle/rknn-venv``) — the converter borrows that environment's torch, so it belongs to it, and
+    whoever activates the environment finds it with no variable set; else ``<cache>/rknn-venv``."""
+    if os.environ.get(VENV_ENV):
+        return Path(os.environ[VENV_ENV])
+    if sys.prefix != sys.base_prefix:
+        return Path(sys.prefix) / "share" / "twinkle" / "rknn-venv"
+    return Path(local_cache_dir()) / "rknn-venv"
 
 
 def _stamp_text() -> str:

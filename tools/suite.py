@@ -1,0 +1,116 @@
+"""The whole test suite, as ``make test`` runs it after the set-up, with its time reported (never asserted).
+
+Parts, in order, each timed:
+
+* **core** — the import layers (``lint-imports``), then twinkle-core's suite under pytest-xdist: two workers
+  (``--dist loadgroup``), one torch thread each; tests marked ``processes`` share one worker, one at a time;
+* **docs** — the documentation site (``tests/test_docs_site.py``: the strict build, every page's code), two workers;
+* **journeys** — ``make dist``, then each plugin from its wheel in a fresh venv, two at a time
+  (``tools/wheel_journeys.py``): its journey and its own test suite.
+
+Every pytest run writes a JUnit XML file under ``artifacts/junit/``. At the end this prints one line::
+
+    suite: N passed, M failed, S skipped in T s (install I s, core C s, docs D s, journeys J s)
+
+and writes ``artifacts/test-times.json`` with those parts and the 25 slowest tests. It exits non-zero when any
+part failed; every part runs even when an earlier one failed, so one run reports everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "artifacts"
+JUNIT = ARTIFACTS / "junit"
+WORKERS = "2"
+"""pytest-xdist workers: the machine CI runs on has two cores."""
+SLOWEST = 25
+
+
+def pytest_command(junit: Path, *paths: str) -> list[str]:
+    """pytest on ``paths`` with two workers, groups kept together, durations shown, a JUnit file."""
+    return [sys.executable, "-m", "pytest", "-n", WORKERS, "--dist", "loadgroup", "--durations=15",
+            f"--junitxml={junit}", *paths]
+
+
+def run_part(name: str, commands: list[list[str]], env: dict[str, str]) -> tuple[float, bool]:
+    """Run ``commands`` one after another (all of them, whatever fails); returns (seconds, all succeeded)."""
+    print(f"== {name}", flush=True)
+    started, ok = time.monotonic(), True
+    for command in commands:
+        if subprocess.run(command, cwd=ROOT, env=env).returncode != 0:
+            ok = False
+            print(f"== {name}: '{' '.join(command[:4])} ...' failed", flush=True)
+    return time.monotonic() - started, ok
+
+
+def junit_cases(paths: list[Path]) -> list[dict[str, object]]:
+    """Every test case in the JUnit files: its suite, name, seconds and outcome."""
+    cases = []
+    for path in paths:
+        try:
+            root = ET.parse(path).getroot()
+        except (OSError, ET.ParseError):
+            continue
+        for case in root.iter("testcase"):
+            kinds = {child.tag for child in case}
+            outcome = ("failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed")
+            cases.append({"suite": path.stem, "test": f"{case.get('classname', '')}::{case.get('name', '')}",
+                          "seconds": round(float(case.get("time") or 0), 2), "outcome": outcome})
+    return cases
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the parts, then report."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--started", type=float, default=time.time(),
+                        help="when 'make test' started (seconds since the epoch): T counts from there")
+    parser.add_argument("--set-up-done", type=float, default=None,
+                        help="when the set-up ('make install system') ended: install I is the time up to there")
+    args = parser.parse_args(argv)
+    JUNIT.mkdir(parents=True, exist_ok=True)
+    for old in JUNIT.glob("*.xml"):
+        old.unlink()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    bin_dir = Path(sys.executable).parent
+    parts = {"install": (args.set_up_done - args.started) if args.set_up_done else 0.0}
+    results = {}
+    parts["core"], results["core"] = run_part("core", [
+        [str(bin_dir / "lint-imports")],
+        pytest_command(JUNIT / "core.xml", "tests", "--ignore=tests/test_docs_site.py"),
+    ], env)
+    parts["docs"], results["docs"] = run_part("docs", [pytest_command(JUNIT / "docs.xml", "tests/test_docs_site.py")],
+                                              env)
+    parts["journeys"], results["journeys"] = run_part("journeys", [
+        ["make", "--no-print-directory", "dist"],
+        [sys.executable, "tools/wheel_journeys.py", "--junit", str(JUNIT)],
+    ], env)
+    total = time.time() - args.started
+    cases = junit_cases(sorted(JUNIT.glob("*.xml")))
+    counts = {kind: sum(1 for c in cases if c["outcome"] == kind) for kind in ("passed", "failed", "skipped")}
+    report = {
+        "total_seconds": round(total, 1),
+        "parts_seconds": {name: round(seconds, 1) for name, seconds in parts.items()},
+        "parts_ok": results,
+        "tests": counts,
+        "tests_per_suite": {suite: sum(1 for c in cases if c["suite"] == suite)
+                            for suite in sorted({str(c["suite"]) for c in cases})},
+        "slowest": sorted(cases, key=lambda c: -float(c["seconds"]))[:SLOWEST],  # type: ignore[arg-type]
+    }
+    (ARTIFACTS / "test-times.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(f"suite: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped in {total:.0f} s "
+          f"(install {parts['install']:.0f} s, core {parts['core']:.0f} s, docs {parts['docs']:.0f} s, "
+          f"journeys {parts['journeys']:.0f} s)")
+    return 0 if all(results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
