@@ -17,7 +17,9 @@ import pytest
 from twinkle_core import RunStore
 from twinkle_core.client import Client
 
-HP = {"max_epochs": 8, "batch_size": 16, "checkpoint_every_n_steps": 4, "seed": 3, "progress_bar": False}
+HP = {"max_epochs": 4, "batch_size": 16, "checkpoint_every_n_steps": 4, "seed": 3, "progress_bar": False}
+"""Each job: 4 epochs of 29 steps, a checkpoint every 4 (a few seconds of training after its process starts): long
+enough to be killed and stopped mid-training, which is all the test needs of it."""
 pytestmark = [pytest.mark.slow, pytest.mark.processes]  # a server and its worker pool
 
 

@@ -6,11 +6,12 @@ import json
 import logging
 import time
 import urllib.request
-from typing import Any, Callable
-
-import lightning as L
+from typing import TYPE_CHECKING, Any, Callable
 
 from twinkle_core.store.runs import RunStore
+
+if TYPE_CHECKING:  # run_notifier is used by supervisors and service workers, which never train themselves
+    import lightning as L
 
 log = logging.getLogger("twinkle.alerts")
 

@@ -55,7 +55,8 @@ class MelOTTS(Algorithm):
                  alignment_prior_steps: PositiveInt = 100_000, c_kl: PositiveFloat = 0.1,
                  vocoder: Literal["griffin-lim", "hifigan"] = "griffin-lim", segment_frames: PositiveInt = 32,
                  transformer_flow: bool = True, speaker_text_encoder: bool = True, mas_noise: float = 0.01,
-                 mas_noise_decay: float = 2e-6, duration_discriminator: bool = True, bert: str | None = None) -> None:
+                 mas_noise_decay: float = 2e-6, duration_discriminator: bool = True, bert: str | None = None,
+                 discriminator_periods: tuple[PositiveInt, ...] = (2, 3, 5, 7, 11)) -> None:
         """Declare the hyperparameters.
 
         Args:
@@ -81,6 +82,9 @@ class MelOTTS(Algorithm):
             bert: a local folder with a BERT-style model and fast tokenizer (``save_pretrained``) whose
                 per-word hidden states join each phone's embedding (MeloTTS's BERT features;
                 :class:`~twinkle_audio.bert.BertFeatures`). Off by default; never downloaded.
+            discriminator_periods: with HiFi-GAN, the periods of the multi-period discriminator (VITS's
+                ``periods_multi_period_discriminator``); each period is a discriminator of about 8 M parameters,
+                so fewer periods train faster and checkpoint smaller (the scale discriminator is always there).
         """
         super().__init__()
         self.weights, self.c_reconstruction = weights, c_reconstruction
@@ -91,6 +95,7 @@ class MelOTTS(Algorithm):
         self.mas_noise, self.mas_noise_decay = mas_noise, mas_noise_decay
         self.use_duration_discriminator = duration_discriminator
         self.bert, self._bert = bert, None
+        self.discriminator_periods = tuple(int(p) for p in discriminator_periods)
         self.duration_discriminator: torch.nn.Module | None = None
         self.automatic_optimization = vocoder == "griffin-lim"
         self.features: Any = None
@@ -122,7 +127,7 @@ class MelOTTS(Algorithm):
         if self.vocoder == "hifigan":
             from TTS.tts.layers.vits.discriminator import VitsDiscriminator
 
-            self.discriminator = VitsDiscriminator(periods=(2, 3, 5, 7, 11))
+            self.discriminator = VitsDiscriminator(periods=self.discriminator_periods)
             if self.use_duration_discriminator:
                 from twinkle_audio.vits.network import DurationDiscriminator
 
