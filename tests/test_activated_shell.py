@@ -26,51 +26,58 @@ def activated(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
                           cwd=folder, env=env, capture_output=True, text=True, timeout=900)
 
 
-@pytest.fixture
-def cancer_here(tmp_path: Path, cancer_csv: Path) -> Path:
-    """The README's ``cancer.csv`` in the folder the shell starts in."""
-    (tmp_path / "cancer.csv").write_bytes(cancer_csv.read_bytes())
-    return tmp_path
-
-
-def test_the_readmes_commands_run_in_an_activated_shell(cancer_here: Path) -> None:
-    """The README's 'source .venv/bin/activate' block: every plugin loads, training lands in ``~/.twinkle``."""
+@pytest.fixture(scope="module")
+def readme_shell(tmp_path_factory: pytest.TempPathFactory, cancer_csv: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The README's 'source .venv/bin/activate' block, run once in a fresh folder with ``cancer.csv``: the folder
+    (its ``home`` holds the run ``twinkle train`` made, 30 epochs of the tabular MLP as the README writes it) and
+    what the shell printed."""
+    folder = tmp_path_factory.mktemp("shell")
+    (folder / "cancer.csv").write_bytes(cancer_csv.read_bytes())
     done = activated("""
         twinkle plugins list --json > plugins.json
         twinkle algorithms list 'resnet*' --json > resnets.json
         twinkle train tabular-mlp --data cancer.csv --epochs 30
         twinkle tasks list
-        twinkle runs list
+        twinkle runs list --json > runs.json
         twinkle plugins new acme
-    """, cancer_here)
+    """, folder)
+    return folder, done
+
+
+def test_the_readmes_commands_run_in_an_activated_shell(readme_shell) -> None:
+    """Every plugin loads, training lands in ``~/.twinkle``, the plugin project is made."""
+    folder, done = readme_shell
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    plugins = {row["name"]: row for row in json.loads((cancer_here / "plugins.json").read_text())}
+    plugins = {row["name"]: row for row in json.loads((folder / "plugins.json").read_text())}
     assert {"vision", "timeseries", "audio", "edge"} <= set(plugins), sorted(plugins)
     assert all(row["error"] is None for row in plugins.values()), plugins
-    assert "resnet18" in [row["name"] for row in json.loads((cancer_here / "resnets.json").read_text())]
-    assert "twinkle://" in done.stdout and "tabular_classification" in done.stdout
-    assert (cancer_here / "home" / ".twinkle" / "catalogue.sqlite").exists()  # the default store, under HOME
-    assert (cancer_here / "twinkle-acme" / "pyproject.toml").exists()
+    assert "resnet18" in [row["name"] for row in json.loads((folder / "resnets.json").read_text())]
+    assert "tabular_classification" in done.stdout
+    (run,) = json.loads((folder / "runs.json").read_text())
+    assert run["status"] == "finished" and run["uri"].startswith("twinkle://")
+    assert (folder / "home" / ".twinkle" / "catalogue.sqlite").exists()  # the default store, under HOME
+    assert (folder / "twinkle-acme" / "pyproject.toml").exists()
 
 
 @pytest.mark.slow
-def test_the_edge_flow_finds_the_converter_that_make_built(cancer_here: Path) -> None:
-    """Trains a small MLP (3 epochs: the flow needs a run, not a good one), then the edge guide's two calls —
-    ``EdgeOptimizer(...).optimize()`` for rk3588 and ``twinkle export RUN --format rknn`` — from the activated shell;
-    both convert in rknn's simulator through the venv's own converter."""
+def test_the_edge_flow_finds_the_converter_that_make_built(readme_shell) -> None:
+    """The edge guide's two calls on the README's run — ``EdgeOptimizer(...).optimize()`` for rk3588 and
+    ``twinkle export RUN --format rknn`` — from the activated shell: both convert in rknn's simulator through the
+    venv's own converter."""
+    folder, trained = readme_shell
+    assert trained.returncode == 0, trained.stderr[-3000:]
     done = activated("""
-        twinkle train tabular-mlp --data cancer.csv --epochs 3 --json > run.json
-        python - <<'EOF'
-import json
+        RUN=$(python -c 'import json; print(json.load(open("runs.json"))[0]["uri"])')
+        python - "$RUN" <<'EOF'
+import sys
 from twinkle_edge import EdgeOptimizer
 
-run = json.load(open("run.json"))["run"]
-report = EdgeOptimizer(model=run, target="rk3588", pruning_ratio=0.3, finetune_epochs=1).optimize()
+report = EdgeOptimizer(model=sys.argv[1], target="rk3588", pruning_ratio=0.3, finetune_epochs=1).optimize()
 print("STAGES", [stage.name for stage in report.stages])
 EOF
-        twinkle export "$(python -c 'import json; print(json.load(open("run.json"))["run"])')" --format rknn
-    """, cancer_here)
+        twinkle export "$RUN" --format rknn
+    """, folder)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "ConverterMissingError" not in done.stderr
     assert "STAGES" in done.stdout and "converted" in done.stdout.split("STAGES", 1)[1].splitlines()[0]
-    assert list((cancer_here / "home" / ".twinkle").rglob("*.rknn")), "no .rknn was written"
+    assert len(list((folder / "home" / ".twinkle").rglob("*.rknn"))) >= 2, "both calls write a .rknn"

@@ -38,11 +38,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache"
 TORCH_PINS = ("torch==2.14.1", "torchvision==0.29.1")
 PLUGINS = {
-    # name: (distribution, extras the journey itself needs), the longest journeys first
-    "vision": ("twinkle-vision", ""),
-    "timeseries": ("twinkle-timeseries", "data"),
+    # name: (distribution, extras the journey itself needs), the longest journeys first (two run at a time)
     "audio": ("twinkle-audio", ""),
     "edge": ("twinkle-edge", ""),
+    "vision": ("twinkle-vision", ""),
+    "timeseries": ("twinkle-timeseries", "data"),
 }
 TEST_SIBLINGS = {
     # plugins whose test suites (not code) use another plugin: that plugin comes from dist/ too
