@@ -50,7 +50,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.get_closest_marker("processes") is None)
 
 
-
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Under ``--dist loadgroup``, fail a ``processes`` test that pytest-xdist did not put in its group (a pytest
     it does not support: pytest-xdist#1386) rather than run it beside another multi-process test."""

@@ -48,7 +48,9 @@ def once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Pa
         make: fills the empty folder it is given; what it returns is ignored.
 
     Raises:
-        RuntimeError: ``make`` failed, in this worker or in another one (its traceback is in the message).
+        ValueError: ``name`` is not a folder name.
+        RuntimeError: ``make`` failed earlier in this session, in this worker or another (its traceback is in the
+            message); the call in which it fails raises its own error.
     """
     if not name or any(not (c.isalnum() or c in "-_.") for c in name):
         raise ValueError(f"once(): {name!r} is not a folder name (letters, digits, '-', '_', '.')")

@@ -1,0 +1,97 @@
+"""The tools the suite runs on: ``twinkle_core.testing.once`` makes shared work once per session even when two
+pytest-xdist workers ask at the same moment, and the ``processes`` marker keeps multi-process tests on one xdist
+worker, one after another."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from twinkle_core.testing import copy_of, once
+
+ASK = textwrap.dedent('''
+    import sys, time
+    from pathlib import Path
+    from twinkle_core.testing import once
+
+    class Factory:  # what pytest's tmp_path_factory gives an xdist worker: its own base temp, under a shared one
+        def getbasetemp(self):
+            return Path(sys.argv[1]) / f"popen-{sys.argv[2]}"
+
+    def make(folder):
+        with open(Path(sys.argv[1]) / "made.log", "a") as log:
+            log.write(sys.argv[2] + "\\n")
+        time.sleep(1.0)  # long enough for the other worker to ask meanwhile
+        (folder / "result.txt").write_text("made by " + sys.argv[2])
+
+    print(once(Factory(), "shared", make))
+''')
+
+
+class _Factory:
+    def __init__(self, base: Path) -> None:
+        self.base = base
+
+    def getbasetemp(self) -> Path:
+        return self.base
+
+
+def test_two_workers_asking_at_once_make_it_once_and_get_the_same_folder(tmp_path: Path) -> None:
+    script = tmp_path / "ask.py"
+    script.write_text(ASK)
+    workers = [subprocess.Popen([sys.executable, str(script), str(tmp_path), name], stdout=subprocess.PIPE, text=True,
+                                env={"PYTEST_XDIST_WORKER": name, "PATH": "/usr/bin:/bin"})
+               for name in ("gw0", "gw1")]
+    folders = {worker.communicate(timeout=120)[0].strip() for worker in workers}
+    assert all(worker.returncode == 0 for worker in workers)
+    (folder,) = folders  # both got the same folder ...
+    assert len((tmp_path / "made.log").read_text().split()) == 1  # ... made once
+    assert Path(folder, "result.txt").read_text().startswith("made by gw")
+
+
+def test_a_failed_make_is_reported_to_whoever_asks_next(tmp_path: Path) -> None:
+    def broken(folder: Path) -> None:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        once(_Factory(tmp_path), "broken", broken)
+    with pytest.raises(RuntimeError, match="(?s)making 'broken' failed earlier in this session.*disk full"):
+        once(_Factory(tmp_path), "broken", lambda folder: None)  # not made again
+    with pytest.raises(ValueError, match="not a folder name"):
+        once(_Factory(tmp_path), "../escape", lambda folder: None)
+
+
+def test_a_copy_leaves_the_shared_folder_as_it_was(tmp_path: Path) -> None:
+    shared = once(_Factory(tmp_path), "run", lambda folder: (folder / "weights.txt").write_text("trained"))
+    mine = copy_of(shared, tmp_path / "mine")
+    (mine / "weights.txt").write_text("changed")
+    assert (shared / "weights.txt").read_text() == "trained" and not list(mine.glob(".twinkle-once-*"))
+    assert once(_Factory(tmp_path), "run", lambda folder: pytest.fail("made twice")) == shared
+
+
+def test_processes_tests_share_one_xdist_worker(tmp_path: Path) -> None:
+    """Under ``-n 2 --dist loadgroup`` the three ``processes`` tests, in two modules, run on one worker."""
+    ran = "def ran(name): open(os.path.join(os.path.dirname(__file__), 'ran-' + name + '-' + " \
+          "os.environ['PYTEST_XDIST_WORKER']), 'w').close()\n"
+    (tmp_path / "test_a.py").write_text("import os, pytest\n" + ran + textwrap.dedent('''
+        pytestmark = pytest.mark.processes
+        def test_p1(): ran("p1")
+        def test_p2(): ran("p2")
+    '''))
+    (tmp_path / "test_b.py").write_text("import os, time, pytest\n" + ran + textwrap.dedent('''
+        def test_s1(): time.sleep(0.5)
+        @pytest.mark.processes
+        def test_p3(): ran("p3")
+        def test_s2(): time.sleep(0.5)
+    '''))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v",
+                           "-p", "no:cacheprovider", str(tmp_path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    workers = dict(path.name.split("-")[1:] for path in tmp_path.glob("ran-*"))  # test -> the worker it ran on
+    assert sorted(workers) == ["p1", "p2", "p3"] and len(set(workers.values())) == 1, workers
+    assert done.stdout.count("@processes") >= 3  # xdist reports them with their group
