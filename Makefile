@@ -51,11 +51,12 @@ system:
 	  echo "Installing Debian's chromium and espeak-ng for the tests"; apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium espeak-ng >/dev/null; }
 
-# The set-up, then the whole suite on both cores (tools/suite.py): core's suite against the editable install, the
-# documentation site, each plugin's suite against its wheel (make journeys); it ends with one line of counts and
-# times and writes artifacts/test-times.json (the suite's budget: 25 minutes on 2 cores from a fresh clone).
+# The set-up (the venv and Debian's packages side by side: each mostly waits on the network and the disk), then
+# the whole suite on both cores (tools/suite.py): core's suite against the editable install, the documentation
+# site, each plugin's suite against its wheel (make journeys); it ends with one line of counts and times and writes
+# artifacts/test-times.json (the suite's budget: 25 minutes on 2 cores from a fresh clone).
 test:
-	@started=$$(date +%s.%N); $(MAKE) --no-print-directory install system && \
+	@started=$$(date +%s.%N); $(MAKE) --no-print-directory -j2 --output-sync=target install system && \
 	  $(BIN)/python tools/suite.py --started $$started --set-up-done $$(date +%s.%N)
 
 # The documentation site, built strictly (a broken link or reference fails); the CLI reference is generated.

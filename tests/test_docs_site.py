@@ -1,7 +1,7 @@
 """The documentation site: it builds with ``mkdocs build --strict``, its API pages are what the code says, every
 code block of every page runs, and its pages render in headless chromium (screenshots kept as CI artefacts).
 
-How a page's blocks run: in order, in a fresh folder of their own (``TWINKLE_HOME`` and ``TWINKLE_USER`` set
+How a page's blocks run: in order, in a process and a fresh folder of their own (``TWINKLE_HOME`` and ``TWINKLE_USER`` set
 there). The page's ``python`` blocks share one interpreter, as a reader pasting them one after another would;
 a ``bash`` block runs at its place with ``.venv/bin`` first on ``PATH``. A page whose blocks define pytest tests
 (``def test_...``) is run by pytest, so its tests run too. A block that cannot run here says why
@@ -127,6 +127,69 @@ def _page_param(page: Path) -> object:
     return pytest.param(page, id=name, marks=[pytest.mark.processes] if name in PROCESS_PAGES else [])
 
 
+PRELOAD = ["lightning.pytorch", "twinkle_core.trainer", "twinkle_core.cli"]
+"""What a page's interpreter has imported before the page starts: what every page that trains imports first.
+
+A page runs in a process forked from a server process that imported these once (multiprocessing's
+``forkserver``; one per pytest worker), not in a fresh ``python``: importing Lightning takes 5-10 s of CPU, most of
+a short page's time. The page still gets a process of its own, its own folder, environment, ``sys.argv`` and a
+``__main__`` of its own; only the imports are done."""
+
+
+def _page_process(argv: list[str], folder: str, env: dict[str, str], log: str) -> None:
+    """In the forked process: become ``python ARGV...`` in ``folder`` with ``env``, output to ``log``."""
+    import runpy
+    import warnings
+
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.chdir(folder)
+    os.environ.clear()
+    os.environ.update(env)
+    warnings.simplefilter("ignore")
+    try:
+        if argv[:2] == ["-m", "pytest"]:
+            import pytest as page_pytest
+
+            sys.argv = ["pytest", *argv[2:]]
+            code = page_pytest.main(argv[2:])
+        else:
+            sys.argv = list(argv)
+            sys.path[0] = str(Path(argv[0]).parent)
+            runpy.run_path(argv[0], run_name="__main__")
+            code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:  # noqa: BLE001 — reported through the log, as python would
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(code))
+
+
+def run_page(argv: list[str], folder: Path, env: dict[str, str], timeout: float) -> tuple[int, str]:
+    """Run ``python ARGV...`` (a page's script, or ``-m pytest ...``) in a process of its own forked from the
+    preloaded server; returns its exit code and its output (stdout and stderr together)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    log = folder / "page.log"
+    process = context.Process(target=_page_process, args=(argv, str(folder), env, str(log)))
+    process.start()
+    process.join(timeout)
+    timed_out = process.exitcode is None
+    if timed_out:
+        process.kill()
+        process.join()
+    output = log.read_text(errors="replace") if log.exists() else "(the page's process wrote nothing)"
+    return (-9, f"timed out after {timeout} s\n{output}") if timed_out else (process.exitcode, output)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", [_page_param(p) for p in pages() if _runnable(p)])
 def test_the_pages_code_runs(page: Path, tmp_path: Path) -> None:
@@ -138,11 +201,11 @@ def test_the_pages_code_runs(page: Path, tmp_path: Path) -> None:
     env.pop("TWINKLE_SERVER", None)
     if re.search(r"^def test_", script.read_text(), flags=re.M):
         script = script.rename(tmp_path / "test_page.py")
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(script)]
+        argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider", str(script)]
     else:
-        command = [sys.executable, str(script)]
-    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=1200)
-    assert proc.returncode == 0, f"{page.name}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        argv = [str(script)]
+    returncode, output = run_page(argv, tmp_path, env, timeout=1200)
+    assert returncode == 0, f"{page.name}:\n{output[-8000:]}"
 
 
 @pytest.mark.not_isolated("keeps its screenshots in artifacts/ for CI (one file name per page)")

@@ -8,8 +8,9 @@ Parts, in order, each timed:
 * **docs** — the documentation site (``tests/test_docs_site.py``: the strict build, every page's code). Its tests
   run *inside* core's session, on the worker the ``processes`` group leaves free (run apart, that worker would idle
   while the other works through the group), so ``docs`` is the time its tests took within ``core``, not added to it;
-* **journeys** — ``make dist``, then each plugin from its wheel in a fresh venv, two at a time
-  (``tools/wheel_journeys.py``): its journey and its own test suite.
+* **journeys** — each plugin from its wheel in a fresh venv, two at a time (``tools/wheel_journeys.py``): its
+  journey and its own test suite. The wheels (``make dist``) build while core's session runs (its log:
+  ``artifacts/dist.log``).
 
 Every pytest run writes a JUnit XML file under ``artifacts/junit/``. At the end this prints one line::
 
@@ -88,14 +89,22 @@ def main(argv: list[str] | None = None) -> int:
     bin_dir = Path(sys.executable).parent
     parts = {"install": (args.set_up_done - args.started) if args.set_up_done else 0.0}
     results = {}
+    dist_log = ARTIFACTS / "dist.log"
+    with dist_log.open("w") as log:  # the wheels build beside core's session (a few seconds of CPU, mostly I/O)
+        dist = subprocess.Popen(["make", "--no-print-directory", "dist"], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
     parts["core"], results["core"] = run_part("core and docs", [
         [str(bin_dir / "lint-imports")],
         pytest_command(JUNIT / "core.xml", "tests"),
     ], env)
-    parts["journeys"], results["journeys"] = run_part("journeys", [
-        ["make", "--no-print-directory", "dist"],
+    started = time.monotonic()
+    if dist.wait() != 0:
+        print(f"== make dist failed:\n{dist_log.read_text()[-5000:]}", flush=True)
+    seconds, results["journeys"] = run_part("journeys", [
         [sys.executable, "tools/wheel_journeys.py", "--junit", str(JUNIT)],
     ], env)
+    parts["journeys"] = time.monotonic() - started + seconds
+    results["journeys"] = results["journeys"] and dist.returncode == 0
     total = time.time() - args.started
     cases = junit_cases(sorted(JUNIT.glob("*.xml")))
     docs_cases = [c for c in cases if str(c["test"]).startswith(DOCS_TESTS)]

@@ -7,11 +7,11 @@ public API, the four extension points and the ``twinkle`` CLI. Heavy names (``Tr
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.hookspecs import Register, hookimpl
+from twinkle_core.imports import import_heavy
 from twinkle_core.lookup import (
     get_component,
     list_algorithms,
@@ -60,7 +60,7 @@ def __getattr__(name: str) -> Any:
     """Import heavy public names (which pull in torch) only when they are first used."""
     if name in _LAZY:
         module, _, attr = _LAZY[name].partition(":")
-        value = getattr(importlib.import_module(module), attr)
+        value = getattr(import_heavy(module), attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'twinkle_core' has no attribute '{name}'")

@@ -7,12 +7,12 @@ Nothing here imports a target until :meth:`Component.load` is called.
 
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from twinkle_core.errors import PluginLoadError, RegistrationError
+from twinkle_core.imports import import_heavy
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def import_target(path: str) -> Any:
     """
     module_name, _, attr_path = path.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = import_heavy(module_name)  # a plugin's model code: torch, timm, ...
         for part in attr_path.split("."):
             obj = getattr(obj, part)
     except Exception as err:  # any import-time failure of third-party code

@@ -51,7 +51,7 @@ def launch(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epo
 
     from twinkle_core.cli.runs import _hyperparams
     from twinkle_core.jobs import Job, job_dir
-    from twinkle_core.trainer import Trainer
+    from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
 
     values = _hyperparams(hp, epochs)
     Trainer(algorithm, task, values, user=user, project=project, verbose=False)  # names and values checked now

@@ -54,7 +54,7 @@ def parse_space(items: tuple[str, ...]) -> dict[str, Any]:
 def tune(algorithm: str, data: str, space: tuple[str, ...], trials: int, task: str | None, hp: tuple[str, ...],
          epochs: int | None, seed: int, project: str | None, as_json: bool) -> None:
     """Tune ALGORITHM's hyperparameters on --data with Optuna (TPE, pruning, resumable)."""
-    from twinkle_core.trainer import Trainer
+    from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
 
     trainer = Trainer(algorithm, task, _hyperparams(hp, epochs), project=project, verbose=False)
     result = trainer.tune(parse_space(space), max_trials=trials, data=data, seed=seed)

@@ -59,7 +59,7 @@ def train(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epoc
     data position and random state) if it is killed, up to --max-restarts times; each restart is recorded in
     the run's alerts.
     """
-    from twinkle_core.trainer import Trainer
+    from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
 
     values = _hyperparams(hp, epochs)
     values.update({k: v for k, v in (("num_nodes", nodes), ("devices", devices)) if v is not None})
@@ -79,7 +79,7 @@ def train(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epoc
 def plan(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epochs: int | None,
          user: str | None, project: str | None, as_json: bool) -> None:
     """Print the resource plan for training ALGORITHM on --data, without training."""
-    from twinkle_core.trainer import Trainer
+    from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
 
     result = Trainer(algorithm, task, _hyperparams(hp, epochs), user=user, project=project).plan(data)
     if as_json:
@@ -100,7 +100,7 @@ def plan(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epoch
 def export(run: str, fmt: str, quantize: bool, output: str | None, opset: int | None, target: str | None,
            as_json: bool) -> None:
     """Export RUN's best model (twinkle://user/project/runN or a .ckpt) and verify it."""
-    from twinkle_core.trainer import Trainer
+    from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
 
     options: dict[str, object] = {"opset_version": opset} if opset is not None else {}
     if target is not None:

@@ -27,7 +27,7 @@ def run(folder: str) -> int:
     from twinkle_core.engine.ranks import global_rank, is_global_zero
     from twinkle_core.engine.stopping import StoppedBySignal
     from twinkle_core.store.runs import RunStore
-    from twinkle_core.trainer import Trainer
+    from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
 
     os.environ[JOB_DIR_ENV] = folder
     job = Job.load(folder)
