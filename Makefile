@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml) $(CONSTRAINTS)
 	$(UV_INSTALL) -c $(CONSTRAINTS) $(TORCH_PINS) -e '.[test,docs,release]' $(foreach p,$(PLUGINS),-e 'plugins/$(p)')
 	$(UV) pip check --python $(BIN)/python
 	$(BIN)/python tools/offline_setup.py
-	$(BIN)/twinkle edge setup  # rknn-toolkit2's converter venv, inside .venv (about 630 MB; found when activated)
+	$(BIN)/twinkle edge setup --installer uv  # rknn-toolkit2's converter venv, inside .venv (about 630 MB; found when activated)
 	touch $@
 
 demo: $(STAMP)

@@ -43,3 +43,20 @@ def test_exporters_list_shows_rknn_and_onnx_int8_with_their_targets() -> None:
     table = subprocess.run([sys.executable, "-m", "twinkle_core", "exporters", "list"], capture_output=True,
                            text=True, timeout=120).stdout
     assert "TARGETS" in table.splitlines()[0] and "rk3588" in table
+
+
+def test_the_converter_venvs_installer_is_checked_before_anything_is_made(tmp_path, monkeypatch) -> None:
+    """``twinkle edge setup --installer``: an unknown installer, or uv asked for but not installed, is a named error
+    and leaves no venv behind."""
+    import pytest
+
+    from twinkle_core.errors import TwinkleError
+    from twinkle_edge.rknn import venv
+
+    monkeypatch.setenv("TWINKLE_RKNN_VENV", str(tmp_path / "rknn-venv"))
+    with pytest.raises(TwinkleError, match="installer='conda': choose one of pip, uv"):
+        venv.setup(force=True, installer="conda")
+    monkeypatch.setattr(venv.shutil, "which", lambda *args, **kwargs: None)
+    with pytest.raises(venv.ConverterMissingError, match="uv is not installed here or on PATH; pip install uv"):
+        venv.setup(force=True, installer="uv")
+    assert not (tmp_path / "rknn-venv").exists()

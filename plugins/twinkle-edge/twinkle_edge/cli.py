@@ -31,11 +31,13 @@ def targets(as_json: bool) -> None:
 
 @edge.command("setup")
 @click.option("--force", is_flag=True, help="Make it again even when it is up to date.")
-def setup(force: bool) -> None:
+@click.option("--installer", type=click.Choice(["pip", "uv"]), default="pip", show_default=True,
+              help="What installs its packages (uv: faster, when uv is installed).")
+def setup(force: bool, installer: str) -> None:
     """Make rknn-toolkit2's converter venv (inside this venv; $TWINKLE_RKNN_VENV puts it elsewhere)."""
     from twinkle_edge.rknn.venv import setup as make
 
-    click.echo(make(force=force, echo=lambda text: click.echo(text, err=True)))
+    click.echo(make(force=force, echo=lambda text: click.echo(text, err=True), installer=installer))
 
 
 @edge.command("optimize")

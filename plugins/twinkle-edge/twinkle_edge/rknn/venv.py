@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -60,19 +61,39 @@ def python() -> str:
     return str(interpreter)
 
 
-def setup(force: bool = False, echo: object = print) -> str:
-    """Make (or keep) the converter venv; returns its interpreter."""
+INSTALLERS = ("pip", "uv")
+"""What installs the converter venv's packages: the venv's own pip (the default), or uv (parallel downloads and
+installs; bytecode compiled at install as pip does) when it is installed here or on ``PATH``."""
+
+
+def _installer(installer: str, interpreter: Path) -> list[str]:
+    """The install command of ``installer`` for the venv of ``interpreter``."""
+    if installer == "pip":
+        return [str(interpreter), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    if installer == "uv":
+        uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+        if uv is None:
+            raise ConverterMissingError("installer='uv', but uv is not installed here or on PATH; pip install uv, or "
+                                        "make the converter venv with pip (the default)")
+        return [uv, "pip", "install", "-q", "--python", str(interpreter), "--compile-bytecode"]
+    raise TwinkleError(f"installer={installer!r}: choose one of {', '.join(INSTALLERS)}")
+
+
+def setup(force: bool = False, echo: object = print, installer: str = "pip") -> str:
+    """Make (or keep) the converter venv; returns its interpreter. ``installer``: ``pip`` or ``uv``."""
+    if installer not in INSTALLERS:
+        raise TwinkleError(f"installer={installer!r}: choose one of {', '.join(INSTALLERS)}")
     folder = venv_dir()
     if not force:
         try:
             return python()
         except ConverterMissingError:
             pass
-    echo(f"Making rknn-toolkit2's converter venv at {folder} ...")
+    install = _installer(installer, folder / "bin" / "python")  # a missing uv is named before anything is made
+    echo(f"Making rknn-toolkit2's converter venv at {folder} ({installer}) ...")
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder)], check=True)
-    pip = [str(folder / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    _run(pip + ["-r", str(REQUIREMENTS)])
-    _run(pip + ["--no-deps", RKNN_TOOLKIT])
+    _run(install + ["-r", str(REQUIREMENTS)])
+    _run(install + ["--no-deps", RKNN_TOOLKIT])
     site = subprocess.run([str(folder / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, capture_output=True, text=True).stdout.strip()
     training = sysconfig.get_paths()["purelib"]
