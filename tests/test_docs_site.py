@@ -1,10 +1,10 @@
 """The documentation site: it builds with ``mkdocs build --strict``, its API pages are what the code says, every
 code block of every page runs, and its pages render in headless chromium (screenshots kept as CI artefacts).
 
-How a page's blocks run: in order, in a process and a fresh folder of their own (``TWINKLE_HOME`` and ``TWINKLE_USER`` set
-there). The page's ``python`` blocks share one interpreter, as a reader pasting them one after another would;
-a ``bash`` block runs at its place with ``.venv/bin`` first on ``PATH``. A page whose blocks define pytest tests
-(``def test_...``) is run by pytest, so its tests run too. A block that cannot run here says why
+How a page's blocks run: in order, in a process and a fresh folder of their own (``TWINKLE_HOME`` and
+``TWINKLE_USER`` set there). The page's ``python`` blocks share one interpreter, as a reader pasting them one after
+another would; a ``bash`` block runs at its place with ``.venv/bin`` first on ``PATH``. A page whose blocks define
+pytest tests (``def test_...``) is run by pytest, so its tests run too. A block that cannot run here says why
 on the line above it, as ``<!-- not run: REASON -->``. Blocks in other languages (``text``, ``toml``, ...) are
 shown, not run.
 """

@@ -100,11 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     if dist.wait() != 0:
         print(f"== make dist failed:\n{dist_log.read_text()[-5000:]}", flush=True)
-    seconds, results["journeys"] = run_part("journeys", [
-        [sys.executable, "tools/wheel_journeys.py", "--junit", str(JUNIT)],
-    ], env)
+    seconds, journeys_ok = run_part("journeys", [[sys.executable, "tools/wheel_journeys.py", "--junit", str(JUNIT)]],
+                                    env)
     parts["journeys"] = time.monotonic() - started + seconds
-    results["journeys"] = results["journeys"] and dist.returncode == 0
+    results["journeys"] = journeys_ok and dist.returncode == 0
     total = time.time() - args.started
     cases = junit_cases(sorted(JUNIT.glob("*.xml")))
     docs_cases = [c for c in cases if str(c["test"]).startswith(DOCS_TESTS)]

@@ -67,16 +67,14 @@ installs; bytecode compiled at install as pip does) when it is installed here or
 
 
 def _installer(installer: str, interpreter: Path) -> list[str]:
-    """The install command of ``installer`` for the venv of ``interpreter``."""
+    """The install command of ``installer`` (one of :data:`INSTALLERS`) for the venv of ``interpreter``."""
     if installer == "pip":
         return [str(interpreter), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    if installer == "uv":
-        uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
-        if uv is None:
-            raise ConverterMissingError("installer='uv', but uv is not installed here or on PATH; pip install uv, or "
-                                        "make the converter venv with pip (the default)")
-        return [uv, "pip", "install", "-q", "--python", str(interpreter), "--compile-bytecode"]
-    raise TwinkleError(f"installer={installer!r}: choose one of {', '.join(INSTALLERS)}")
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if uv is None:
+        raise ConverterMissingError("installer='uv', but uv is not installed here or on PATH; pip install uv, or "
+                                    "make the converter venv with pip (the default)")
+    return [uv, "pip", "install", "-q", "--python", str(interpreter), "--compile-bytecode"]
 
 
 def setup(force: bool = False, echo: object = print, installer: str = "pip") -> str:
