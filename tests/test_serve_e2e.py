@@ -32,6 +32,15 @@ def db_rows(home: Path, sql: str, *args) -> list[sqlite3.Row]:  # noqa: ANN002
         conn.close()
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie waiting for its parent to reap it does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
 def step_of(home: Path, run: str | None) -> int:
     """The global step of the run's last checkpoint (-1 when none)."""
     if not run:
@@ -60,16 +69,20 @@ def test_twenty_jobs_from_two_users_survive_a_killed_worker_and_a_server_restart
         ids = list(pool.map(submit, range(20)))
     assert len(set(ids)) == 20
 
-    # SIGKILL the worker of a job that has a mid-training checkpoint
+    # SIGKILL the worker of a job that has a mid-training checkpoint, in its first half (116 steps): a job trains
+    # in a few seconds, and one about to end could finish between this look and the kill
     def running_with_checkpoint():  # noqa: ANN202
         for row in db_rows(home, "SELECT id, worker, run FROM jobs WHERE state = 'running'"):
-            if step_of(home, row["run"]) >= 8:
+            if 8 <= step_of(home, row["run"]) <= 58:
                 return row
         return None
 
     victim = wait_for(running_with_checkpoint, 300, "a running job with a checkpoint")
     worker_pid = db_rows(home, "SELECT pid FROM workers WHERE id = ?", victim["worker"])[0]["pid"]
+    training_pid = db_rows(home, "SELECT pid FROM jobs WHERE id = ?", victim["id"])[0]["pid"]
     os.kill(worker_pid, signal.SIGKILL)
+    # its training process (forked from the worker's template process) goes with it: nothing trains the run twice
+    wait_for(lambda: not alive(training_pid), 60, "the killed worker's training process to end")
     wait_for(lambda: db_rows(home, "SELECT restarts FROM jobs WHERE id = ?", victim["id"])[0]["restarts"] >= 1
              and db_rows(home, "SELECT state FROM jobs WHERE id = ?", victim["id"])[0]["state"] != "queued", 120,
              "the killed worker's job to be taken by another worker")

@@ -1,7 +1,8 @@
 """A service worker: ``python -m twinkle_core.serve.worker CONFIG_JSON NAME`` (started by ``twinkle serve``).
 
 It claims a job from the queue under a lease, runs it in a training process of its own process group (the job
-folder's :mod:`twinkle_core.jobs.worker`, its output in the job's ``log.txt``), renews the lease while it runs
+folder's :mod:`twinkle_core.jobs.worker`, forked from a template that imported the Trainer once —
+:mod:`twinkle_core.jobs.launcher` — its output in the job's ``log.txt``), renews the lease while it runs
 and, between beats, watches for a cancel request, the wall-clock limit and its own shutdown. The training
 process dies with the worker (``PR_SET_PDEATHSIG``): a worker killed with SIGKILL leaves nothing running, and
 its lease expiry hands the job to another worker, which resumes the same run from its last checkpoint.
@@ -13,7 +14,6 @@ SIGKILL; within the grace the training saves a checkpoint at the next step and e
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import os
 import signal
@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Any
 
+from twinkle_core.jobs.launcher import WorkerProcess, die_with_parent_now, start_worker
 from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir, read_json
 from twinkle_core.jobs.supervisor import RESTART_KIND, describe_exit
 from twinkle_core.serve.config import ServerConfig
@@ -83,14 +84,12 @@ class Worker:
         limit = min(x for x in (request.wall_clock_limit, self.config.max_wall_clock_seconds, float("inf"))
                     if x is not None)
         started = time.time()
-        with open(os.path.join(folder, "log.txt"), "ab") as log:
-            log.write(f"--- attempt {job.attempts} on {self.name} at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n"
-                      .encode())
-            log.flush()
-            process = subprocess.Popen(
-                [sys.executable, "-m", "twinkle_core.jobs.worker", folder], env=self._env(folder, request),
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=_die_with_parent)
+        log = os.path.join(folder, "log.txt")
+        with open(log, "ab") as handle:
+            handle.write(f"--- attempt {job.attempts} on {self.name} at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n"
+                         .encode())
+        process = start_worker(folder, self._env(folder, request), log=log, die_with_parent=True,
+                               fresh=self.config.fresh_processes)
         self.queue.set_process(job.id, self.name, process.pid)
         why = self._watch(job, process, limit - job.used_seconds, started, folder, run)
         used = time.time() - started
@@ -105,7 +104,7 @@ class Worker:
             env["RAY_ADDRESS"] = self.config.ray_address
         return env
 
-    def _watch(self, job: JobRow, process: subprocess.Popen[bytes], remaining: float, started: float, folder: str,
+    def _watch(self, job: JobRow, process: WorkerProcess, remaining: float, started: float, folder: str,
                run: str | None) -> str | None:
         """Wait for the training process, renewing the lease; returns why it was stopped (``None``: it ended)."""
         why: str | None = None
@@ -208,16 +207,7 @@ class Worker:
                         f"resumes from {source}"})
 
 
-def _die_with_parent(signum: int = signal.SIGKILL) -> None:  # pragma: no cover — runs between fork and exec
-    """This process gets ``signum`` when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``): a training process
-    is killed with its worker; a worker is asked to stop (SIGTERM) with its server."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signum)
-    except OSError:
-        pass
-
-
-def _kill_group(process: subprocess.Popen[bytes], signum: int) -> None:
+def _kill_group(process: WorkerProcess, signum: int) -> None:
     try:
         os.killpg(process.pid, signum)
     except (ProcessLookupError, PermissionError):
@@ -238,7 +228,7 @@ def main(argv: list[str]) -> int:
         return 2
     with open(argv[0], encoding="utf-8") as handle:
         config = ServerConfig.model_validate_json(handle.read())
-    _die_with_parent(signal.SIGTERM)  # a worker does not outlive its server
+    die_with_parent_now(signal.SIGTERM)  # a worker does not outlive its server
     with open(os.path.join(config.state_dir, "workers.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_SH)  # a new server waits until every old worker has let go of its job
         Worker(config, argv[1]).loop()

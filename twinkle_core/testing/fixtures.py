@@ -44,8 +44,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put every ``processes`` test in one xdist group, and first in the collection: the longest unit of work
     starts first while the other worker takes the rest."""
+    grouped = config.pluginmanager.hasplugin("xdist")  # under -p no:xdist the group (and its marker) do not exist
     for item in items:
-        if item.get_closest_marker("processes") is not None:
+        if grouped and item.get_closest_marker("processes") is not None:
             item.add_marker(pytest.mark.xdist_group(PROCESSES_GROUP))
     items.sort(key=lambda item: item.get_closest_marker("processes") is None)
 

@@ -134,7 +134,10 @@ def test_operations_work_on_yolo(twinkle_home, shapes) -> None:
     trainer.set_budget_alert(max_cpu_hours=1.5 / 3600, cloud_provider="local")
     result = trainer.fit(str(shapes))
     kinds = [a.get("kind") for a in result.alerts]
-    assert "compare" in kinds and kinds[-1] == "budget" and result.status == "stopped"
+    budget = [a for a in result.alerts if a.get("kind") == "budget"]
+    # the order of the two kinds depends on the machine's speed: on a slow one the budget runs out before the first
+    # validation, and Lightning validates a run that stops early, so the rule's alert may come after the stop
+    assert "compare" in kinds and budget[-1]["action"] == "stop" and result.status == "stopped"
     resumed = Trainer.from_checkpoint(result.run_uri, mode="resume").fit()
     assert resumed.status == "finished"
     assert torch.load(resumed.last_checkpoint, weights_only=True)["epoch"] == 2

@@ -1,0 +1,133 @@
+"""Starting a job's worker process (:mod:`twinkle_core.jobs.worker`) — forked from a warm template, or fresh.
+
+A worker process spends most of its start importing Lightning and what Lightning imports (about 4,000 modules,
+10–15 s of CPU on a small machine) before it trains a step; a short job can spend more CPU starting than training.
+:func:`start_worker` by default forks each worker from a template process that imported the Trainer once
+(Python's :mod:`multiprocessing` *forkserver*, started on first use, one per launching process — the way Celery's
+prefork pool and gunicorn's ``--preload`` start workers), so a worker starts in well under a second. The forked
+worker is set up as the fresh one would be: its own session and process group, the job's environment, its output
+to the job's log, ``sys.argv`` and ``__main__`` as ``python -m twinkle_core.jobs.worker FOLDER`` (Lightning starts
+a multi-device job's other ranks from them), and optionally killed when the template goes away with its launcher.
+
+``fresh=True`` (``twinkle serve --fresh-processes``) starts ``python -m twinkle_core.jobs.worker FOLDER`` instead,
+which sees code upgraded while the launcher runs. Either way the caller gets a :class:`WorkerProcess` with
+``subprocess.Popen``'s ``pid``, ``returncode`` and ``wait()``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import importlib.util
+import io
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+from typing import Any, Protocol
+
+WORKER_MODULE = "twinkle_core.jobs.worker"
+"""The module a worker process runs (``python -m``)."""
+PRELOAD = ["twinkle_core.jobs.preload"]
+"""What the template imports once, before it forks workers (the Trainer, with the collector paused)."""
+
+
+class WorkerProcess(Protocol):
+    """What :func:`start_worker` returns: the part of ``subprocess.Popen`` a launcher uses."""
+
+    pid: int
+    returncode: int | None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the process to end and return its exit status (negative: the signal that killed it);
+        raises ``subprocess.TimeoutExpired`` when it is still running after ``timeout`` seconds."""
+        ...
+
+
+class ForkedWorker:
+    """A worker forked from the template (a ``multiprocessing`` process) behind ``Popen``'s interface."""
+
+    def __init__(self, process: Any, folder: str) -> None:
+        """Wrap a started ``multiprocessing`` process that runs the job in ``folder``."""
+        self.process, self.folder = process, folder
+        self.pid: int = process.pid
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """See :class:`WorkerProcess`."""
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            raise subprocess.TimeoutExpired([WORKER_MODULE, self.folder], timeout or 0.0)
+        self.returncode = self.process.exitcode
+        return self.returncode
+
+
+def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_with_parent: bool = False,
+                 fresh: bool = False) -> WorkerProcess:
+    """Start the worker process of the job in ``folder``.
+
+    Args:
+        folder: the job folder.
+        env: the worker's whole environment.
+        log: a file its output is appended to (``None``: this process's own stdout and stderr).
+        die_with_parent: the worker is killed (SIGKILL) when its parent goes away — the template, which ends with
+            the launching process, or the launching process itself when ``fresh``.
+        fresh: a new interpreter instead of a fork of the template.
+    """
+    if fresh:
+        out = open(log, "ab") if log else None  # noqa: SIM115 — the child holds it; closed here once started
+        try:
+            return subprocess.Popen([sys.executable, "-m", WORKER_MODULE, folder], env=env, stdout=out,
+                                    stderr=subprocess.STDOUT if out else None, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, preexec_fn=die_with_parent_now if die_with_parent else None)
+        finally:
+            if out:
+                out.close()
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)  # takes effect when this process starts its template (first use)
+    process = context.Process(target=_forked_main, args=(folder, env, log, die_with_parent), daemon=False,
+                              name=f"twinkle-job-{os.path.basename(folder)}")
+    process.start()
+    return ForkedWorker(process, folder)
+
+
+def die_with_parent_now(signum: int = signal.SIGKILL) -> None:
+    """This process gets ``signum`` when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere nothing)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signum)
+    except OSError:
+        pass
+
+
+def _forked_main(folder: str, env: dict[str, str], log: str | None, die_with_parent: bool) -> None:
+    """The forked worker: become what ``python -m twinkle_core.jobs.worker FOLDER`` would be, then run the job."""
+    os.setsid()  # its own process group: stopping the job stops the ranks it starts
+    if die_with_parent:
+        die_with_parent_now()
+    os.environ.clear()
+    os.environ.update(env)
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(stdin, 0)
+    os.close(stdin)
+    if log:
+        out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(out)
+    # unbuffered, as PYTHONUNBUFFERED makes a fresh worker: its log is read while it runs
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True, line_buffering=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True, line_buffering=True,
+                                  errors="backslashreplace")
+    worker = importlib.import_module(WORKER_MODULE)
+    sys.argv = [str(worker.__file__), folder]
+    sys.modules["__main__"].__spec__ = importlib.util.find_spec(WORKER_MODULE)  # Lightning starts ranks with -m
+    try:
+        code = worker.run(folder)
+    finally:
+        # a forked process ends with os._exit, which skips the exit handlers a fresh worker runs (ray.init's
+        # shutdown of the local cluster it started, logging's flush): run them as the interpreter would
+        atexit._run_exitfuncs()  # noqa: SLF001 — CPython's own call at exit; no public alias exists
+        sys.stdout.flush()
+        sys.stderr.flush()
+    sys.exit(code)
