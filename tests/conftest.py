@@ -11,6 +11,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from twinkle_core.testing import run_script
+
 
 _TWINKLE_VARS = ("TWINKLE_STRICT_PLUGINS", "TWINKLE_LOAD_PLUGINS", "TWINKLE_DISABLED_PLUGINS")
 _OUTSIDE_VARS = ("TWINKLE_CATALOGUE", "TWINKLE_SERVER", "TWINKLE_TOKEN", "TWINKLE_NAS_ROOT", "TWINKLE_PRICES",
@@ -169,8 +171,9 @@ class JobRunner:
 
         for old in script.parent.glob(f"{args[0]}-rank*.json"):
             old.unlink()
-        proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=900,
-                              env={**os.environ, "PYTHONWARNINGS": "ignore"}, start_new_session=True)
+        # a process of its own (session and group), forked from one that imported the Trainer once; Lightning
+        # starts a script's other ranks in fresh interpreters
+        proc = run_script([str(script), *args], env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=900)
         proc.results = {int(p.stem.rsplit("rank", 1)[1]): json.loads(p.read_text())  # type: ignore[attr-defined]
                         for p in script.parent.glob(f"{args[0]}-rank*.json")}
         return proc

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from twinkle_core.testing import once
+from twinkle_core.testing import once, run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -127,67 +127,10 @@ def _page_param(page: Path) -> object:
     return pytest.param(page, id=name, marks=[pytest.mark.processes] if name in PROCESS_PAGES else [])
 
 
-PRELOAD = ["lightning.pytorch", "twinkle_core.trainer", "twinkle_core.cli"]
-"""What a page's interpreter has imported before the page starts: what every page that trains imports first.
-
-A page runs in a process forked from a server process that imported these once (multiprocessing's
-``forkserver``; one per pytest worker), not in a fresh ``python``: importing Lightning takes 5-10 s of CPU, most of
-a short page's time. The page still gets a process of its own, its own folder, environment, ``sys.argv`` and a
-``__main__`` of its own; only the imports are done."""
-
-
-def _page_process(argv: list[str], folder: str, env: dict[str, str], log: str) -> None:
-    """In the forked process: become ``python ARGV...`` in ``folder`` with ``env``, output to ``log``."""
-    import runpy
-    import warnings
-
-    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    os.chdir(folder)
-    os.environ.clear()
-    os.environ.update(env)
-    warnings.simplefilter("ignore")
-    try:
-        if argv[:2] == ["-m", "pytest"]:
-            import pytest as page_pytest
-
-            sys.argv = ["pytest", *argv[2:]]
-            code = page_pytest.main(argv[2:])
-        else:
-            sys.argv = list(argv)
-            sys.path[0] = str(Path(argv[0]).parent)
-            runpy.run_path(argv[0], run_name="__main__")
-            code = 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    except BaseException:  # noqa: BLE001 — reported through the log, as python would
-        import traceback
-
-        traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(int(code))
-
-
-def run_page(argv: list[str], folder: Path, env: dict[str, str], timeout: float) -> tuple[int, str]:
-    """Run ``python ARGV...`` (a page's script, or ``-m pytest ...``) in a process of its own forked from the
-    preloaded server; returns its exit code and its output (stdout and stderr together)."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    log = folder / "page.log"
-    process = context.Process(target=_page_process, args=(argv, str(folder), env, str(log)))
-    process.start()
-    process.join(timeout)
-    timed_out = process.exitcode is None
-    if timed_out:
-        process.kill()
-        process.join()
-    output = log.read_text(errors="replace") if log.exists() else "(the page's process wrote nothing)"
-    return (-9, f"timed out after {timeout} s\n{output}") if timed_out else (process.exitcode, output)
+PRELOAD = ["twinkle_core.cli"]
+"""What a page's interpreter has imported before the page starts, besides the Trainer and Lightning: a page runs
+in a process of its own forked from a template that imported them once (``twinkle_core.testing.run_script``), not in
+a fresh ``python`` — importing Lightning takes 5-10 s of CPU, most of a short page's time."""
 
 
 @pytest.mark.slow
@@ -204,8 +147,8 @@ def test_the_pages_code_runs(page: Path, tmp_path: Path) -> None:
         argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider", str(script)]
     else:
         argv = [str(script)]
-    returncode, output = run_page(argv, tmp_path, env, timeout=1200)
-    assert returncode == 0, f"{page.name}:\n{output[-8000:]}"
+    done = run_script(argv, cwd=tmp_path, env=env, timeout=1200, preload=PRELOAD)
+    assert done.returncode == 0, f"{page.name}:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
 
 
 @pytest.mark.not_isolated("keeps its screenshots in artifacts/ for CI (one file name per page)")

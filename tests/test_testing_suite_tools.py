@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from twinkle_core.testing import copy_of, once
+from twinkle_core.testing import copy_of, once, run_script
 
 ASK = textwrap.dedent('''
     import sys, time
@@ -95,3 +95,43 @@ def test_processes_tests_share_one_xdist_worker(tmp_path: Path) -> None:
     workers = dict(path.name.split("-")[1:] for path in tmp_path.glob("ran-*"))  # test -> the worker it ran on
     assert sorted(workers) == ["p1", "p2", "p3"] and len(set(workers.values())) == 1, workers
     assert done.stdout.count("@processes") >= 3  # xdist reports them with their group
+
+
+SCRIPT = textwrap.dedent('''
+    import os, signal, sys, time
+    import __main__
+    print("argv", sys.argv[1:], "cwd", os.getcwd(), "probe", os.environ.get("PROBE"), "main", __main__.__file__)
+    print("to stderr", file=sys.stderr)
+    if sys.argv[1] == "exit":
+        sys.exit(int(sys.argv[2]))
+    if sys.argv[1] == "raise":
+        raise ValueError("boom")
+    if sys.argv[1] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if sys.argv[1] == "group":
+        print("group", os.getpgid(0) == os.getpid())
+    if sys.argv[1] == "sleep":
+        time.sleep(60)
+''')
+
+
+def test_run_script_behaves_like_python_in_a_process_of_its_own(tmp_path: Path) -> None:
+    """What a script run by ``run_script`` sees and reports equals ``python SCRIPT ARGS`` in a new session: its
+    argv, folder, environment (replaced, not merged), ``__main__``, separate stdout/stderr, its exit status (a
+    number, an uncaught exception, a signal) and its own process group; a timeout kills it."""
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {"PROBE": "given", "PATH": "/usr/bin:/bin"}
+    done = run_script([str(script), "exit", "3"], cwd=work, env=env)
+    assert done.returncode == 3 and done.stderr == "to stderr\n"
+    assert done.stdout == f"argv ['exit', '3'] cwd {work} probe given main {script}\n"
+    raised = run_script([str(script), "raise"], env=env)
+    assert raised.returncode == 1 and "ValueError: boom" in raised.stderr
+    assert run_script([str(script), "kill"], env=env).returncode == -9
+    assert "group True" in run_script([str(script), "group"], env=env).stdout
+    slow = run_script([str(script), "sleep"], env=env, timeout=1)
+    assert slow.returncode == -9 and "still running after 1 s" in slow.stderr
+    module = run_script(["-m", "json.tool", "--help"], env=env)
+    assert module.returncode == 0 and "usage:" in module.stdout

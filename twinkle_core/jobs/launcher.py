@@ -100,34 +100,58 @@ def die_with_parent_now(signum: int = signal.SIGKILL) -> None:
         pass
 
 
-def _forked_main(folder: str, env: dict[str, str], log: str | None, die_with_parent: bool) -> None:
-    """The forked worker: become what ``python -m twinkle_core.jobs.worker FOLDER`` would be, then run the job."""
-    os.setsid()  # its own process group: stopping the job stops the ranks it starts
+def become_fresh(env: dict[str, str], stdout: str | None, stderr: str | None, cwd: str | None = None,
+                 new_session: bool = True, die_with_parent: bool = False) -> None:
+    """In a process forked from a template: set it up as ``python`` started with ``env`` in ``cwd`` would be.
+
+    Its own session and process group (``new_session``), the environment replaced, stdin from ``/dev/null``,
+    stdout/stderr appended to the given files (``None``: kept; the same file twice: one log), unbuffered text
+    streams on them, and ``multiprocessing``'s start method back to the platform's default (the template's
+    forkserver would otherwise be inherited, and a ``DataLoader``'s workers could not start).
+    """
+    if new_session:
+        os.setsid()
     if die_with_parent:
         die_with_parent_now()
     os.environ.clear()
     os.environ.update(env)
+    if cwd is not None:
+        os.chdir(cwd)
     stdin = os.open(os.devnull, os.O_RDONLY)
     os.dup2(stdin, 0)
     os.close(stdin)
-    if log:
-        out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(out)
+    opened: dict[str, int] = {}
+    for fd, path in ((1, stdout), (2, stderr)):
+        if path is not None:
+            if path not in opened:
+                opened[path] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.dup2(opened[path], fd)
+    for handle in opened.values():
+        os.close(handle)
     # unbuffered, as PYTHONUNBUFFERED makes a fresh worker: its log is read while it runs
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True, line_buffering=True)
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True, line_buffering=True,
                                   errors="backslashreplace")
+    multiprocessing.set_start_method(None, force=True)
+
+
+def run_exit_handlers() -> None:
+    """Run the ``atexit`` handlers and flush the streams, as the interpreter does at exit: a process forked by
+    ``multiprocessing`` ends with ``os._exit``, which skips them (ray.init's shutdown of the local cluster it
+    started, logging's flush)."""
+    atexit._run_exitfuncs()  # noqa: SLF001 — CPython's own call at exit; no public alias exists
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def _forked_main(folder: str, env: dict[str, str], log: str | None, die_with_parent: bool) -> None:
+    """The forked worker: become what ``python -m twinkle_core.jobs.worker FOLDER`` would be, then run the job."""
+    become_fresh(env, log, log, die_with_parent=die_with_parent)  # its own group: stopping the job stops its ranks
     worker = importlib.import_module(WORKER_MODULE)
     sys.argv = [str(worker.__file__), folder]
     sys.modules["__main__"].__spec__ = importlib.util.find_spec(WORKER_MODULE)  # Lightning starts ranks with -m
     try:
         code = worker.run(folder)
     finally:
-        # a forked process ends with os._exit, which skips the exit handlers a fresh worker runs (ray.init's
-        # shutdown of the local cluster it started, logging's flush): run them as the interpreter would
-        atexit._run_exitfuncs()  # noqa: SLF001 — CPython's own call at exit; no public alias exists
-        sys.stdout.flush()
-        sys.stderr.flush()
+        run_exit_handlers()
     sys.exit(code)

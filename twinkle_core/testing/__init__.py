@@ -10,6 +10,8 @@
   first use (it needs Lightning, and this package loads with pytest);
 * :func:`once` / :func:`copy_of` — work done once per test session and shared read-only by every pytest-xdist
   worker (a trained run, a built site), and a private copy of it for a test that changes it;
+* :func:`run_script` — ``python SCRIPT ARGS...`` in a process of its own, forked from a template that imported the
+  Trainer once (a test that trains in a separate process skips 10–20 s of imports);
 * the marker ``processes`` (declared by the pytest plugin): tests that start several busy processes themselves run
   one after another on one xdist worker (``--dist loadgroup``), never beside each other.
 """
@@ -27,6 +29,7 @@ from twinkle_core.testing.contract import (
 from twinkle_core.testing.inprocess import registered_plugin
 from twinkle_core.testing.listing import listed_plugin
 from twinkle_core.testing.once import copy_of, once
+from twinkle_core.testing.scripts import run_script
 
 __all__ = [
     "HEAVY_MODULES",
@@ -38,6 +41,7 @@ __all__ = [
     "listed_plugin",
     "once",
     "registered_plugin",
+    "run_script",
 ]
 
 

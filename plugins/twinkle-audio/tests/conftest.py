@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from twinkle_core.testing import once
+from twinkle_core.testing import once, run_script
 
 TRAIN_VOICE = Path(__file__).with_name("train_voice.py")
 """The training script the reference runs and the exact-resume tests share (``full``, ``kill``, ``resume``)."""
@@ -29,8 +28,9 @@ class VoiceRuns:
         """``train_voice.py MODE CORPUS ARGS...`` with its run store in ``folder/home``."""
         env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "TWINKLE_HOME": str(folder / "home"),
                "TWINKLE_USER": "tester"}
-        return subprocess.run([sys.executable, str(TRAIN_VOICE), mode, str(corpus), *args], capture_output=True,
-                              text=True, timeout=900, env=env)
+        # forked from a process that imported the Trainer and the network's layers once (twinkle_core.testing)
+        return run_script([str(TRAIN_VOICE), mode, str(corpus), *args], env=env, timeout=900,
+                          preload=["twinkle_audio.melotts"])
 
     @staticmethod
     def last_run(result: subprocess.CompletedProcess[str]) -> dict[str, str]:
