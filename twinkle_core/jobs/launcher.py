@@ -84,12 +84,29 @@ def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_w
         finally:
             if out:
                 out.close()
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)  # takes effect when this process starts its template (first use)
-    process = context.Process(target=_forked_main, args=(folder, env, log, die_with_parent), daemon=False,
+    process = _template().Process(target=_forked_main, args=(folder, env, log, die_with_parent), daemon=False,
                               name=f"twinkle-job-{os.path.basename(folder)}")
     process.start()
     return ForkedWorker(process, folder)
+
+
+def warm_template() -> None:
+    """Start this process's template now and wait until it has imported what workers need — otherwise the first
+    :func:`start_worker` waits for that (10–15 s), e.g. while a job's lease runs."""
+    process = _template().Process(target=_ready, name="twinkle-template-ready")
+    process.start()
+    process.join()
+
+
+def _template() -> Any:
+    """The ``multiprocessing`` context whose forkserver is the template (its imports set before it starts)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)  # takes effect when this process starts its template (first use)
+    return context
+
+
+def _ready() -> None:
+    """Forked from the template by :func:`warm_template`: nothing to do."""
 
 
 def die_with_parent_now(signum: int = signal.SIGKILL) -> None:

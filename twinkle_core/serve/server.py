@@ -145,9 +145,13 @@ def serve(config: ServerConfig, announce: Any = print) -> None:
     """Run the service until SIGTERM/SIGINT (see the module's description)."""
     import uvicorn
 
+    from twinkle_core.imports import import_heavy
     from twinkle_core.serve.app import create_app
 
     lock, _queue = prepare(config)
+    # a submission is checked by building its Trainer: import it now, before the first request and before the
+    # workers' templates import it too, not during a request (10-15 s of CPU on a small machine)
+    import_heavy("twinkle_core.trainer")
     count, why = (config.workers, "--workers") if config.workers is not None else default_workers()
     config_path = os.path.join(config.state_dir, "config.json")
     with open(config_path, "w", encoding="utf-8") as handle:

@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from twinkle_core.jobs.launcher import WorkerProcess, die_with_parent_now, start_worker
+from twinkle_core.jobs.launcher import WorkerProcess, die_with_parent_now, start_worker, warm_template
 from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir, read_json
 from twinkle_core.jobs.supervisor import RESTART_KIND, describe_exit
 from twinkle_core.serve.config import ServerConfig
@@ -50,6 +50,8 @@ class Worker:
         """Claim and run jobs until SIGTERM/SIGINT."""
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
+        if not self.config.fresh_processes:
+            warm_template()  # before the first claim: a job's lease must not run while the template imports
         while not self.stopping:
             self.queue.worker_beat(self.name, None, os.getpid())
             job = self.queue.claim(self.name, self.config.lease_seconds)
