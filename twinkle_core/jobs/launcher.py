@@ -3,8 +3,9 @@
 A worker process spends most of its start importing Lightning and what Lightning imports (about 4,000 modules,
 10–15 s of CPU on a small machine) before it trains a step; a short job can spend more CPU starting than training.
 :func:`start_worker` by default forks each worker from a template process that imported the Trainer once
-(Python's :mod:`multiprocessing` *forkserver*, started on first use, one per launching process — the way Celery's
-prefork pool and gunicorn's ``--preload`` start workers), so a worker starts in well under a second. The forked
+(Python's :mod:`multiprocessing` *forkserver*, one per launching process, started by :func:`warm_template` or on
+first use — the way Celery's prefork pool and gunicorn's ``--preload`` start workers), so a worker starts in well
+under a second. The forked
 worker is set up as the fresh one would be: its own session and process group, the job's environment, its output
 to the job's log, ``sys.argv`` and ``__main__`` as ``python -m twinkle_core.jobs.worker FOLDER`` (Lightning starts
 a multi-device job's other ranks from them), and optionally killed when the template goes away with its launcher.
@@ -80,12 +81,13 @@ def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_w
         try:
             return subprocess.Popen([sys.executable, "-m", WORKER_MODULE, folder], env=env, stdout=out,
                                     stderr=subprocess.STDOUT if out else None, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, preexec_fn=die_with_parent_now if die_with_parent else None)
+                                    start_new_session=True,
+                                    preexec_fn=die_with_parent_now if die_with_parent else None)
         finally:
             if out:
                 out.close()
     process = _template().Process(target=_forked_main, args=(folder, env, log, die_with_parent), daemon=False,
-                              name=f"twinkle-job-{os.path.basename(folder)}")
+                                  name=f"twinkle-job-{os.path.basename(folder)}")
     process.start()
     return ForkedWorker(process, folder)
 
