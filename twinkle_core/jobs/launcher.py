@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import importlib.util
 import io
 import multiprocessing
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 WORKER_MODULE = "twinkle_core.jobs.worker"
@@ -86,7 +86,7 @@ def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_w
         finally:
             if out:
                 out.close()
-    process = _template().Process(target=_forked_main, args=(folder, env, log, die_with_parent), daemon=False,
+    process = template().Process(target=_forked_main, args=(folder, env, log, die_with_parent), daemon=False,
                                   name=f"twinkle-job-{os.path.basename(folder)}")
     process.start()
     return ForkedWorker(process, folder)
@@ -95,15 +95,16 @@ def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_w
 def warm_template() -> None:
     """Start this process's template now and wait until it has imported what workers need — otherwise the first
     :func:`start_worker` waits for that (10–15 s), e.g. while a job's lease runs."""
-    process = _template().Process(target=_ready, name="twinkle-template-ready")
+    process = template().Process(target=_ready, name="twinkle-template-ready")
     process.start()
     process.join()
 
 
-def _template() -> Any:
-    """The ``multiprocessing`` context whose forkserver is the template (its imports set before it starts)."""
+def template(extra: Sequence[str] = ()) -> Any:
+    """The ``multiprocessing`` context whose forkserver is this process's template: it imports :data:`PRELOAD`
+    (and ``extra``) when it starts, on first use; afterwards ``extra`` changes nothing."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)  # takes effect when this process starts its template (first use)
+    context.set_forkserver_preload([*PRELOAD, *extra])
     return context
 
 
@@ -116,6 +117,14 @@ def die_with_parent_now(signum: int = signal.SIGKILL) -> None:
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signum)
     except OSError:
+        pass
+
+
+def signal_group(pid: int, signum: int) -> None:
+    """Send ``signum`` to the process group ``pid`` leads (a worker and the ranks it started); gone is fine."""
+    try:
+        os.killpg(pid, signum)
+    except (ProcessLookupError, PermissionError):
         pass
 
 
@@ -166,9 +175,10 @@ def run_exit_handlers() -> None:
 def _forked_main(folder: str, env: dict[str, str], log: str | None, die_with_parent: bool) -> None:
     """The forked worker: become what ``python -m twinkle_core.jobs.worker FOLDER`` would be, then run the job."""
     become_fresh(env, log, log, die_with_parent=die_with_parent)  # its own group: stopping the job stops its ranks
-    worker = importlib.import_module(WORKER_MODULE)
+    from twinkle_core.jobs import worker
+
     sys.argv = [str(worker.__file__), folder]
-    sys.modules["__main__"].__spec__ = importlib.util.find_spec(WORKER_MODULE)  # Lightning starts ranks with -m
+    sys.modules["__main__"].__spec__ = worker.__spec__  # Lightning starts a job's other ranks with -m from these
     try:
         code = worker.run(folder)
     finally:

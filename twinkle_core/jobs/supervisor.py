@@ -19,6 +19,7 @@ import time
 
 from twinkle_core.engine.result import FitResult
 from twinkle_core.errors import TwinkleError
+from twinkle_core.jobs.launcher import signal_group
 from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir, read_json, write_json
 from twinkle_core.ops.notify import run_notifier
 from twinkle_core.store.runs import RunStore
@@ -100,20 +101,12 @@ def _attempt(folder: str, attempt: int, verbose: bool) -> int:
     try:
         returncode = process.wait()
     except BaseException:  # the supervisor itself is stopped: stop the worker's group too, then say so
-        _signal_group(process.pid, signal.SIGTERM)
+        signal_group(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            _signal_group(process.pid, signal.SIGKILL)
+            signal_group(process.pid, signal.SIGKILL)
         raise
     if returncode != 0:
-        _signal_group(process.pid, signal.SIGKILL)  # ranks left waiting on a dead rank 0
+        signal_group(process.pid, signal.SIGKILL)  # ranks left waiting on a dead rank 0
     return returncode
-
-
-def _signal_group(pid: int, signum: int) -> None:
-    try:
-        os.killpg(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-

@@ -22,7 +22,13 @@ import sys
 import time
 from typing import Any
 
-from twinkle_core.jobs.launcher import WorkerProcess, die_with_parent_now, start_worker, warm_template
+from twinkle_core.jobs.launcher import (
+    WorkerProcess,
+    die_with_parent_now,
+    signal_group,
+    start_worker,
+    warm_template,
+)
 from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir, read_json
 from twinkle_core.jobs.supervisor import RESTART_KIND, describe_exit
 from twinkle_core.serve.config import ServerConfig
@@ -118,7 +124,7 @@ class Worker:
             except subprocess.TimeoutExpired:
                 pass
             if not self.queue.heartbeat(job.id, self.name, self.config.lease_seconds):
-                _kill_group(process, signal.SIGKILL)
+                signal_group(process.pid, signal.SIGKILL)
                 process.wait()
                 return "lost"
             self.queue.worker_beat(self.name, job.id)
@@ -133,10 +139,10 @@ class Worker:
                 elif self.stopping:
                     why = "shutdown"
                 if why is not None:
-                    _kill_group(process, signal.SIGTERM)
+                    signal_group(process.pid, signal.SIGTERM)
                     deadline = time.time() + self.config.grace_seconds
             elif deadline is not None and time.time() >= deadline:
-                _kill_group(process, signal.SIGKILL)
+                signal_group(process.pid, signal.SIGKILL)
                 deadline = None
 
     def _settle(self, job: JobRow, folder: str, returncode: int, why: str | None, used: float,
@@ -207,13 +213,6 @@ class Worker:
             {"kind": RESTART_KIND, "action": "restart", "attempt": job.attempts,
              "message": f"{back['reason'] if back else 'requeued'} — attempt {job.attempts} on {self.name} "
                         f"resumes from {source}"})
-
-
-def _kill_group(process: WorkerProcess, signum: int) -> None:
-    try:
-        os.killpg(process.pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _sleep(seconds: float, stop: Any) -> None:

@@ -22,10 +22,6 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-TEMPLATE_IMPORTS = ["twinkle_core.jobs.preload"]
-"""What the template imports before it forks scripts (the Trainer and Lightning)."""
-
-
 def run_script(argv: Sequence[str], *, cwd: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None,
                timeout: float | None = None, preload: Sequence[str] = (),
                new_session: bool = True) -> subprocess.CompletedProcess[str]:
@@ -45,11 +41,11 @@ def run_script(argv: Sequence[str], *, cwd: str | os.PathLike[str] | None = None
     Returns:
         ``subprocess.CompletedProcess`` with ``args``, ``returncode``, ``stdout`` and ``stderr`` (text).
     """
-    import multiprocessing
     import tempfile
 
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([*TEMPLATE_IMPORTS, *preload])  # takes effect when the template starts
+    from twinkle_core.jobs.launcher import signal_group, template
+
+    context = template(preload)  # the job launcher's template: the Trainer and Lightning, imported once
     with tempfile.TemporaryDirectory(prefix="twinkle-script-") as folder:
         out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
         process = context.Process(target=_script_main, args=(
@@ -58,10 +54,7 @@ def run_script(argv: Sequence[str], *, cwd: str | os.PathLike[str] | None = None
         process.join(timeout)
         timed_out = process.exitcode is None
         if timed_out:
-            try:
-                os.killpg(process.pid, signal.SIGKILL) if new_session else process.kill()
-            except ProcessLookupError:
-                pass
+            signal_group(process.pid, signal.SIGKILL) if new_session else process.kill()
             process.join()
         stdout, stderr = (Path(path).read_text(errors="replace") if os.path.exists(path) else "" for path in (out, err))
     if timed_out:
