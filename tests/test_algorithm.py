@@ -108,3 +108,28 @@ def test_algorithm_without_task_or_network() -> None:
     bare = type("Bare", (Algorithm,), {"task": "tabular_classification"})()
     with pytest.raises(TwinkleError, match="implement build_model"):
         bare(torch.randn(1, 3))
+
+
+@pytest.mark.parametrize("name", ["adamw", "adam", "sgd"])
+def test_the_default_optimizers_take_torchs_fused_kernel_and_step_as_the_loop_does(name) -> None:
+    """Proves every optimizer ``build_optimizer`` makes is fused on plain CPU tensors (groups too), that one step
+    moves the weights as torch's default per-tensor loop does, and that tensors without a fused kernel keep torch's
+    default."""
+    algorithm = WideLinear()
+    algorithm.optim.optimizer = name
+    torch.manual_seed(0)
+    weights = [nn.Parameter(torch.randn(5, 3)), nn.Parameter(torch.randn(3))]
+    twins = [nn.Parameter(w.detach().clone()) for w in weights]
+    for w, t in zip(weights, twins):
+        w.grad = t.grad = torch.randn_like(w)
+    fused = algorithm.build_optimizer([{"params": weights[:1]}, {"params": weights[1:], "lr": 0.1}])
+    assert all(group["fused"] for group in fused.param_groups)
+    loop = type(fused)([{"params": twins[:1]}, {"params": twins[1:], "lr": 0.1}],
+                       **{k: v for k, v in fused.defaults.items() if k not in {"fused", "foreach", "lr", "decoupled_weight_decay"}},
+                       lr=fused.defaults["lr"], foreach=False)
+    fused.step()
+    loop.step()
+    for w, t in zip(weights, twins):
+        torch.testing.assert_close(w, t)
+    assert Algorithm.optimizer_kernel([torch.zeros(2, dtype=torch.long)]) == {}
+    assert Algorithm.optimizer_kernel([]) == {}

@@ -213,9 +213,10 @@ class YoloDetector(Algorithm):
             for name, param in module.named_parameters(recurse=False):
                 (biases if "bias" in name else no_decay if isinstance(module, norms) else decay).append(param)
         # ultralytics scales decay by batch × accumulate / 64; the detection strategy accumulates to 64
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": self.optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0},
-             {"params": biases, "weight_decay": 0.0}], lr=lr, betas=(self.optim.momentum, 0.999))
+        groups = [{"params": decay, "weight_decay": self.optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0},
+                  {"params": biases, "weight_decay": 0.0}]
+        optimizer = torch.optim.AdamW(groups, lr=lr, betas=(self.optim.momentum, 0.999),
+                                      **self.optimizer_kernel(groups))
         epochs = max(self.trainer.max_epochs or 1, 1) if self._trainer is not None else 1
         lrf = self.lrf
         schedule = torch.optim.lr_scheduler.LambdaLR(
