@@ -45,6 +45,9 @@ def test_coerce_accepts(key, value, expected) -> None:
         ("act", "tanh", "choose one of 'relu', 'gelu'"),
         ("norm", "maybe", "expected true or false"),
         ("rate", [1], "expects float"),
+        ("rate", float("nan"), "'rate' = nan is out of range: it must be a finite number"),
+        ("rate", "-inf", "'rate' = '-inf' is out of range: it must be a finite number"),
+        ("rate", 1e999, "'rate' = inf is out of range"),
     ],
 )
 def test_coerce_rejects_with_named_error(key, value, fragment) -> None:

@@ -128,3 +128,24 @@ def test_supervise_refuses_code_and_carries_monitor_and_budget_rules_as_data(twi
     job = ruled._job(str(cancer_csv), 3, "supervise")  # what the worker process rebuilds the trainer from
     assert job.monitor["alert_rules"] == {"loss": "> 10"} and job.monitor["metrics"] == ["grad_norm"]
     assert job.budget["max_cpu_hours"] == 2.0 and job.budget["cloud_provider"] == "local"
+
+
+def test_a_run_killed_after_its_last_epoch_resumes_to_finished_with_all_its_metrics(twinkle_home, cancer_csv) -> None:
+    """Proves "finished means finished": a run whose last checkpoint already holds every epoch, killed before it
+    recorded its end (as a server SIGKILLed between the last epoch and the run's last write leaves it: ``running``,
+    its end-of-run metrics not written), is resumed into the same run the way a restarted job is — it trains
+    nothing more and ends ``finished`` with the same metrics and best score as an uninterrupted end."""
+    done = Trainer("tabular-mlp", hyperparams={**HP, "max_epochs": 2}, verbose=False).fit(str(cancer_csv))
+    store = RunStore()
+    record = store.get(done.run_uri)
+    assert done.metrics and record.metrics[f"best_{done.monitor}"] == done.best_metric
+    store.update(record.id, status="running", metrics={}, finished=None)  # what the kill leaves
+    steps_before = len(pd.read_csv(Path(done.run_dir) / "logs" / "metrics.csv"))
+
+    resumed = Trainer.from_checkpoint(done.run_uri, mode="resume", same_run=True, verbose=False).fit()
+    assert resumed.run_uri == done.run_uri and resumed.status == "finished"
+    assert resumed.metrics == pytest.approx(done.metrics) and resumed.best_metric == pytest.approx(done.best_metric)
+    ended = store.get(done.run_uri)
+    assert ended.status == "finished" and ended.metrics == pytest.approx(
+        {**done.metrics, f"best_{done.monitor}": done.best_metric})
+    assert len(pd.read_csv(Path(done.run_dir) / "logs" / "metrics.csv")) == steps_before  # no epoch trained again

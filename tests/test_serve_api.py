@@ -418,3 +418,75 @@ def test_uploads_are_the_users_own_data_capped_and_unpacked_safely(home: Path, c
     assert client.delete("/api/v1/uploads/set", headers=alice).status_code == 404
     actions = [a["action"] for a in accounts.audit_log()]
     assert actions.count("upload") == 2 and "delete upload" in actions
+
+
+@pytest.mark.parametrize("body, field", [
+    ('"wall_clock_limit": NaN', ["body", "wall_clock_limit"]),
+    ('"priority": Infinity', ["body", "priority"]),
+    ('"budget": {"max_cost": -Infinity}', ["body", "budget", "max_cost"]),
+    ('"hyperparams": {"lr": NaN}', ["body", "hyperparams", "lr"]),
+    ('"hyperparams": {"lr": 1e999}', ["body", "hyperparams", "lr"]),
+])
+def test_non_finite_numbers_are_refused_when_parsed_and_nothing_is_stored(service: dict, body: str,
+                                                                          field: list) -> None:
+    """Proves NaN, ±Infinity and numbers beyond a float (which Python's json reads but JSON cannot hold) are
+    answered 422 naming the field — not 500, not stored — and that listing, filtering and the dashboard keep
+    answering afterwards."""
+    client = service["client"]
+    raw = '{"algorithm": "tabular-mlp", "data": %s, %s}' % (json.dumps(service["data"]), body)
+    response = client.post("/api/v1/jobs", content=raw, headers={**auth(service, "alice"),
+                                                                  "Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    errors = response.json()["detail"]
+    assert [e["loc"] for e in errors] == [field] and errors[0]["type"] == "finite_number"
+    assert "finite number" in errors[0]["msg"]
+    assert client.get("/api/v1/jobs", headers=auth(service, "alice")).json() == []
+    listed = client.get("/api/v1/jobs?algorithm=tabular-mlp", headers=auth(service, "root"))
+    assert listed.status_code == 200 and listed.json() == []
+    assert client.get("/?algorithm=tabular-mlp", headers=auth(service, "root")).status_code in (200, 303)
+
+
+@pytest.mark.parametrize("hyperparams, named", [
+    ({"lr": -0.1}, "'lr' = -0.1 is out of range"),
+    ({"lr": "fast"}, "'lr' expects"),
+    ({"dropout": 1.5}, "'dropout' = 1.5 is out of range"),
+    ({"optimizer": "bogus"}, "'optimizer' expects"),
+    ({"weight_decay": "nan"}, "'weight_decay' = 'nan' is out of range"),
+    ({"val_fraction": 2.0}, "'val_fraction'"),
+])
+def test_submit_checks_every_value_as_the_trainer_does_and_creates_no_job(service: dict, hyperparams: dict,
+                                                                          named: str) -> None:
+    """Proves submit refuses with 400 every bad algorithm, optimizer and data-processor value that ``Trainer(...)``
+    refuses (the same message, naming the key and value), and that no job is created."""
+    from twinkle_core import Trainer
+    from twinkle_core.errors import HyperparameterError
+
+    with pytest.raises(HyperparameterError) as raised:
+        Trainer("tabular-mlp", hyperparams=hyperparams, home=str(service["home"]), verbose=False)
+    assert named in str(raised.value)
+    response = service["client"].post("/api/v1/jobs", headers=auth(service, "alice"),
+                                      json={**JOB, "data": service["data"], "hyperparams": hyperparams})
+    assert response.status_code == 400 and response.json() == {"detail": str(raised.value)}
+    assert service["client"].get("/api/v1/jobs", headers=auth(service, "alice")).json() == []
+
+
+def test_a_worker_seen_dying_requeues_its_job_at_once_and_fails_it_past_max_restarts(tmp_path: Path) -> None:
+    """Proves the death path: a job whose worker the server saw die is queued again at once — its lease (an hour
+    here) never runs out — with a reason saying so, counted as a restart; past ``max_restarts`` it fails; the
+    dead worker leaves the workers table and other workers' jobs are untouched."""
+    queue = JobQueue(str(tmp_path / "db" / "jobs.db"))
+    mine = queue.submit("alice", {**JOB, "data": "x.csv", "max_restarts": 1})
+    other = queue.submit("alice", {**JOB, "data": "y.csv"})
+    assert queue.claim("w1-100-1", 3600).id == mine.id and queue.claim("w2-100-2", 3600).id == other.id
+    queue.worker_beat("w1-100-1", mine.id, pid=4242)
+    assert [j.id for j in queue.held_by("w1-100-1")] == [mine.id]
+    queue.worker_died("w1-100-1", "killed by SIGKILL")
+    again = queue.get(mine.id)
+    assert again.state == "queued" and again.restarts == 1 and again.worker is None
+    assert again.reason.startswith("worker w1-100-1 died (killed by SIGKILL); the server requeued the job at once")
+    assert queue.get(other.id).state == "running"
+    assert "w1-100-1" not in {w["id"] for w in queue.workers(3600)}
+    assert queue.claim("w1-100-3", 3600).id == mine.id  # its replacement, under a name of its own
+    queue.worker_died("w1-100-3", "exit status 1")
+    failed = queue.get(mine.id)
+    assert failed.state == "failed" and "gave up after 1 restart(s)" in failed.reason

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sqlite3
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -58,7 +59,9 @@ def test_twenty_jobs_from_two_users_survive_a_killed_worker_and_a_server_restart
     home, data, tokens = twinkle_service.home(cancer_csv, "alice", "bob")
     port, log, wait_for = twinkle_service.free_port(), twinkle_service.log, twinkle_service.wait_for
     url = f"http://127.0.0.1:{port}"
-    options = ("--workers", "2", "--lease", "3", "--grace", "30", "--poll", "0.2")
+    # a lease far longer than the server takes to see a worker die: the killed worker's job must come back through
+    # the death path, not the lease
+    options = ("--workers", "2", "--lease", "60", "--grace", "30", "--poll", "0.2")
     server = twinkle_service.start(home, port, *options)  # the fixture kills what is left if the test fails
 
     def submit(n: int) -> str:
@@ -80,6 +83,7 @@ def test_twenty_jobs_from_two_users_survive_a_killed_worker_and_a_server_restart
     victim = wait_for(running_with_checkpoint, 300, "a running job with a checkpoint")
     worker_pid = db_rows(home, "SELECT pid FROM workers WHERE id = ?", victim["worker"])[0]["pid"]
     training_pid = db_rows(home, "SELECT pid FROM jobs WHERE id = ?", victim["id"])[0]["pid"]
+    killed_at = time.time()
     os.kill(worker_pid, signal.SIGKILL)
     # its training process (forked from the worker's template process) goes with it: nothing trains the run twice
     wait_for(lambda: not alive(training_pid), 60, "the killed worker's training process to end")
@@ -120,7 +124,12 @@ def test_twenty_jobs_from_two_users_survive_a_killed_worker_and_a_server_restart
     assert digest[victim["id"]] == digest[untouched[0]]  # the killed job ends as if never killed
     assert len(set(digest.values())) == 1  # so does every job the server restart stopped at a checkpoint
     reasons = [r["reason"] for r in db_rows(home, "SELECT reason FROM transitions WHERE job = ?", victim["id"])]
-    assert any("stopped renewing its lease" in (r or "") for r in reasons)
+    assert any(f"worker {victim['worker']} died (killed by SIGKILL); the server requeued the job at once" in (r or "")
+               for r in reasons), reasons
+    assert not any("stopped renewing its lease" in (r or "") for r in reasons)
+    # each worker process has a name of its own: the one started in the killed worker's place claims under another
+    claims = db_rows(home, "SELECT worker, time FROM transitions WHERE state = 'running'")
+    assert all(c["time"] < killed_at for c in claims if c["worker"] == victim["worker"])
     record = RunStore(str(home)).get(jobs[victim["id"]]["run"])
     assert any(a["kind"] == "restart" for a in record.alerts)
     curves = pd.read_csv(Path(RunStore(str(home)).run_dir(record.id)) / "logs" / "metrics.csv")

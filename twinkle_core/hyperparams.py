@@ -13,6 +13,7 @@ CLI becomes ``8``; ``"abc"`` for an ``int`` is a :class:`HyperparameterError` na
 from __future__ import annotations
 
 import inspect
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -136,17 +137,18 @@ def _check_range(constraint: Any, value: Any) -> None:
         raise OutOfRangeError(f"must satisfy {getattr(constraint.func, '__name__', 'its check')}")
 
 
-def _coerce(annotation: Any, value: Any) -> Any:
+def _coerce(annotation: Any, value: Any, finite: bool = True) -> Any:
+    """``value`` as ``annotation``; a float must be finite (``finite=False``: the caller checks a range first)."""
     if annotation in (_MISSING, Any, object):
         return value
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is typing.Annotated:  # a type with its range: Annotated[float, Gt(0)]
         base, *constraints = args
-        value = _coerce(base, value)
+        value = _coerce(base, value, finite=False)
         for constraint in constraints:
             _check_range(constraint, value)
-        return value
+        return _coerce(base, value) if isinstance(value, float) else value  # in range, and finite
     if origin is Literal:
         for choice in args:
             if value == choice or (isinstance(value, str) and str(choice) == value):
@@ -196,10 +198,14 @@ def _coerce(annotation: Any, value: Any) -> Any:
         if isinstance(value, bool):
             raise TypeError("expected a number, not a boolean")
         if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            return float(value.strip())
-        raise TypeError("expected a number")
+            number = float(value)
+        elif isinstance(value, str):
+            number = float(value.strip())
+        else:
+            raise TypeError("expected a number")
+        if finite and not math.isfinite(number):  # no hyperparameter means NaN or infinity; JSON cannot hold them
+            raise OutOfRangeError("must be a finite number")
+        return number
     if annotation is str:
         if not isinstance(value, str):
             raise TypeError("expected a string")

@@ -29,7 +29,8 @@ from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.run import RunSetup, run_lightning
 from twinkle_core.engine.selection import choose_processor, choose_strategy, resolve_algorithm, resolve_task
 from twinkle_core.engine.settings import TrainerSettings, check_names, route, trainer_settings
-from twinkle_core.errors import TwinkleError
+from twinkle_core.errors import HyperparameterError, TwinkleError
+from twinkle_core.hyperparams import coerce
 from twinkle_core.jobs.spec import current_job_dir
 from twinkle_core.jobs.spec import write_json as write_job_json
 from twinkle_core.exporting.base import ExportResult
@@ -120,22 +121,43 @@ class Trainer(Operations):
     # ------------------------------------------------------------ components
     def _data_parameters(self) -> dict[str, Any]:
         """The parameters of every processor that may read this trainer's data (before the URI is known)."""
+        params: dict[str, Any] = {}
+        for candidate in self._data_candidates():
+            params.update(candidate)
+        return params
+
+    def _data_candidates(self) -> list[dict[str, Any]]:
+        """Each processor's parameters, for every processor that may read this trainer's data."""
         if isinstance(self.data_processor, DataProcessor):
-            return {}  # a configured processor takes no hyperparameters
+            return []  # a configured processor takes no hyperparameters
         if self.data_processor:
-            return dict(choose_processor(self.task, None, self.data_processor).load().parameters())
+            return [dict(choose_processor(self.task, None, self.data_processor).load().parameters())]
         candidates = list_components("data_processor", task=self.task)
         if not candidates:
             choose_processor(self.task, None, None)  # the named error: no processor serves the task
-        params: dict[str, Any] = {}
-        for component in candidates:
-            params.update(_processor_class(component).parameters())
-        return params
+        return [dict(_processor_class(component).parameters()) for component in candidates]
 
     def _check_hyperparameters(self) -> TrainerSettings:
-        """Refuse unknown names now; type the trainer's own values (the rest are typed once, in fit)."""
+        """Refuse unknown names and type every value now — the algorithm's and its optimizer's, the data
+        processors' (a value any processor that may read the data accepts), the trainer's — so that a bad value
+        fails in ``Trainer(...)`` (and at a service's submit), never later in ``fit``. Values are typed again, once,
+        when ``fit`` routes them."""
         algorithm, data = self.choice.cls.hyperparameters(), self._data_parameters()
         check_names(self.hyperparams, algorithm, data)
+        candidates = self._data_candidates()
+        for key, value in self.hyperparams.items():
+            if key in algorithm:
+                coerce(algorithm[key], value)
+            elif key in data:
+                errors = []
+                for params in (c for c in candidates if key in c):
+                    try:
+                        coerce(params[key], value)
+                        break
+                    except HyperparameterError as err:
+                        errors.append(err)
+                else:
+                    raise errors[0]
         return trainer_settings(self.hyperparams, algorithm, data)
 
     def _route(self, uri: str) -> tuple[Any, Any]:

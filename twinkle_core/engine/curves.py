@@ -52,6 +52,22 @@ def merge_history(logs_uri: str) -> None:
     fs.rm(path)
 
 
+def last_logged(csv_uri: str, monitor: str, mode: str) -> tuple[dict[str, float], float | None]:
+    """What a run had logged by its end, read back from ``metrics.csv``: each metric's last value (what
+    Lightning's ``callback_metrics`` held when the run's last step ended) and the best value of ``monitor``
+    (``mode``: ``"min"`` or ``"max"``). For an attempt that resumed a run whose epochs were all done already, and
+    so trained and logged nothing itself."""
+    frame = read_metrics(csv_uri)
+    last = {str(name): float(column.dropna().iloc[-1]) for name, column in frame.items()
+            if name not in ("epoch", "step") and not column.dropna().empty}
+    for name in [n for n in last if n.endswith("_epoch") and f"{n[:-6]}_step" in last]:
+        last.setdefault(name[:-6], last[name])  # logged per step and per epoch: Lightning's plain name is the epoch's
+    best = None
+    if monitor in frame and not frame[monitor].dropna().empty:
+        best = float(frame[monitor].max() if mode == "max" else frame[monitor].min())
+    return last, best
+
+
 def plot_curves(csv_uri: str, png_uri: str, title: str) -> bool:
     """Draw every ``*loss`` and validation metric against the step into ``png_uri``; False if no data."""
     import matplotlib

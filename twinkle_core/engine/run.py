@@ -30,7 +30,7 @@ from twinkle_core.data.processor import PreparedData
 from twinkle_core.engine.checkpoints import TWINKLE_KEY, AtomicCheckpointIO
 from twinkle_core.engine.compression import ddp_strategy, measured_bytes
 from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
-from twinkle_core.engine.curves import merge_history, plot_curves
+from twinkle_core.engine.curves import last_logged, merge_history, plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
 from twinkle_core.engine.pipeline import run_pipeline
 from twinkle_core.engine.ranks import broadcast, close_group, init_elastic_group
@@ -336,6 +336,11 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: dict[str, Any]) -> FitRe
     fs, last_local = filesystem(roles["last_path"])
     last_path = roles["last_path"] if fs.exists(last_local) else None
     merge_history(store.path(record.id, "logs"))  # a restarted run: its earlier attempts' rows come first
+    best_score = float(best.best_model_score) if best.best_model_score is not None else None
+    if not metrics:  # resumed after its last step (killed between its last epoch and here): it logged nothing
+        metrics, logged_best = last_logged(store.path(record.id, "logs", "metrics.csv"), metric,
+                                           setup.algorithm.monitor[1])
+        best_score = best_score if best_score is not None else logged_best
     plot_curves(store.path(record.id, "logs", "metrics.csv"), store.path(record.id, "curves.png"),
                 f"{record.uri} · {record.algorithm}")
     measured = {
@@ -351,7 +356,6 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: dict[str, Any]) -> FitRe
             tokens_per_sample(prepared.spec.input_shape, prepared.spec.input_dtype)),
     }
     status = "failed" if trainer.interrupted else "stopped" if stopped else "finished"
-    best_score = float(best.best_model_score) if best.best_model_score is not None else None
     final = store.update(
         record.id, status=status, metrics={**metrics, f"best_{metric}": best_score}, measured=measured,
         best_checkpoint=best_path or last_path, finished=time.time(), plan=plan.to_dict(),

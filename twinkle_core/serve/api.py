@@ -16,9 +16,10 @@ from twinkle_core.serve.queue import JobRow
 from twinkle_core.serve.records import (UnsafePathError, list_files, metric_rows, owner_of_run, published_models,
                                         read_log, safe_file)
 from twinkle_core.serve.streams import job_events
+from twinkle_core.serve.strict_json import StrictJSONRoute
 from twinkle_core.serve.submission import JobRequest
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJSONRoute)
 Caller = Annotated[User, Depends(current_user)]
 Svc = Annotated[Service, Depends(service)]
 JobState = Literal["queued", "running", "finished", "failed", "cancelled", "stopped"]

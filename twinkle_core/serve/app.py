@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from twinkle_core.errors import TwinkleError
@@ -101,6 +102,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     """The application serving ``config`` (its database and store are created on first use)."""
     from twinkle_core.serve.api import router
     from twinkle_core.serve.dashboard import mount_dashboard
+    from twinkle_core.serve.strict_json import validation_error
 
     app = FastAPI(title="Twinkle", version=_version(), summary="Training as a service: jobs, runs and models",
                   max_body_size=config.max_body_bytes)
@@ -108,6 +110,8 @@ def create_app(config: ServerConfig) -> FastAPI:
                                 Accounts(config.db_path))
     app.include_router(router, prefix="/api/v1")
     mount_dashboard(app)
+
+    app.add_exception_handler(RequestValidationError, validation_error)
 
     @app.exception_handler(QueueFullError)
     def _full(request: Request, err: QueueFullError) -> JSONResponse:
@@ -139,7 +143,9 @@ def client_address(request: Request) -> str | None:
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` with anything JSON cannot hold turned into text."""
+    """``value`` with anything JSON cannot hold turned into text (objects, NaN and infinite floats)."""
     import json
 
-    return json.loads(json.dumps(value, default=str))
+    from twinkle_core.serve.queue import finite
+
+    return json.loads(json.dumps(finite(value), default=str, allow_nan=False))

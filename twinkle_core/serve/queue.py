@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import socket
 import sqlite3
 import time
@@ -77,6 +78,24 @@ CREATE TABLE IF NOT EXISTS workers (
     job TEXT
 );
 """
+
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every float JSON cannot hold (NaN, an infinity: a diverged loss, say) as its text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {str(k): finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def strict_json(value: Any) -> str:
+    """``value`` as strict JSON text (what the database holds, so that SQLite's JSON functions can read every
+    row): floats JSON cannot hold are written as text (:func:`finite`)."""
+    return json.dumps(finite(value), allow_nan=False)
 
 
 class JobRow(BaseModel):
@@ -178,7 +197,7 @@ class JobQueue:
             conn.execute(
                 "INSERT INTO jobs (id, seq, user, state, priority, request, created, updated) "
                 "VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)",
-                (job_id, seq, user, priority, json.dumps(request), now, now))
+                (job_id, seq, user, priority, json.dumps(request, allow_nan=False), now, now))
             self._transition(conn, job_id, "queued", "submitted", now=now)
         return self.get(job_id)  # type: ignore[return-value]
 
@@ -274,16 +293,36 @@ class JobQueue:
         for job in conn.execute(
                 "SELECT id, worker, restarts, COALESCE(json_extract(request, '$.max_restarts'), 3) AS allowed "
                 "FROM jobs WHERE state = 'running' AND lease_until < ?", (now,)).fetchall():
-            if job["restarts"] >= job["allowed"]:  # it keeps taking its worker down with it: stop trying
-                reason = (f"worker {job['worker']} stopped renewing its lease (it died) again; gave up after "
-                          f"{job['restarts']} restart(s)")
-                conn.execute("UPDATE jobs SET state = 'failed', reason = ?, finished = ?, updated = ?, worker = NULL, "
-                             "lease_until = NULL, pid = NULL WHERE id = ?", (reason, now, now, job["id"]))
-                self._transition(conn, job["id"], "failed", reason, now=now)
-                continue
-            reason = (f"worker {job['worker']} stopped renewing its lease (it died); the job resumes from its "
-                      "last checkpoint")
-            self._back_to_queue(conn, job["id"], reason, now, crashed=True)
+            self._crashed(conn, job, f"worker {job['worker']} stopped renewing its lease (it died)", now)
+
+    def _crashed(self, conn: sqlite3.Connection, job: Any, what: str, now: float) -> None:
+        """The job's worker died (``what`` says how it was seen): queue the job to resume from its last checkpoint,
+        or fail it once it has taken its worker down more often than its ``max_restarts``."""
+        if job["restarts"] >= job["allowed"]:  # it keeps taking its worker down with it: stop trying
+            reason = f"{what} again; gave up after {job['restarts']} restart(s)"
+            conn.execute("UPDATE jobs SET state = 'failed', reason = ?, finished = ?, updated = ?, worker = NULL, "
+                         "lease_until = NULL, pid = NULL WHERE id = ?", (reason, now, now, job["id"]))
+            self._transition(conn, job["id"], "failed", reason, now=now)
+            return
+        self._back_to_queue(conn, job["id"], f"{what}; the job resumes from its last checkpoint", now, crashed=True)
+
+    def held_by(self, worker: str) -> list[JobRow]:
+        """The jobs ``worker`` runs now."""
+        with self._connect() as conn:
+            return [_row(r) for r in conn.execute("SELECT * FROM jobs WHERE state = 'running' AND worker = ?",
+                                                   (worker,))]
+
+    def worker_died(self, worker: str, how: str) -> None:
+        """``worker``'s process was seen to end (``how``: its exit status, in words): the jobs it held go back in the
+        queue now — not when their lease runs out, which stays the fallback for a worker nobody watches — and it
+        leaves the workers table. Stop their training processes first (:meth:`held_by`, ``pid``)."""
+        now = time.time()
+        with self._write() as conn:
+            for job in conn.execute(
+                    "SELECT id, worker, restarts, COALESCE(json_extract(request, '$.max_restarts'), 3) AS allowed "
+                    "FROM jobs WHERE state = 'running' AND worker = ?", (worker,)).fetchall():
+                self._crashed(conn, job, f"worker {worker} died ({how}); the server requeued the job at once", now)
+            conn.execute("DELETE FROM workers WHERE id = ?", (worker,))
 
     def _back_to_queue(self, conn: sqlite3.Connection, job_id: str, reason: str, now: float, crashed: bool) -> None:
         """Queue the job again to resume — or, when a cancel was asked for meanwhile, end it ``cancelled``."""
@@ -339,7 +378,7 @@ class JobQueue:
                 conn.execute(
                     "UPDATE jobs SET state = ?, reason = ?, result = ?, finished = ?, updated = ?, worker = NULL, "
                     "lease_until = NULL, pid = NULL WHERE id = ?",
-                    (state, reason, json.dumps(result) if result is not None else None, now, now, job_id))
+                    (state, reason, strict_json(result) if result is not None else None, now, now, job_id))
                 self._transition(conn, job_id, state, reason, worker, now)
         return True
 

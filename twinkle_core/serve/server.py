@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from twinkle_core.errors import TwinkleError
+from twinkle_core.jobs.launcher import signal_group
 from twinkle_core.serve.config import ServerConfig
 from twinkle_core.serve.queue import JobQueue
 
@@ -38,12 +39,20 @@ def default_workers() -> tuple[int, str]:
 
 
 class WorkerPool:
-    """``count`` worker processes, replaced when one dies, stopped together."""
+    """``count`` worker processes, replaced when one dies, stopped together.
+
+    Each process has a name of its own (``w<slot>-<server pid>-<n>``: the slot it fills, the ``n``-th process
+    started). When one dies, the pool stops the training processes of the jobs it held and puts those jobs back
+    in the queue at once (the lease is the fallback for a worker nobody watches), then starts a replacement.
+    """
 
     def __init__(self, config: ServerConfig, count: int, config_path: str) -> None:
         """Nothing starts before :meth:`start`."""
         self.config, self.count, self.config_path = config, count, config_path
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.slots: dict[str, int] = {}
+        self.queue = JobQueue(config.db_path, config.max_running_per_user)
+        self._started = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._gpus = _gpu_count()
@@ -56,7 +65,8 @@ class WorkerPool:
         self._thread.start()
 
     def _spawn(self, index: int) -> None:
-        name = f"w{index + 1}-{os.getpid()}"
+        self._started += 1
+        name = f"w{index + 1}-{os.getpid()}-{self._started}"
         env = dict(os.environ)
         if self._gpus and self.count <= self._gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(index)  # one GPU per worker
@@ -64,16 +74,30 @@ class WorkerPool:
         self.processes[name] = subprocess.Popen(
             [sys.executable, "-m", "twinkle_core.serve.worker", self.config_path, name],
             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.slots[name] = index
         log.close()
 
     def _keep(self) -> None:
         while not self._stop.wait(1.0):
             for name, process in list(self.processes.items()):
                 if process.poll() is not None and not self._stop.is_set():
-                    index = int(name[1:].split("-")[0]) - 1
-                    sys.stderr.write(f"Twinkle: worker {name} exited ({process.returncode}); starting another\n")
+                    how = (f"killed by {signal.Signals(-process.returncode).name}" if process.returncode < 0
+                           else f"exit status {process.returncode}")
+                    sys.stderr.write(f"Twinkle: worker {name} exited ({how}); its jobs go back in the queue; "
+                                     "starting another\n")
                     del self.processes[name]
-                    self._spawn(index)
+                    self._requeue(name, how)
+                    self._spawn(self.slots.pop(name))
+
+    def _requeue(self, name: str, how: str) -> None:
+        """Stop the training processes of the jobs worker ``name`` held, then queue the jobs again."""
+        try:
+            for job in self.queue.held_by(name):
+                if job.pid:
+                    signal_group(job.pid, signal.SIGKILL)  # it must not write beside the job's next attempt
+            self.queue.worker_died(name, how)
+        except Exception as err:  # noqa: BLE001 — the lease requeues them later; keep the pool at strength
+            sys.stderr.write(f"Twinkle: could not requeue worker {name}'s jobs now ({err}); their leases will\n")
 
     def pids(self) -> dict[str, int]:
         """Worker name → process id."""
@@ -133,10 +157,7 @@ def prepare(config: ServerConfig) -> tuple[Any, JobQueue]:
         queue = JobQueue(config.db_path, config.max_running_per_user)
         for job in queue.recover("the server restarted while it ran; it resumes from its last checkpoint"):
             if job.pid:
-                try:
-                    os.killpg(job.pid, signal.SIGKILL)  # a training process that outlived its worker
-                except (ProcessLookupError, PermissionError):
-                    pass
+                signal_group(job.pid, signal.SIGKILL)  # a training process that outlived its worker
         fcntl.flock(workers, fcntl.LOCK_UN)
     return lock, queue
 

@@ -157,6 +157,7 @@ class Worker:
         store = RunStore(self.config.home)
         saved = f" (a checkpoint at step {stopped['step']})" if stopped else \
             f" (no checkpoint: killed after the {self.config.grace_seconds:g} s grace)" if returncode == -signal.SIGKILL \
+            else " (its last checkpoint is kept)" if _has_checkpoint(store, run) \
             else " (before its first step: nothing to save)"
         if returncode == 0 and result is not None:
             state = "stopped" if result.get("status") == "stopped" else "finished"
@@ -238,3 +239,13 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def _has_checkpoint(store: Any, run: str | None) -> bool:
+    """Whether the run ``run`` has a last checkpoint to resume from."""
+    if not run:
+        return False
+    try:
+        return os.path.exists(store.path(store.get(run).id, "checkpoints", "last.ckpt"))
+    except Exception:  # noqa: BLE001 — no such run: nothing to resume
+        return False
