@@ -46,6 +46,18 @@ def test_missing_file(twinkle_home, tmp_path) -> None:
     _no_finished_runs(twinkle_home)
 
 
+def test_a_folder_given_for_a_table_is_named_with_the_files_it_holds(twinkle_home, tmp_path, cancer_csv) -> None:
+    """Proves a folder passed where a tabular algorithm reads one file is a DataError naming the folder and
+    suggesting the table inside it (it was a raw IsADirectoryError), and that no run is created."""
+    folder = tmp_path / "tables.csv"
+    folder.mkdir()
+    (folder / "cancer.csv").write_bytes(cancer_csv.read_bytes())
+    with pytest.raises(DataError, match=r"'.*tables\.csv' is a folder; TabularProcessor reads one CSV or Parquet file"
+                                        r".*e\.g\. '.*tables\.csv/cancer\.csv' \(the folder holds cancer\.csv\)"):
+        _fit(folder)
+    assert RunStore(str(twinkle_home)).list() == []
+
+
 @pytest.mark.parametrize("content", ["", "a,b,target\n"])
 def test_empty_csv(twinkle_home, tmp_path, content) -> None:
     path = tmp_path / "empty.csv"

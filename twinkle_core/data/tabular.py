@@ -243,6 +243,13 @@ class TabularProcessor(DataProcessor):
         """
         fs, path = require_exists(uri)
         indexed = suffix(uri) not in ("csv", "parquet", "pq") and is_index(uri)  # a table is not even peeked at
+        if not indexed and fs.isdir(path):
+            tables = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)
+                            if suffix(p) in ("csv", "parquet", "pq"))[:5]
+            raise DataError(f"'{uri}' is a folder; {type(self).__name__} reads one CSV or Parquet file (or an index "
+                            f"DataProcessor.build_index wrote): give the file's path"
+                            + (f", e.g. '{uri.rstrip('/')}/{tables[0]}' (the folder holds {', '.join(tables)})"
+                               if tables else ""))
         if self.sharded:
             return self._prepare_sharded(uri, seed, indexed)
         manifest = None

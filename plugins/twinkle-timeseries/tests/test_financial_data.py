@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from twinkle_core import Algorithm, RunStore, Trainer
-from twinkle_core.data import DataError, MissingColumnError
+from twinkle_core.data import DataError, MissingColumnError, MissingValueError
 from twinkle_timeseries import FinancialDataProcessor
 from twinkle_timeseries.data import OHLCV, OHLCVError
 
@@ -133,8 +133,10 @@ def _frame(sp500_csv: Path) -> pd.DataFrame:
          "1 bars with high < low", "high_below_low"),
         (lambda f: f.assign(Volume=np.where(f.index == 7, -5, f["Volume"])), OHLCVError,
          "negative volume", "negative_volume"),
-        (lambda f: f.assign(Open=np.where(f.index == 9, np.nan, f["Open"])), DataError, "bars with NaN values",
-         "nan_bars"),
+        (lambda f: f.assign(Open=np.where(f.index == 9, np.nan, f["Open"])), DataError,
+         "bars with NaN values in 'open'", "nan_bars"),
+        (lambda f: f.assign(Volume=np.nan), MissingValueError, r"column 'volume' of .* holds no number in any of its "
+         "400 bars", None),
         (lambda f: f.assign(Close=f["Close"].astype(object).where(f.index != 12, "12,5")), DataError,
          r"column 'close' of .* holds '12,5' in data row 13 .*which is not a number", None),
     ],

@@ -249,10 +249,16 @@ class FinancialDataProcessor(DataProcessor):
             self._fix_or_raise("duplicate_timestamps", f"'{source}' has {int(duplicated.sum())} duplicate timestamps "
                                                       f"(first {first})", int(duplicated.sum()))
             data = data[~duplicated]
-        nan_rows = data.drop(columns=[c for c in data.columns if c in ADJ_COLUMNS]).isna().any(axis=1)
+        values = data.drop(columns=[c for c in data.columns if c in ADJ_COLUMNS])
+        empty = [str(c) for c in values.columns if values[c].isna().all()]
+        if empty:  # no repair helps: dropping its NaN bars would drop every bar
+            raise MissingValueError(f"column {', '.join(repr(c) for c in empty)} of '{source}' holds no number in any "
+                                    f"of its {len(values)} bars; fill it, or leave the column out of the file")
+        nan_rows = values.isna().any(axis=1)
         if nan_rows.any():
-            self._fix_or_raise("nan_bars", f"'{source}' has {int(nan_rows.sum())} bars with NaN values (first "
-                                           f"{data.index[nan_rows][0]})", int(nan_rows.sum()), MissingValueError)
+            where = ", ".join(repr(str(c)) for c in values.columns if values[c].isna().any())
+            self._fix_or_raise("nan_bars", f"'{source}' has {int(nan_rows.sum())} bars with NaN values in {where} "
+                                           f"(first {data.index[nan_rows][0]})", int(nan_rows.sum()), MissingValueError)
             data = data[~nan_rows]
         if {"high", "low"} <= set(data.columns):
             bad = data["high"] < data["low"]
