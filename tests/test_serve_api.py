@@ -181,7 +181,8 @@ def test_path_and_uri_traversal_is_refused_and_reads_nothing(service: dict, home
     # data URIs: only under the data roots, never into the store, never through a link that leads out
     (home / "datasets" / "escape").symlink_to(home / "runs")
     for uri, words in (("/etc/passwd", "not under a data root"), ("relative/cancer.csv", "relative"),
-                       (f"{home}/datasets/../runs/alice/default/run1/plan.json", "not under a data root"),
+                       (f"{home}/datasets/../runs/alice/default/run1/plan.json", "'..' segment"),
+                       (f"{home}/datasets/sub/../cancer.csv", "'..' segment"),  # inside the root: refused as documented
                        (f"{home}/datasets/escape/alice/default/run1/plan.json", "not under a data root"),
                        ("twinkle://bob/default/run1", "run store"), ("s3://other-bucket/data", "not under a data root"),
                        ("file:///etc/shadow", "not under a data root"), ("http://169.254.169.254/latest", "data root"),
@@ -211,9 +212,14 @@ def test_path_and_uri_traversal_is_refused_and_reads_nothing(service: dict, home
 
 
 def test_request_bodies_are_size_capped(service: dict) -> None:
+    """Proves an API body and a dashboard form over ``max_body_bytes`` are refused with 413 and the same JSON error
+    body as every other error, naming the limit."""
     big = {**JOB, "data": service["data"], "hyperparams": {"x": "a" * (2 << 20)}}
     response = service["client"].post("/api/v1/jobs", headers=auth(service, "alice"), json=big)
-    assert response.status_code == 413
+    assert response.status_code == 413 and response.headers["content-type"] == "application/json"
+    assert "limit of 1048576 bytes (max_body_bytes)" in response.json()["detail"]
+    form = service["client"].post("/login", data={"token": "a" * (2 << 20)})
+    assert form.status_code == 413 and form.json()["detail"] == response.json()["detail"]
 
 
 def test_auth_off_is_the_local_admin_and_refused_off_loopback(home: Path, cancer_csv: Path) -> None:
@@ -255,10 +261,25 @@ def test_algorithms_server_logs_metrics_and_events_endpoints(service: dict) -> N
 def test_the_dashboard_logs_in_with_a_cookie_and_its_forms_need_the_csrf_token(service: dict) -> None:
     client = service["client"]
     assert client.get("/", follow_redirects=False).headers["location"] == "/login"
-    assert client.post("/login", data={"token": "tw_wrong"}).status_code == 401
-    response = client.post("/login", data={"token": service["tokens"]["alice"]}, follow_redirects=False)
+    form = client.get("/login")
+    for name, value in (("x-frame-options", "DENY"), ("x-content-type-options", "nosniff")):
+        assert form.headers[name] == value  # on every page (and every API answer)
+    assert "frame-ancestors 'none'" in form.headers["content-security-policy"]
+    assert "script-src 'self';" in form.headers["content-security-policy"]
+    login_csrf = form.text.split('name="csrf" value="')[1].split('"')[0]
+    token = service["tokens"]["alice"]
+    # the login form has a CSRF token of its own: a post without it, or with another, logs nobody in
+    assert client.post("/login", data={"token": token}, follow_redirects=False).status_code == 403
+    assert client.post("/login", data={"token": token, "csrf": "forged"}, follow_redirects=False).status_code == 403
+    fresh = client.get("/login").text.split('name="csrf" value="')[1].split('"')[0]
+    assert fresh != login_csrf
+    assert client.post("/login", data={"token": "tw_wrong", "csrf": fresh}).status_code == 401
+    fresh = client.get("/login").text.split('name="csrf" value="')[1].split('"')[0]
+    response = client.post("/login", data={"token": token, "csrf": fresh}, follow_redirects=False)
+    assert response.status_code == 303
     cookie = response.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert client.get("/api/v1/me").headers["x-content-type-options"] == "nosniff"
     page = client.get("/submit?algorithm=tabular-mlp").text
     assert 'name="hp_max_epochs"' in page and 'name="hp_optimizer"' in page
     csrf = page.split('name="csrf" value="')[1].split('"')[0]
@@ -405,7 +426,8 @@ def test_uploads_are_the_users_own_data_capped_and_unpacked_safely(home: Path, c
         archive.addfile(info)
     assert client.put("/api/v1/uploads/linked.tar", headers=alice, content=linked.getvalue()).status_code == 400
     assert not list(home.rglob("escaped.txt")) and not (home / "uploads" / "alice" / "linked").exists()
-    assert client.put("/api/v1/uploads/big.bin", headers=alice, content=b"x" * 300_000).status_code == 413
+    too_big = client.put("/api/v1/uploads/big.bin", headers=alice, content=b"x" * 300_000)
+    assert too_big.status_code == 413 and "limit of" in too_big.json()["detail"]
     bomb = io.BytesIO()
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("zeros.bin", b"\0" * 5_000_000)

@@ -34,6 +34,8 @@ def test_log_in_submit_watch_the_curve_grow_and_cancel_in_chromium(twinkle_servi
                   "--disable-component-update", "--no-first-run"])  # Playwright gives it a fresh profile folder
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            refused = []  # what the pages' Content-Security-Policy blocked: nothing the dashboard needs
+            page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
             page.goto(url + "/")
             expect(page).to_have_url(url + "/login")
             page.fill("#token", tokens["alice"])
@@ -42,7 +44,9 @@ def test_log_in_submit_watch_the_curve_grow_and_cancel_in_chromium(twinkle_servi
             page.screenshot(path=str(shots / "jobs-empty.png"))
 
             # submit from the form built from tabular-mlp's declared hyperparameters
-            page.goto(url + "/submit?algorithm=tabular-mlp")
+            page.goto(url + "/submit")
+            page.select_option("#algorithm", "tabular-mlp")  # choosing one loads its form (app.js: no inline script)
+            expect(page).to_have_url(url + "/submit?algorithm=tabular-mlp")
             expect(page.locator("#hp_optimizer")).to_be_visible()  # a Literal: a select with its choices
             page.fill("#data", data)
             page.fill("#hp_max_epochs", "400")
@@ -71,6 +75,7 @@ def test_log_in_submit_watch_the_curve_grow_and_cancel_in_chromium(twinkle_servi
 
             page.goto(url + "/")
             expect(page.locator(f"tr[data-job='{other.id}'] .state")).to_have_text("cancelled")
+            assert not [m for m in refused if "script" in m.lower()], refused
             page.screenshot(path=str(shots / "jobs.png"), full_page=True)
         finally:
             browser.close()

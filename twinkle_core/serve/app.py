@@ -98,13 +98,24 @@ def current_user(request: Request, user: Annotated[User | None, Depends(optional
     return user
 
 
+class _App(FastAPI):
+    """FastAPI with its body-size limit's plain-text 413 answered in JSON like every other error (the limit sits
+    outside the middleware an app can add, so the rewrite wraps the whole stack)."""
+
+    def build_middleware_stack(self) -> Any:
+        """FastAPI's stack inside :class:`~twinkle_core.serve.strict_json.JSONTooLarge`."""
+        from twinkle_core.serve.strict_json import JSONTooLarge
+
+        return JSONTooLarge(super().build_middleware_stack(), self.max_body_size or 0)
+
+
 def create_app(config: ServerConfig) -> FastAPI:
     """The application serving ``config`` (its database and store are created on first use)."""
     from twinkle_core.serve.api import router
     from twinkle_core.serve.dashboard import mount_dashboard
     from twinkle_core.serve.strict_json import validation_error
 
-    app = FastAPI(title="Twinkle", version=_version(), summary="Training as a service: jobs, runs and models",
+    app = _App(title="Twinkle", version=_version(), summary="Training as a service: jobs, runs and models",
                   max_body_size=config.max_body_bytes)
     app.state.service = Service(config, JobQueue(config.db_path, config.max_running_per_user),
                                 Accounts(config.db_path))

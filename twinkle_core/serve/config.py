@@ -121,6 +121,8 @@ def check_data_uri(uri: str, config: ServerConfig, user: str | None = None) -> s
                 return uri
         raise DataAccessError(f"data {uri!r} is not under a data root of this server; allowed: {allowed}")
     path = parts.path if parts.scheme == "file" else uri
+    if ".." in path.split("/"):  # even one that stays inside a root: the path a job names is the path it reads
+        raise DataAccessError(f"data {uri!r} has a '..' segment; write the path without it, under one of: {allowed}")
     if not os.path.isabs(path):
         raise DataAccessError(f"data {uri!r} is a relative path; give an absolute path under one of: {allowed}")
     real = os.path.realpath(path)  # symlinks followed: a link inside a root that points out of it is refused

@@ -41,6 +41,18 @@ templates.env.filters["when"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", tim
 templates.env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, default=str)
 pages = APIRouter(include_in_schema=False)
 Svc = Annotated[Service, Depends(service)]
+LOGIN_CSRF_COOKIE = "twinkle_login_csrf"
+"""The login form's own CSRF cookie (path ``/login``; there is no session to tie a token to yet)."""
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                               "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; "
+                               "form-action 'self'; object-src 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+"""Headers on every response of the service: no framing, no content-type sniffing, no script or form target but the
+server's own (styles may be inline: htmx and uPlot set them)."""
 
 
 class LoginRequired(Exception):
@@ -78,18 +90,33 @@ def _render(request: Request, name: str, user: User | None, status: int = 200, *
 @pages.get("/login", response_class=HTMLResponse)
 def login_page(request: Request, error: str | None = None) -> HTMLResponse:
     """The login form (the token from 'twinkle users add')."""
-    return _render(request, "login.html", None, error=error)
+    return _login_form(request, error)
+
+
+def _login_form(request: Request, error: str | None, status: int = 200) -> HTMLResponse:
+    """The login form with a CSRF token of its own: one value in a cookie only this page sets and in the form (a
+    page of another site can read neither, so it cannot log a browser in to an account of its choosing)."""
+    token = secrets.token_urlsafe(24)
+    response = _render(request, "login.html", None, status=status, error=error, login_csrf=token)
+    response.set_cookie(LOGIN_CSRF_COOKIE, token, httponly=True, samesite="strict", max_age=3600, path="/login",
+                        secure=request.url.scheme == "https")
+    return response
 
 
 @pages.post("/login")
-def login(request: Request, svc: Svc, token: Annotated[str, Form(max_length=200)]) -> Response:
-    """Exchange a token for a session cookie."""
+def login(request: Request, svc: Svc, token: Annotated[str, Form(max_length=200)],
+          csrf: Annotated[str, Form(max_length=100)] = "") -> Response:
+    """Exchange a token for a session cookie; the form's CSRF token must match its cookie (403 otherwise)."""
+    expected = request.cookies.get(LOGIN_CSRF_COOKIE, "")
+    if not expected or not hmac.compare_digest(expected, csrf):
+        return _login_form(request, "this login form has expired or is not this server's; log in again", 403)
     user = svc.accounts.by_token(token.strip()) if svc.config.auth else None
     if user is None:
-        return _render(request, "login.html", None, status=401, error="unknown token")
+        return _login_form(request, "unknown token", 401)
     response = RedirectResponse("/", status_code=303)
     response.set_cookie(SESSION_COOKIE, svc.accounts.open_session(user), httponly=True, samesite="strict",
                         secure=request.url.scheme == "https", max_age=12 * 3600, path="/")
+    response.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
     return response
 
 
@@ -252,11 +279,37 @@ def run_page(owner: str, project: str, run: str, request: Request, svc: Svc, use
     return _render(request, "run.html", user, run=details)
 
 
+class SecurityHeaders:
+    """ASGI middleware: :data:`SECURITY_HEADERS` on every HTTP response that does not set them itself (a plain
+    ASGI wrapper, so streamed responses — the live event streams — pass through untouched)."""
+
+    def __init__(self, app: Any) -> None:
+        """Wrap ``app``."""
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Add the headers to the response's start message."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                present = {name.lower() for name, _ in message.get("headers", [])}
+                message["headers"] = [*message.get("headers", []),
+                                      *((k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()
+                                        if k.lower().encode() not in present)]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
 def mount_dashboard(app: FastAPI) -> None:
-    """Add the pages and the static assets to ``app``."""
+    """Add the pages, the static assets and the security headers (:data:`SECURITY_HEADERS`) to ``app``."""
     app.state.local_csrf = secrets.token_urlsafe(24)  # auth off: one token per server process
     app.include_router(pages)
     app.mount("/static", StaticFiles(directory=os.path.join(HERE, "static")), name="static")
+    app.add_middleware(SecurityHeaders)
 
     @app.exception_handler(LoginRequired)
     def _login(request: Request, err: LoginRequired) -> Response:

@@ -85,3 +85,41 @@ def validation_error(request: Request, err: Exception) -> JSONResponse:
     except Exception:  # an input jsonable_encoder cannot walk: say what was wrong without echoing it
         detail = [{"type": e.get("type"), "loc": list(e.get("loc", ())), "msg": str(e.get("msg"))} for e in errors]
     return JSONResponse({"detail": detail}, status_code=422)
+
+
+class JSONTooLarge:
+    """ASGI middleware: the 413 that the body-size limit answers in plain text (``Content Too Large``) answered as
+    every other error is, ``{"detail": ...}`` in JSON, naming the limit (``limit``: the server's
+    ``max_body_bytes``)."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        """Wrap ``app``."""
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Rewrite a plain-text 413 on its way out."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rewriting = False
+
+        async def as_json(message: Any) -> None:
+            nonlocal rewriting
+            if message["type"] == "http.response.start" and message["status"] == 413:
+                headers = dict(message.get("headers", []))
+                rewriting = headers.get(b"content-type", b"").startswith(b"text/plain")
+                if rewriting:
+                    body = json.dumps({"detail": f"the request body is larger than this server's limit of "
+                                                 f"{self.limit} bytes (max_body_bytes); uploads go to "
+                                                 "PUT /api/v1/uploads/{name}"}).encode()
+                    kept = [(k, v) for k, v in message.get("headers", [])
+                            if k.lower() not in (b"content-type", b"content-length")]
+                    await send({**message, "headers": [*kept, (b"content-type", b"application/json"),
+                                                       (b"content-length", str(len(body)).encode())]})
+                    await send({"type": "http.response.body", "body": body, "more_body": False})
+                    return
+            if rewriting:
+                return  # the plain-text body, replaced above
+            await send(message)
+
+        await self.app(scope, receive, as_json)

@@ -1,3 +1,8 @@
+// Twinkle dashboard. No inline scripts (the pages' Content-Security-Policy allows only this server's files).
+document.addEventListener("change", function (e) {
+  if (e.target && e.target.matches && e.target.matches("[data-submit-on-change]")) e.target.form.submit();
+});
+
 // Twinkle dashboard: metric curves with uPlot, fed by the page's SSE stream (htmx's SSE extension) or, on a
 // run's page, by the metrics API. #chart's data-points counts the points drawn (tests watch it grow).
 (function () {
