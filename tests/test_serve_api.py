@@ -241,7 +241,10 @@ def test_algorithms_server_logs_metrics_and_events_endpoints(service: dict) -> N
     form = client.get("/api/v1/algorithms/tabular-mlp", headers=alice).json()
     params = {p["name"]: p for p in form["hyperparameters"]}
     assert params["optimizer"]["choices"] == ["adamw", "adam", "sgd"] and "max_epochs" in params
-    assert client.get("/api/v1/algorithms/nope", headers=alice).status_code == 400
+    assert client.get("/api/v1/algorithms/nope", headers=alice).status_code == 404  # an unknown name: not found
+    pattern = client.get("/api/v1/algorithms/timm%2F%2A", headers=alice)  # a listed name holding '/'
+    listed = {a["name"] for a in client.get("/api/v1/algorithms", headers=alice).json()}
+    assert ("timm/*" in listed) == (pattern.status_code == 200)
     info = client.get("/api/v1/server", headers=alice).json()
     assert info["auth"] is True and info["jobs"]["queued"] == 0 and info["max_queued_per_user"] == 5
     job = submit(service, "alice")

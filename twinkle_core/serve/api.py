@@ -7,8 +7,10 @@ import os
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import Path as PathParam
 from fastapi.responses import FileResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
+from pydantic import BaseModel, Field
 
 from twinkle_core.serve.accounts import User
 from twinkle_core.serve.app import Service, client_address, current_user, json_safe, service
@@ -18,9 +20,32 @@ from twinkle_core.serve.records import (UnsafePathError, list_files, metric_rows
 from twinkle_core.serve.streams import job_events
 from twinkle_core.serve.strict_json import StrictJSONRoute
 from twinkle_core.serve.submission import JobRequest
+from twinkle_core.serve.uploads import UPLOAD_NAME
 
-router = APIRouter(route_class=StrictJSONRoute)
+class ErrorBody(BaseModel):
+    """Every error the API answers (4xx; 422 lists each invalid field)."""
+
+    detail: str = Field(description="what was wrong, naming the field or value, and the fix")
+
+
+def _error(meaning: str) -> dict[str, Any]:
+    # JSON whatever the operation's own answers are (the event stream's are text/event-stream)
+    return {"description": meaning, "content": {"application/json": {"schema": ErrorBody.model_json_schema()}}}
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: _error("a bad request: an unknown algorithm or hyperparameter, a bad value, a body that is not JSON"),
+    401: _error("no valid token ('Authorization: Bearer <token>')"),
+    403: _error("not allowed: data outside your roots, a write through a browser session, an admin's page"),
+    404: _error("no such job, run, model, upload or algorithm — or not yours"),
+    413: _error("the body is larger than the server's max_body_bytes (uploads: max_upload_bytes)"),
+}
+"""The error answers every operation may give, each with :class:`ErrorBody` (422 is FastAPI's own model)."""
+
+router = APIRouter(route_class=StrictJSONRoute, responses=ERRORS)
 Caller = Annotated[User, Depends(current_user)]
+UploadName = Annotated[str, PathParam(pattern=UPLOAD_NAME.pattern,
+                                      description="letters, digits, '.', '_' and '-' (an archive: .zip, .tar, .tgz)")]
 Svc = Annotated[Service, Depends(service)]
 JobState = Literal["queued", "running", "finished", "failed", "cancelled", "stopped"]
 
@@ -79,16 +104,22 @@ def algorithms(user: Caller) -> list[dict[str, Any]]:
             for c in list_components("algorithm")]
 
 
-@router.get("/algorithms/{name}", summary="An algorithm's declared hyperparameters")
+@router.get("/algorithms/{name:path}", summary="An algorithm's declared hyperparameters")
 def algorithm(name: str, user: Caller) -> dict[str, Any]:
-    """The algorithm's tasks and every hyperparameter it, its data processors and the trainer take."""
+    """The algorithm's tasks and every hyperparameter it, its data processors and the trainer take (``name``
+    may hold ``/``: ``timm/*``). An algorithm no plugin registered: 404."""
+    from twinkle_core.errors import UnknownComponentError
     from twinkle_core.serve.forms import algorithm_form
 
-    return algorithm_form(name)
+    try:
+        return algorithm_form(name)
+    except UnknownComponentError as err:
+        raise HTTPException(404, str(err)) from None
 
 
 # ---------------------------------------------------------------------- jobs
-@router.post("/jobs", status_code=201, summary="Submit a job", response_model=JobView)
+@router.post("/jobs", status_code=201, summary="Submit a job", response_model=JobView,
+             responses={429: _error("your queue is full (the server's max_queued_per_user)")})
 def submit(request: JobRequest, http: Request, user: Caller, svc: Svc) -> JobView:
     """Queue a training job. Checked now, as ``Trainer`` would: the algorithm, task and hyperparameters
     (400 naming the bad one), the data URI against the server's data roots (403), the user's queue (429)."""
@@ -266,8 +297,11 @@ def model_file(name: str, path: str, user: Caller, svc: Svc) -> FileResponse:
 
 # ---------------------------------------------------------------------- uploads
 @router.put("/uploads/{name}", status_code=201, summary="Upload data (a file or an archive)",
-            max_body_size=1 << 40)  # the upload's own cap (max_upload_bytes) applies while it streams in
-async def upload(name: str, http: Request, user: Caller, svc: Svc) -> dict[str, Any]:
+            max_body_size=1 << 40,  # the upload's own cap (max_upload_bytes) applies while it streams in
+            openapi_extra={"requestBody": {"required": True, "description": "the file's bytes, sent as they are",
+                                           "content": {"application/octet-stream": {
+                                               "schema": {"type": "string", "format": "binary", "minLength": 1}}}}})
+async def upload(name: UploadName, http: Request, user: Caller, svc: Svc) -> dict[str, Any]:
     """Send the raw file as the body. ``.zip``, ``.tar``, ``.tar.gz`` and ``.tgz`` are unpacked into a folder
     of the archive's stem. Returns ``data``: the server-side path to submit jobs on (yours alone). Larger than
     the server's ``max_upload_bytes``: 413."""
@@ -280,8 +314,13 @@ async def upload(name: str, http: Request, user: Caller, svc: Svc) -> dict[str, 
     limit = svc.config.max_upload_bytes
     if int(http.headers.get("content-length") or 0) > limit:
         raise HTTPException(413, f"the upload is larger than this server's limit of {limit} bytes")
+    if http.headers.get("content-length") == "0":
+        raise HTTPException(400, "the upload is empty: send the file's bytes as the body")
     try:
         received, size = await receive(http.stream(), folder, limit)
+        if size == 0:
+            os.remove(received)
+            raise HTTPException(400, "the upload is empty: send the file's bytes as the body")
         path = await run_in_threadpool(place, received, name, folder, limit)
     except UploadTooLarge as err:
         raise HTTPException(413, str(err)) from None
@@ -298,7 +337,7 @@ def uploads(user: Caller, svc: Svc) -> list[dict[str, Any]]:
 
 
 @router.delete("/uploads/{name}", status_code=204, summary="Delete an upload")
-def delete_upload(name: str, http: Request, user: Caller, svc: Svc) -> None:
+def delete_upload(name: UploadName, http: Request, user: Caller, svc: Svc) -> None:
     """Remove one of your uploads (jobs that already ran on it keep their runs)."""
     import shutil
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBearer
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.serve.accounts import Accounts, User
@@ -69,7 +70,12 @@ def _local_user() -> User:
     return User(default_user(), admin=True)
 
 
-def optional_user(request: Request, svc: Annotated[Service, Depends(service)]) -> User | None:
+BEARER = HTTPBearer(auto_error=False, description="a token from 'twinkle users add NAME'")
+"""The API's security scheme in the OpenAPI document (the header is read by :func:`optional_user`)."""
+
+
+def optional_user(request: Request, svc: Annotated[Service, Depends(service)],
+                  _bearer: Annotated[Any, Depends(BEARER)] = None) -> User | None:
     """The caller, from a Bearer token or (for reading) the session cookie; ``None`` when not logged in."""
     if not svc.config.auth:
         return _local_user()
@@ -124,6 +130,11 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     app.add_exception_handler(RequestValidationError, validation_error)
 
+    @app.exception_handler(405)
+    def _not_allowed(request: Request, err: Exception) -> JSONResponse:
+        return JSONResponse({"detail": f"{request.method} is not allowed here"}, status_code=405,
+                            headers={"Allow": ", ".join(allowed_methods(request))})
+
     @app.exception_handler(QueueFullError)
     def _full(request: Request, err: QueueFullError) -> JSONResponse:
         return JSONResponse({"detail": str(err)}, status_code=429)
@@ -160,3 +171,13 @@ def json_safe(value: Any) -> Any:
     from twinkle_core.serve.queue import finite
 
     return json.loads(json.dumps(finite(value), default=str, allow_nan=False))
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app answers at the request's path (Starlette's own 405 names only those of
+    the first route that matched the path): each method whose request would match a route fully."""
+    from starlette.routing import Match
+
+    return [method for method in ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+            if any(route.matches({**request.scope, "method": method})[0] == Match.FULL
+                   for route in request.app.router.routes)]
