@@ -55,10 +55,8 @@ def test_log_in_submit_watch_the_curve_grow_and_cancel_in_chromium(twinkle_servi
             page.click("#submit")
             expect(page.locator("#state .state")).to_have_text("running", timeout=120_000)
             chart = page.locator("#chart")
-            page.wait_for_function("Number(document.getElementById('chart').dataset.points) >= 2", timeout=120_000)
-            first = int(chart.get_attribute("data-points"))
-            page.wait_for_function(f"Number(document.getElementById('chart').dataset.points) > {first + 2}",
-                                   timeout=120_000)  # the curve gains points while we watch
+            first = _wait_for_points(chart, lambda n: n >= 2)  # read from outside the page: its CSP forbids eval
+            _wait_for_points(chart, lambda n: n > first + 2)  # the curve gains points while we watch
             assert int(chart.get_attribute("data-points")) > first
             expect(page.locator("#log")).to_contain_text("Trainable params")
             page.screenshot(path=str(shots / "job-live-curve.png"), full_page=True)
@@ -81,3 +79,16 @@ def test_log_in_submit_watch_the_curve_grow_and_cancel_in_chromium(twinkle_servi
             browser.close()
     for name in ("jobs-empty.png", "submit-form.png", "job-live-curve.png", "job-cancelled.png", "jobs.png"):
         assert (shots / name).stat().st_size > 5000, name
+
+
+def _wait_for_points(chart, enough, timeout: float = 120.0) -> int:  # noqa: ANN001
+    """Poll the chart's ``data-points`` until ``enough(count)``; returns the count."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        count = int(chart.get_attribute("data-points") or 0)
+        if enough(count):
+            return count
+        assert time.monotonic() < deadline, f"the chart stayed at {count} points"
+        time.sleep(0.25)

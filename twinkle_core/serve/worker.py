@@ -237,10 +237,6 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
-
-
 def _has_checkpoint(store: Any, run: str | None) -> bool:
     """Whether the run ``run`` has a last checkpoint to resume from."""
     if not run:
@@ -249,3 +245,7 @@ def _has_checkpoint(store: Any, run: str | None) -> bool:
         return os.path.exists(store.path(store.get(run).id, "checkpoints", "last.ckpt"))
     except Exception:  # noqa: BLE001 — no such run: nothing to resume
         return False
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
