@@ -80,7 +80,6 @@ CREATE TABLE IF NOT EXISTS workers (
 """
 
 
-
 def finite(value: Any) -> Any:
     """``value`` with every float JSON cannot hold (NaN, an infinity: a diverged loss, say) as its text."""
     if isinstance(value, float) and not math.isfinite(value):
