@@ -124,7 +124,7 @@ def test_twenty_jobs_from_two_users_survive_a_killed_worker_and_a_server_restart
     assert digest[victim["id"]] == digest[untouched[0]]  # the killed job ends as if never killed
     assert len(set(digest.values())) == 1  # so does every job the server restart stopped at a checkpoint
     reasons = [r["reason"] for r in db_rows(home, "SELECT reason FROM transitions WHERE job = ?", victim["id"])]
-    assert any(f"worker {victim['worker']} died (killed by SIGKILL); the server requeued the job at once" in (r or "")
+    assert any(f"worker {victim['worker']} died (killed by signal 9 (SIGKILL)); the server requeued the job at once" in (r or "")
                for r in reasons), reasons
     assert not any("stopped renewing its lease" in (r or "") for r in reasons)
     # each worker process has a name of its own: the one started in the killed worker's place claims under another

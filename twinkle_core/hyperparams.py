@@ -137,6 +137,13 @@ def _check_range(constraint: Any, value: Any) -> None:
         raise OutOfRangeError(f"must satisfy {getattr(constraint.func, '__name__', 'its check')}")
 
 
+def _finite(number: float) -> float:
+    """``number``, which must be finite: no hyperparameter means NaN or infinity, and JSON cannot hold them."""
+    if not math.isfinite(number):
+        raise OutOfRangeError("must be a finite number")
+    return number
+
+
 def _coerce(annotation: Any, value: Any, finite: bool = True) -> Any:
     """``value`` as ``annotation``; a float must be finite (``finite=False``: the caller checks a range first)."""
     if annotation in (_MISSING, Any, object):
@@ -148,7 +155,7 @@ def _coerce(annotation: Any, value: Any, finite: bool = True) -> Any:
         value = _coerce(base, value, finite=False)
         for constraint in constraints:
             _check_range(constraint, value)
-        return _coerce(base, value) if isinstance(value, float) else value  # in range, and finite
+        return _finite(value) if isinstance(value, float) else value  # a range says why first; then finite
     if origin is Literal:
         for choice in args:
             if value == choice or (isinstance(value, str) and str(choice) == value):
@@ -203,9 +210,7 @@ def _coerce(annotation: Any, value: Any, finite: bool = True) -> Any:
             number = float(value.strip())
         else:
             raise TypeError("expected a number")
-        if finite and not math.isfinite(number):  # no hyperparameter means NaN or infinity; JSON cannot hold them
-            raise OutOfRangeError("must be a finite number")
-        return number
+        return _finite(number) if finite else number
     if annotation is str:
         if not isinstance(value, str):
             raise TypeError("expected a string")

@@ -142,9 +142,9 @@ class Trainer(Operations):
         processors' (a value any processor that may read the data accepts), the trainer's — so that a bad value
         fails in ``Trainer(...)`` (and at a service's submit), never later in ``fit``. Values are typed again, once,
         when ``fit`` routes them."""
-        algorithm, data = self.choice.cls.hyperparameters(), self._data_parameters()
-        check_names(self.hyperparams, algorithm, data)
         candidates = self._data_candidates()
+        algorithm, data = self.choice.cls.hyperparameters(), {k: v for c in candidates for k, v in c.items()}
+        check_names(self.hyperparams, algorithm, data)
         for key, value in self.hyperparams.items():
             if key in algorithm:
                 coerce(algorithm[key], value)

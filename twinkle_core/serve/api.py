@@ -22,6 +22,7 @@ from twinkle_core.serve.strict_json import StrictJSONRoute
 from twinkle_core.serve.submission import JobRequest
 from twinkle_core.serve.uploads import UPLOAD_NAME
 
+
 class ErrorBody(BaseModel):
     """Every error the API answers (4xx; 422 lists each invalid field)."""
 
@@ -314,8 +315,6 @@ async def upload(name: UploadName, http: Request, user: Caller, svc: Svc) -> dic
     limit = svc.config.max_upload_bytes
     if int(http.headers.get("content-length") or 0) > limit:
         raise HTTPException(413, f"the upload is larger than this server's limit of {limit} bytes")
-    if http.headers.get("content-length") == "0":
-        raise HTTPException(400, "the upload is empty: send the file's bytes as the body")
     try:
         received, size = await receive(http.stream(), folder, limit)
         if size == 0:

@@ -79,6 +79,9 @@ CREATE TABLE IF NOT EXISTS workers (
 );
 """
 
+_CRASH_COLUMNS = "SELECT id, worker, restarts, COALESCE(json_extract(request, '$.max_restarts'), 3) AS allowed"
+"""What deciding a crashed job's fate (:meth:`JobQueue._crashed`) reads of it."""
+
 
 def finite(value: Any) -> Any:
     """``value`` with every float JSON cannot hold (NaN, an infinity: a diverged loss, say) as its text."""
@@ -289,9 +292,8 @@ class JobQueue:
         return self.get(found["id"])
 
     def _requeue_expired(self, conn: sqlite3.Connection, now: float) -> None:
-        for job in conn.execute(
-                "SELECT id, worker, restarts, COALESCE(json_extract(request, '$.max_restarts'), 3) AS allowed "
-                "FROM jobs WHERE state = 'running' AND lease_until < ?", (now,)).fetchall():
+        for job in conn.execute(f"{_CRASH_COLUMNS} FROM jobs WHERE state = 'running' AND lease_until < ?",  # noqa: S608
+                                (now,)).fetchall():
             self._crashed(conn, job, f"worker {job['worker']} stopped renewing its lease (it died)", now)
 
     def _crashed(self, conn: sqlite3.Connection, job: Any, what: str, now: float) -> None:
@@ -317,9 +319,8 @@ class JobQueue:
         leaves the workers table. Stop their training processes first (:meth:`held_by`, ``pid``)."""
         now = time.time()
         with self._write() as conn:
-            for job in conn.execute(
-                    "SELECT id, worker, restarts, COALESCE(json_extract(request, '$.max_restarts'), 3) AS allowed "
-                    "FROM jobs WHERE state = 'running' AND worker = ?", (worker,)).fetchall():
+            for job in conn.execute(f"{_CRASH_COLUMNS} FROM jobs WHERE state = 'running' AND worker = ?",  # noqa: S608
+                                    (worker,)).fetchall():
                 self._crashed(conn, job, f"worker {worker} died ({how}); the server requeued the job at once", now)
             conn.execute("DELETE FROM workers WHERE id = ?", (worker,))
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.jobs.launcher import signal_group
+from twinkle_core.jobs.supervisor import describe_exit
 from twinkle_core.serve.config import ServerConfig
 from twinkle_core.serve.queue import JobQueue
 
@@ -81,8 +82,7 @@ class WorkerPool:
         while not self._stop.wait(1.0):
             for name, process in list(self.processes.items()):
                 if process.poll() is not None and not self._stop.is_set():
-                    how = (f"killed by {signal.Signals(-process.returncode).name}" if process.returncode < 0
-                           else f"exit status {process.returncode}")
+                    how = describe_exit(process.returncode)
                     sys.stderr.write(f"Twinkle: worker {name} exited ({how}); its jobs go back in the queue; "
                                      "starting another\n")
                     del self.processes[name]

@@ -76,10 +76,10 @@ class StrictJSONRoute(APIRoute):
         return checked
 
 
-def validation_error(request: Request, err: Exception) -> JSONResponse:
+def validation_error(request: Request, err: RequestValidationError) -> JSONResponse:
     """422 with ``{"detail": [errors]}`` as FastAPI writes it, any value JSON cannot hold (a NaN echoed back, an
     exception in ``ctx``) written as text, so that answering the error cannot fail."""
-    errors = err.errors() if isinstance(err, RequestValidationError) else [{"msg": str(err)}]
+    errors = err.errors()
     try:
         detail = finite(jsonable_encoder(errors))
     except Exception:  # an input jsonable_encoder cannot walk: say what was wrong without echoing it
