@@ -515,3 +515,26 @@ def test_a_worker_seen_dying_requeues_its_job_at_once_and_fails_it_past_max_rest
     queue.worker_died("w1-100-3", "exit status 1")
     failed = queue.get(mine.id)
     assert failed.state == "failed" and "gave up after 1 restart(s)" in failed.reason
+
+
+def test_the_app_opens_its_store_once_and_streams_reuse_it(service: dict, monkeypatch) -> None:
+    """Proves #24's "fast reads": the run store, the job table and the accounts are opened once per app — no
+    request and no event stream opens (and runs the schema of) a database again; each thread keeps its own
+    SQLite connection."""
+    import twinkle_core.store.sqlite as sqlite_module
+
+    client, alice = service["client"], auth(service, "alice")
+    job = submit(service, "alice")
+    opened: list[str] = []
+    original = sqlite_module.Database.__init__
+    monkeypatch.setattr(sqlite_module.Database, "__init__", lambda self, *a, **k: (opened.append(a[0]),
+                                                                                   original(self, *a, **k))[1])
+    for _ in range(3):
+        assert client.get("/api/v1/jobs", headers=alice).status_code == 200
+        assert client.get(f"/api/v1/jobs/{job['id']}", headers=alice).status_code == 200
+        assert client.get("/api/v1/runs", headers=alice).status_code == 200
+        assert client.get("/api/v1/server", headers=alice).status_code == 200
+    client.post(f"/api/v1/jobs/{job['id']}/cancel", headers=alice)
+    with client.stream("GET", f"/api/v1/jobs/{job['id']}/events", headers=alice) as stream:
+        assert "event: end" in "".join(stream.iter_text())
+    assert opened == []

@@ -144,3 +144,61 @@ def test_a_damaged_catalogue_is_named_and_repaired_from_the_run_folders(twinkle_
     assert abs(record.metrics["val_accuracy"] - result.metrics["val_accuracy"]) < 1e-6
     again = Trainer("tabular-mlp", hyperparams={"max_epochs": 1}, verbose=False).fit(str(cancer_csv))
     assert again.run_uri.endswith("/run2")  # numbering goes on after the restored runs
+
+
+def test_a_database_keeps_one_connection_per_thread_and_never_a_stale_or_inherited_one(tmp_path) -> None:
+    """Proves store/sqlite.py's contract, on which the service's speed and safety rest: each thread reuses one
+    connection (opened once, not per request); a block that raises leaves no transaction open; a file replaced
+    under it (as 'twinkle runs repair' replaces the catalogue) is read anew; a forked child never uses the
+    connection it inherited (SQLite forbids carrying one across fork) but opens its own."""
+    import os
+    import sqlite3
+    import threading
+
+    from twinkle_core.store.sqlite import Database
+
+    path = tmp_path / "a.sqlite"
+    db = Database(str(path), "CREATE TABLE IF NOT EXISTS t (x INTEGER);", wal=False)  # as the catalogue is
+
+    def count() -> int:
+        with db.connect() as conn:
+            return conn.execute("SELECT COUNT(*) FROM t").fetchone()[0]
+
+    with db.connect() as first, db.connect() as again:
+        assert again is first
+    seen: list[sqlite3.Connection] = []
+    worker = threading.Thread(target=lambda: seen.append(db.connect().__enter__()))
+    worker.start()
+    worker.join()
+    assert seen[0] is not first  # a thread of its own, a connection of its own
+
+    for block in (db.write, db.connect):
+        with pytest.raises(RuntimeError), block() as conn:
+            if not conn.in_transaction:
+                conn.execute("BEGIN")
+            conn.execute("INSERT INTO t VALUES (1)")
+            raise RuntimeError("a failing request")
+        assert not first.in_transaction and count() == 0
+    with db.write() as conn:
+        conn.execute("INSERT INTO t VALUES (1)")
+    assert count() == 1
+
+    other = sqlite3.connect(tmp_path / "b.sqlite")
+    other.executescript("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1), (2), (3);")
+    other.close()
+    os.replace(tmp_path / "b.sqlite", path)
+    assert count() == 3  # the new file's rows, not the old connection's
+
+    with db.connect() as parents:
+        pid = os.fork()
+        if pid == 0:  # the child: its own connection, which reads the same file
+            try:
+                with db.connect() as childs:
+                    ok = childs is not parents and childs.execute("SELECT COUNT(*) FROM t").fetchone()[0] == 3
+                os._exit(0 if ok else 1)
+            finally:
+                os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with db.connect() as still:
+        assert still is parents and count() == 3  # the parent's connection is untouched by the child

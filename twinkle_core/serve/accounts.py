@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.serve.sqlite import connect, create
+from twinkle_core.store.sqlite import Database
 
 USER_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 """A user name: lower-case letters, digits, ``_`` and ``-``, starting with a letter (it names a store folder)."""
@@ -71,10 +71,7 @@ class Accounts:
     def __init__(self, path: str) -> None:
         """Open (and create) the tables."""
         self.path = path
-        create(path, _SCHEMA)
-
-    def _connect(self) -> Any:
-        return connect(self.path)
+        self.db = Database(path, _SCHEMA)
 
     # ------------------------------------------------------------------ users
     def add_user(self, name: str, admin: bool = False) -> str:
@@ -88,7 +85,7 @@ class Accounts:
                                "starting with a letter")
         token = "tw_" + secrets.token_urlsafe(32)
         try:
-            with self._connect() as conn:
+            with self.db.connect() as conn:
                 conn.execute("INSERT INTO users (name, token_sha256, admin, created) VALUES (?, ?, ?, ?)",
                              (name, _digest(token), int(admin), time.time()))
         except sqlite3.IntegrityError:
@@ -99,7 +96,7 @@ class Accounts:
     def new_token(self, name: str) -> str:
         """Replace ``name``'s token (the old one stops working); returns the new one."""
         token = "tw_" + secrets.token_urlsafe(32)
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             changed = conn.execute("UPDATE users SET token_sha256 = ? WHERE name = ?", (_digest(token), name)).rowcount
             conn.execute("DELETE FROM sessions WHERE user = ?", (name,))
         if not changed:
@@ -108,13 +105,13 @@ class Accounts:
 
     def remove_user(self, name: str) -> None:
         """Remove ``name`` (their jobs and runs stay)."""
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             conn.execute("DELETE FROM users WHERE name = ?", (name,))
             conn.execute("DELETE FROM sessions WHERE user = ?", (name,))
 
     def users(self) -> list[dict[str, Any]]:
         """Every user (name, admin, created) — never a token."""
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             return [{"name": r["name"], "admin": bool(r["admin"]), "created": r["created"]}
                     for r in conn.execute("SELECT name, admin, created FROM users ORDER BY name")]
 
@@ -122,7 +119,7 @@ class Accounts:
         """The user holding ``token``, or ``None``."""
         if not token or len(token) > 200:
             return None
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             found = conn.execute("SELECT name, admin FROM users WHERE token_sha256 = ?", (_digest(token),)).fetchone()
         return User(found["name"], bool(found["admin"])) if found else None
 
@@ -130,7 +127,7 @@ class Accounts:
     def open_session(self, user: User) -> str:
         """A new session id for ``user`` (the cookie's value)."""
         session = secrets.token_urlsafe(32)
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             conn.execute("DELETE FROM sessions WHERE expires < ?", (time.time(),))
             conn.execute("INSERT INTO sessions (id_sha256, user, csrf, expires) VALUES (?, ?, ?, ?)",
                          (_digest(session), user.name, secrets.token_urlsafe(24), time.time() + SESSION_SECONDS))
@@ -140,7 +137,7 @@ class Accounts:
         """The user of a live session id (with its CSRF token), or ``None``."""
         if not session or len(session) > 200:
             return None
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             found = conn.execute(
                 "SELECT s.user, s.csrf, u.admin FROM sessions s JOIN users u ON u.name = s.user "
                 "WHERE s.id_sha256 = ? AND s.expires >= ?", (_digest(session), time.time())).fetchone()
@@ -148,7 +145,7 @@ class Accounts:
 
     def close_session(self, session: str) -> None:
         """Log a session out."""
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             conn.execute("DELETE FROM sessions WHERE id_sha256 = ?", (_digest(session),))
 
     @staticmethod
@@ -160,13 +157,13 @@ class Accounts:
     def audit(self, user: str, action: str, job: str | None = None, client: str | None = None,
               **detail: Any) -> None:
         """Append to the audit log."""
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             conn.execute("INSERT INTO audit (time, user, action, job, client, detail) VALUES (?, ?, ?, ?, ?, ?)",
                          (time.time(), user, action, job, client, json.dumps(detail, default=str)))
 
     def audit_log(self, limit: int = 200, user: str | None = None) -> list[dict[str, Any]]:
         """The newest audit entries."""
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             rows = conn.execute("SELECT * FROM audit " + ("WHERE user = ? " if user else "") +
                                 "ORDER BY id DESC LIMIT ?", (user, limit) if user else (limit,)).fetchall()
         return [{**dict(r), "detail": json.loads(r["detail"] or "{}")} for r in rows]

@@ -51,19 +51,12 @@ Svc = Annotated[Service, Depends(service)]
 JobState = Literal["queued", "running", "finished", "failed", "cancelled", "stopped"]
 
 
-class JobView(JobRow):
-    """A job as the API shows it: as stored, and — while it waits — why."""
-
-    pending_reason: str | None = None
-
-
-def job_views(svc: Service, jobs: list[JobRow]) -> list[JobView]:
+def job_views(svc: Service, jobs: list[JobRow]) -> list[JobRow]:
     """Each job with why it waits (when queued)."""
-    reasons = svc.queue.pending_reasons(jobs, svc.workers_alive())
-    return [JobView(**job.to_dict(), pending_reason=reasons[job.id]) for job in jobs]
+    return svc.queue.explain(jobs, svc.workers_alive())
 
 
-def job_view(svc: Service, job: JobRow) -> JobView:
+def job_view(svc: Service, job: JobRow) -> JobRow:
     """``job`` with why it waits (when queued)."""
     return job_views(svc, [job])[0]
 
@@ -77,20 +70,24 @@ def owned_job(svc: Service, user: User, job_id: str) -> JobRow:
 
 
 # ---------------------------------------------------------------------- server
+# The reads that clients poll (/health, /server, /me, /jobs, /jobs/{id}) are ``async``: they run on the event
+# loop, as indexed reads of the WAL job table (which never waits for a writer) taking well under a millisecond,
+# where a plain ``def`` would hop to FastAPI's thread pool and back — which cost more than the read
+# (bench/service.py). Whatever may block — a write, the catalogue, files, a submit's checks — stays a ``def``.
 @router.get("/health", summary="Liveness (no auth)")
-def health() -> dict[str, str]:
+async def health() -> dict[str, str]:
     """``{"status": "ok"}`` while the server answers."""
     return {"status": "ok"}
 
 
 @router.get("/server", summary="The server's limits, workers and queue")
-def server_info(user: Caller, svc: Svc) -> dict[str, Any]:
+async def server_info(user: Caller, svc: Svc) -> dict[str, Any]:
     """Limits, data roots, live workers and jobs per state."""
     return {**svc.config.public(), "workers": svc.workers_alive(), "jobs": svc.queue.counts()}
 
 
 @router.get("/me", summary="Who the token belongs to")
-def me(user: Caller) -> dict[str, Any]:
+async def me(user: Caller) -> dict[str, Any]:
     """The caller's name and whether they are an admin."""
     return {"name": user.name, "admin": user.admin}
 
@@ -119,20 +116,20 @@ def algorithm(name: str, user: Caller) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- jobs
-@router.post("/jobs", status_code=201, summary="Submit a job", response_model=JobView,
+@router.post("/jobs", status_code=201, summary="Submit a job", response_model=JobRow,
              responses={429: _error("your queue is full (the server's max_queued_per_user)")})
-def submit(request: JobRequest, http: Request, user: Caller, svc: Svc) -> JobView:
+def submit(request: JobRequest, http: Request, user: Caller, svc: Svc) -> JobRow:
     """Queue a training job. Checked now, as ``Trainer`` would: the algorithm, task and hyperparameters
     (400 naming the bad one), the data URI against the server's data roots (403), the user's queue (429)."""
     job = svc.accept(user, request, client_address(http))
     return job_view(svc, job)
 
 
-@router.get("/jobs", summary="List jobs", response_model=list[JobView])
-def list_jobs(user: Caller, svc: Svc, state: JobState | None = None, algorithm: str | None = None,
-              owner: Annotated[str | None, Query(alias="user", max_length=64)] = None,
-              limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-              offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> list[JobView]:
+@router.get("/jobs", summary="List jobs", response_model=list[JobRow])
+async def list_jobs(user: Caller, svc: Svc, state: JobState | None = None, algorithm: str | None = None,
+                    owner: Annotated[str | None, Query(alias="user", max_length=64)] = None,
+                    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                    offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> list[JobRow]:
     """The caller's jobs, newest first (an admin's: everyone's, or ``user``'s)."""
     who = (owner if user.admin else user.name)
     if owner is not None and not user.admin and owner != user.name:
@@ -140,14 +137,14 @@ def list_jobs(user: Caller, svc: Svc, state: JobState | None = None, algorithm: 
     return job_views(svc, svc.queue.list(who, state, algorithm, limit, offset))
 
 
-@router.get("/jobs/{job_id}", summary="One job", response_model=JobView)
-def get_job(job_id: str, user: Caller, svc: Svc) -> JobView:
+@router.get("/jobs/{job_id}", summary="One job", response_model=JobRow)
+async def get_job(job_id: str, user: Caller, svc: Svc) -> JobRow:
     """The job, its transitions (time and reason of each state) and, while it waits, why."""
     return job_view(svc, owned_job(svc, user, job_id))
 
 
-@router.post("/jobs/{job_id}/cancel", status_code=202, summary="Cancel a job", response_model=JobView)
-def cancel(job_id: str, http: Request, user: Caller, svc: Svc) -> JobView:
+@router.post("/jobs/{job_id}/cancel", status_code=202, summary="Cancel a job", response_model=JobRow)
+def cancel(job_id: str, http: Request, user: Caller, svc: Svc) -> JobRow:
     """A queued job is cancelled now; a running one gets SIGTERM, saves a checkpoint, and SIGKILL after the
     grace period."""
     owned_job(svc, user, job_id)
@@ -188,16 +185,10 @@ async def events(job: Annotated[JobRow, Depends(_visible_job)], request: Request
 
 
 # ---------------------------------------------------------------------- runs
-def _store(svc: Service) -> Any:
-    from twinkle_core.store.runs import RunStore
-
-    return RunStore(svc.config.home)
-
-
 def _rows(svc: Service, run: str | None) -> list[dict[str, Any]]:
     if not run:
         return []
-    store = _store(svc)
+    store = svc.store
     return metric_rows(store.path(store.run_id(run), "logs"))
 
 
@@ -208,7 +199,7 @@ def owned_run(svc: Service, user: User, user_part: str, project: str, run: str) 
     if not user.admin and user_part != user.name:
         raise HTTPException(404, f"no run '{user_part}/{project}/{run}'")
     try:
-        return _store(svc).get(f"{user_part}/{project}/{run}")
+        return svc.store.get(f"{user_part}/{project}/{run}")
     except TwinkleError:
         raise HTTPException(404, f"no run '{user_part}/{project}/{run}'") from None
 
@@ -218,7 +209,7 @@ def list_runs(user: Caller, svc: Svc, project: Annotated[str | None, Query(max_l
               status: Annotated[str | None, Query(max_length=20)] = None,
               limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> list[dict[str, Any]]:
     """The caller's runs, newest first (an admin's: everyone's)."""
-    runs = _store(svc).list(user=None if user.admin else user.name, project=project)
+    runs = svc.store.list(user=None if user.admin else user.name, project=project)
     return [json_safe(_run_summary(r)) for r in runs if status is None or r.status == status][:limit]
 
 
@@ -246,14 +237,14 @@ def run_metrics(owner: str, project: str, run: str, user: Caller, svc: Svc) -> d
 def run_files(owner: str, project: str, run: str, user: Caller, svc: Svc) -> list[dict[str, Any]]:
     """Every artefact of the run: plan, data record, logs, curves, checkpoints, exports."""
     record = owned_run(svc, user, owner, project, run)
-    return list_files(_store(svc).run_dir(record.id))
+    return list_files(svc.store.run_dir(record.id))
 
 
 @router.get("/runs/{owner}/{project}/{run}/files/{path:path}", summary="Download a run's file")
 def run_file(owner: str, project: str, run: str, path: str, user: Caller, svc: Svc) -> FileResponse:
     """One artefact; a path that leaves the run's folder is 404 and nothing is read."""
     record = owned_run(svc, user, owner, project, run)
-    return _download(_store(svc).run_dir(record.id), path)
+    return _download(svc.store.run_dir(record.id), path)
 
 
 def _download(folder: str, path: str) -> FileResponse:

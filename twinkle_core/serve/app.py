@@ -21,6 +21,7 @@ from twinkle_core.errors import TwinkleError
 from twinkle_core.serve.accounts import Accounts, User
 from twinkle_core.serve.config import DataAccessError, ServerConfig
 from twinkle_core.serve.queue import JobQueue, QueueFullError
+from twinkle_core.store.runs import RunStore
 
 SESSION_COOKIE = "twinkle_session"
 """The dashboard's session cookie."""
@@ -28,11 +29,13 @@ SESSION_COOKIE = "twinkle_session"
 
 @dataclass
 class Service:
-    """What every request handler needs: the configuration, the queue and the accounts."""
+    """What every request handler needs, opened once per app and shared by its requests and event streams (each
+    thread gets its own SQLite connection from them): the configuration, the queue, the accounts, the run store."""
 
     config: ServerConfig
     queue: JobQueue
     accounts: Accounts
+    store: RunStore
 
     def accept(self, user: User, request: Any, client: str | None, **audit: Any) -> Any:
         """Check a :class:`~twinkle_core.serve.submission.JobRequest` as ``Trainer`` would (its data and every
@@ -59,8 +62,11 @@ class Service:
         return len(self.queue.workers(self.config.lease_seconds))
 
 
-def service(request: Request) -> Service:
-    """The :class:`Service` of the app handling ``request``."""
+async def service(request: Request) -> Service:
+    """The :class:`Service` of the app handling ``request``.
+
+    The dependencies here are ``async``: FastAPI runs a plain ``def`` dependency in its thread pool, and a hop
+    there and back costs more than what they do (the endpoints themselves stay in the pool)."""
     return request.app.state.service
 
 
@@ -74,9 +80,11 @@ BEARER = HTTPBearer(auto_error=False, description="a token from 'twinkle users a
 """The API's security scheme in the OpenAPI document (the header is read by :func:`optional_user`)."""
 
 
-def optional_user(request: Request, svc: Annotated[Service, Depends(service)],
-                  _bearer: Annotated[Any, Depends(BEARER)] = None) -> User | None:
-    """The caller, from a Bearer token or (for reading) the session cookie; ``None`` when not logged in."""
+async def optional_user(request: Request, svc: Annotated[Service, Depends(service)],
+                        _bearer: Annotated[Any, Depends(BEARER)] = None) -> User | None:
+    """The caller, from a Bearer token or (for reading) the session cookie; ``None`` when not logged in. (The
+    lookup is one primary-key read of a WAL database, where readers never wait for writers: tens of
+    microseconds, so it runs on the event loop.)"""
     if not svc.config.auth:
         return _local_user()
     header = request.headers.get("authorization", "")
@@ -95,7 +103,7 @@ def optional_user(request: Request, svc: Annotated[Service, Depends(service)],
     return None
 
 
-def current_user(request: Request, user: Annotated[User | None, Depends(optional_user)]) -> User:
+async def current_user(request: Request, user: Annotated[User | None, Depends(optional_user)]) -> User:
     """The caller; 401 without credentials. A cookie alone may only read (``GET``): writing needs the token."""
     if user is None:
         raise HTTPException(401, "log in: send 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
@@ -124,7 +132,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app = _App(title="Twinkle", version=_version(), summary="Training as a service: jobs, runs and models",
                   max_body_size=config.max_body_bytes)
     app.state.service = Service(config, JobQueue(config.db_path, config.max_running_per_user),
-                                Accounts(config.db_path))
+                                Accounts(config.db_path), RunStore(config.home))
     app.include_router(router, prefix="/api/v1")
     mount_dashboard(app)
 

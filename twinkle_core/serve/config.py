@@ -57,6 +57,8 @@ class ServerConfig(BaseModel):
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description="the largest request body accepted")
     max_upload_bytes: int = Field(default=1 << 30, ge=1024, description="the largest data upload (and what it unpacks to)")
     ray_address: str | None = Field(default=None, description="hand jobs with backend='ray' to this Ray cluster")
+    training_nice: int = Field(default=10, ge=0, le=19, description="the scheduling priority the workers and their "
+                               "training run at, below the API's (0: the same): the API answers while every core trains")
     fresh_processes: bool = Field(default=False, description="start each job in a new interpreter (it sees code "
                                   "upgraded while the server runs) instead of forking it from a template process "
                                   "that imported the Trainer once (starts in under a second)")

@@ -59,7 +59,7 @@ class LoginRequired(Exception):
     """The page needs a logged-in user."""
 
 
-def page_user(user: Annotated[User | None, Depends(optional_user)]) -> User:
+async def page_user(user: Annotated[User | None, Depends(optional_user)]) -> User:
     """The logged-in user of a page (redirects to the login page otherwise)."""
     if user is None:
         raise LoginRequired
@@ -156,9 +156,7 @@ def _visible(svc: Service, user: User, job_id: str) -> Any:
 def _run_details(svc: Service, run_uri: str | None) -> dict[str, Any] | None:
     if not run_uri:
         return None
-    from twinkle_core.store.runs import RunStore
-
-    store = RunStore(svc.config.home)
+    store = svc.store
     try:
         record = store.get(run_uri)
     except TwinkleError:
@@ -261,9 +259,7 @@ async def submit_form(request: Request, svc: Svc, user: Viewer) -> Response:
 @pages.get("/runs", response_class=HTMLResponse)
 def runs_page(request: Request, svc: Svc, user: Viewer, status: str | None = None) -> HTMLResponse:
     """Runs (the user's; an admin's: everyone's)."""
-    from twinkle_core.store.runs import RunStore
-
-    runs = [r for r in RunStore(svc.config.home).list(user=None if user.admin else user.name)
+    runs = [r for r in svc.store.list(user=None if user.admin else user.name)
             if not status or r.status == status]
     return _render(request, "runs.html", user, runs=runs[:300], status_filter=status or "")
 

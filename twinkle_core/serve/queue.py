@@ -20,14 +20,13 @@ import socket
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+from pydantic_core import from_json
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.serve.sqlite import connect, create
+from twinkle_core.store.sqlite import Database
 
 STATES: tuple[str, ...] = ("queued", "running", "finished", "failed", "cancelled", "stopped")
 """Every job state; the last four are final."""
@@ -60,6 +59,8 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (state, priority, seq);
 CREATE INDEX IF NOT EXISTS jobs_user ON jobs (user, state);
+CREATE INDEX IF NOT EXISTS jobs_user_newest ON jobs (user, seq);
+CREATE INDEX IF NOT EXISTS jobs_newest ON jobs (seq);
 CREATE TABLE IF NOT EXISTS transitions (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     job TEXT NOT NULL,
@@ -101,7 +102,8 @@ def strict_json(value: Any) -> str:
 
 
 class JobRow(BaseModel):
-    """One job as stored (``request`` is the submitted JSON, parsed)."""
+    """One job as stored (``request`` is the submitted JSON, parsed) and, while it waits, why
+    (``pending_reason``, filled in by :meth:`JobQueue.explain`)."""
 
     id: str
     seq: int
@@ -125,6 +127,7 @@ class JobRow(BaseModel):
     reason: str | None = None
     result: dict[str, Any] | None = None
     transitions: list[dict[str, Any]] = Field(default_factory=list)
+    pending_reason: str | None = None
 
     @property
     def final(self) -> bool:
@@ -138,9 +141,9 @@ class JobRow(BaseModel):
 
 def _row(values: sqlite3.Row) -> JobRow:
     data = dict(values)
-    data["request"] = json.loads(data["request"])
-    data["result"] = json.loads(data["result"]) if data["result"] else None
-    return JobRow(**data)
+    data["request"] = from_json(data["request"])  # pydantic's parser: twice as fast as json.loads on a list's rows
+    data["result"] = from_json(data["result"]) if data["result"] else None
+    return JobRow.model_validate(data)
 
 
 class JobQueue:
@@ -155,23 +158,7 @@ class JobQueue:
         """Open (and create) the table."""
         self.path = path
         self.max_running_per_user = max_running_per_user
-        create(path, _SCHEMA)
-
-    # ------------------------------------------------------------------ plumbing
-    def _connect(self) -> Any:
-        return connect(self.path)
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction that holds SQLite's write lock from its first statement (``BEGIN IMMEDIATE``)."""
-        with self._connect() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        self.db = Database(path, _SCHEMA)
 
     @staticmethod
     def _transition(conn: sqlite3.Connection, job: str, state: str, reason: str | None, worker: str | None = None,
@@ -188,7 +175,7 @@ class JobQueue:
         """
         now = time.time()
         job_id = uuid.uuid4().hex[:12]
-        with self._write() as conn:
+        with self.db.write() as conn:
             if max_queued is not None:
                 waiting = conn.execute("SELECT COUNT(*) FROM jobs WHERE user = ? AND state = 'queued'",
                                        (user,)).fetchone()[0]
@@ -205,7 +192,7 @@ class JobQueue:
 
     def get(self, job_id: str, transitions: bool = True) -> JobRow | None:
         """The job ``job_id`` (with its transitions), or ``None``."""
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             found = conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if found is None:
                 return None
@@ -227,21 +214,21 @@ class JobQueue:
             clauses.append("json_extract(request, '$.algorithm') = ?")
             args.append(algorithm)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             rows = conn.execute(f"SELECT * FROM jobs {where} ORDER BY seq DESC LIMIT ? OFFSET ?",  # noqa: S608
                                 (*args, limit, offset)).fetchall()
         return [_row(r) for r in rows]
 
     def transitions_after(self, job_id: str, seq: int) -> list[dict[str, Any]]:
         """The job's transitions with a sequence number above ``seq``."""
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             return [dict(r) for r in conn.execute(
                 "SELECT seq, time, state, reason, worker FROM transitions WHERE job = ? AND seq > ? ORDER BY seq",
                 (job_id, seq))]
 
     def counts(self) -> dict[str, int]:
         """Jobs per state."""
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             found = dict(conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
         return {state: found.get(state, 0) for state in STATES}
 
@@ -249,7 +236,7 @@ class JobQueue:
     def worker_beat(self, worker: str, job: str | None, pid: int | None = None) -> None:
         """Record that ``worker`` is alive (and which job it holds)."""
         now = time.time()
-        with self._write() as conn:
+        with self.db.write() as conn:
             conn.execute(
                 "INSERT INTO workers (id, pid, host, started, beat, job) VALUES (?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT(id) DO UPDATE SET beat = excluded.beat, job = excluded.job, "
@@ -258,12 +245,12 @@ class JobQueue:
 
     def worker_gone(self, worker: str) -> None:
         """Remove ``worker`` from the table (it stopped)."""
-        with self._write() as conn:
+        with self.db.write() as conn:
             conn.execute("DELETE FROM workers WHERE id = ?", (worker,))
 
     def workers(self, stale_after: float) -> list[dict[str, Any]]:
         """Workers that beat within the last ``stale_after`` seconds."""
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             return [dict(r) for r in conn.execute("SELECT * FROM workers WHERE beat >= ? ORDER BY id",
                                                   (time.time() - stale_after,))]
 
@@ -272,7 +259,7 @@ class JobQueue:
         """Requeue jobs whose lease expired, then give ``worker`` the best queued job it may run (highest
         priority, then oldest; skipping users at their running limit) under a lease; ``None`` when none."""
         now = time.time()
-        with self._write() as conn:
+        with self.db.write() as conn:
             self._requeue_expired(conn, now)
             limit = self.max_running_per_user
             busy = "" if limit is None else (
@@ -309,7 +296,7 @@ class JobQueue:
 
     def held_by(self, worker: str) -> list[JobRow]:
         """The jobs ``worker`` runs now."""
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             return [_row(r) for r in conn.execute("SELECT * FROM jobs WHERE state = 'running' AND worker = ?",
                                                    (worker,))]
 
@@ -318,7 +305,7 @@ class JobQueue:
         queue now — not when their lease runs out, which stays the fallback for a worker nobody watches — and it
         leaves the workers table. Stop their training processes first (:meth:`held_by`, ``pid``)."""
         now = time.time()
-        with self._write() as conn:
+        with self.db.write() as conn:
             for job in conn.execute(f"{_CRASH_COLUMNS} FROM jobs WHERE state = 'running' AND worker = ?",  # noqa: S608
                                     (worker,)).fetchall():
                 self._crashed(conn, job, f"worker {worker} died ({how}); the server requeued the job at once", now)
@@ -340,7 +327,7 @@ class JobQueue:
 
     def heartbeat(self, job_id: str, worker: str, lease_seconds: float) -> bool:
         """Renew ``worker``'s lease on ``job_id``; ``False`` when the worker no longer holds it (stop the job)."""
-        with self._write() as conn:
+        with self.db.write() as conn:
             changed = conn.execute(
                 "UPDATE jobs SET lease_until = ?, updated = ? WHERE id = ? AND worker = ? AND state = 'running'",
                 (time.time() + lease_seconds, time.time(), job_id, worker)).rowcount
@@ -348,13 +335,13 @@ class JobQueue:
 
     def set_process(self, job_id: str, worker: str, pid: int, run: str | None = None) -> None:
         """Record the job's training process (its process group) and run, while ``worker`` holds it."""
-        with self._write() as conn:
+        with self.db.write() as conn:
             conn.execute("UPDATE jobs SET pid = ?, run = COALESCE(?, run) WHERE id = ? AND worker = ?",
                          (pid, run, job_id, worker))
 
     def set_run(self, job_id: str, run: str) -> None:
         """Record the run the job trains."""
-        with self._write() as conn:
+        with self.db.write() as conn:
             conn.execute("UPDATE jobs SET run = ? WHERE id = ?", (run, job_id))
 
     def release(self, job_id: str, worker: str, state: str, reason: str, *, used_seconds: float = 0.0,
@@ -365,7 +352,7 @@ class JobQueue:
         if state not in STATES or state == "running":
             raise ValueError(f"cannot release a job into state {state!r}")
         now = time.time()
-        with self._write() as conn:
+        with self.db.write() as conn:
             held = conn.execute("SELECT 1 FROM jobs WHERE id = ? AND worker = ? AND state = 'running'",
                                 (job_id, worker)).fetchone()
             if held is None:
@@ -386,7 +373,7 @@ class JobQueue:
         """Cancel ``job_id``: a queued job now; a running one is asked to stop (its worker sends SIGTERM, waits
         the grace period, then SIGKILL). A job that has ended is returned unchanged."""
         now = time.time()
-        with self._write() as conn:
+        with self.db.write() as conn:
             job = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if job is not None and job["state"] == "queued":
                 reason = f"cancelled by {by} before it started"
@@ -401,7 +388,7 @@ class JobQueue:
         """Put every ``running`` job back in the queue (the server restarted: nobody holds them any more);
         returns them as they were, so their processes can be stopped."""
         now = time.time()
-        with self._write() as conn:
+        with self.db.write() as conn:
             orphans = [_row(r) for r in conn.execute("SELECT * FROM jobs WHERE state = 'running'").fetchall()]
             for job in orphans:
                 self._back_to_queue(conn, job.id, reason, now, crashed=False)
@@ -413,11 +400,18 @@ class JobQueue:
         """Why a queued job has not started, in words (``None`` for a job that is not queued)."""
         return self.pending_reasons([job], workers)[job.id]
 
+    def explain(self, jobs: list[JobRow], workers: int) -> list[JobRow]:
+        """``jobs``, each queued one with its :attr:`JobRow.pending_reason` set; returns them."""
+        reasons = self.pending_reasons(jobs, workers)
+        for job in jobs:
+            job.pending_reason = reasons[job.id]
+        return jobs
+
     def pending_reasons(self, jobs: list[JobRow], workers: int) -> dict[str, str | None]:
         """:meth:`pending_reason` of each job, from one look at the queue."""
         if not any(job.state == "queued" for job in jobs):
             return {job.id: None for job in jobs}
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             per_user = dict(conn.execute("SELECT user, COUNT(*) FROM jobs WHERE state = 'running' GROUP BY user"))
             order = [(-r[0], r[1]) for r in conn.execute("SELECT priority, seq FROM jobs WHERE state = 'queued'")]
         order.sort()

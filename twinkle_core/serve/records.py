@@ -53,6 +53,19 @@ def metric_rows(logs_dir: str) -> list[dict[str, Any]]:
     return rows
 
 
+def metrics_version(logs_dir: str) -> tuple[tuple[int, int] | None, ...]:
+    """What :func:`metric_rows` would read, in a word: each metric file's size and modification time (``None``
+    for a missing one). Equal versions, equal rows — a reader polling for new rows need not parse them again."""
+    version: list[tuple[int, int] | None] = []
+    for name in (HISTORY, "metrics.csv"):
+        try:
+            found = os.stat(os.path.join(logs_dir, name))
+            version.append((found.st_size, found.st_mtime_ns))
+        except OSError:
+            version.append(None)
+    return tuple(version)
+
+
 def _number(text: str) -> Any:
     try:
         return float(text)

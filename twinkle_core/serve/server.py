@@ -11,6 +11,7 @@ jobs (SIGTERM, a checkpoint, back in the queue) and exit.
 from __future__ import annotations
 
 import fcntl
+import gc
 import os
 import signal
 import subprocess
@@ -179,6 +180,9 @@ def serve(config: ServerConfig, announce: Any = print) -> None:
         handle.write(config.model_dump_json(indent=2))
     pool = WorkerPool(config, count, config_path)
     app = create_app(config)
+    # what is loaded now lives as long as the server: out of the collector's sight, a full collection does not
+    # walk its half a million objects (about 0.3 s on a small machine) in the middle of requests
+    gc.freeze()
     server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
                                            timeout_graceful_shutdown=3, access_log=False))
     received: list[int] = []

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from twinkle_core.serve.records import metric_rows, read_log
+from twinkle_core.serve.records import metric_rows, metrics_version, read_log
 
 POLL_SECONDS = 0.5
 """How often a stream looks for news."""
@@ -29,18 +29,29 @@ def _json_event(name: str, payload: Any, cursor: str) -> dict[str, Any]:
     return {"event": name, "data": payload, "id": cursor}
 
 
-def _read(svc: Any, job_id: str, seq: int, offset: int) -> tuple[Any, list[dict[str, Any]], str, int, list[Any]]:
-    """One look at the job (in a worker thread: files and SQLite block)."""
-    from twinkle_core.store.runs import RunStore
+class _Rows:
+    """A stream's metric rows, parsed again only when their files changed."""
 
+    def __init__(self) -> None:
+        self.version: Any = None
+        self.rows: list[dict[str, Any]] = []
+
+    def read(self, logs_dir: str) -> list[dict[str, Any]]:
+        """The rows in ``logs_dir``."""
+        version = metrics_version(logs_dir)
+        if version != self.version:
+            self.version, self.rows = version, metric_rows(logs_dir)
+        return self.rows
+
+
+def _read(svc: Any, job_id: str, seq: int, offset: int,
+          rows: _Rows) -> tuple[Any, list[dict[str, Any]], str, int, list[Any]]:
+    """One look at the job (in a worker thread: files and SQLite block)."""
     job = svc.queue.get(job_id, transitions=False)
     transitions = svc.queue.transitions_after(job_id, seq)
     text, after = read_log(svc.config.home, job_id, offset)
-    rows: list[Any] = []
-    if job is not None and job.run:
-        store = RunStore(svc.config.home)
-        rows = metric_rows(store.path(store.run_id(job.run), "logs"))
-    return job, transitions, text, after, rows
+    found = rows.read(svc.store.path(svc.store.run_id(job.run), "logs")) if job is not None and job.run else []
+    return job, transitions, text, after, found
 
 
 async def job_events(svc: Any, job_id: str, cursor: str | None, request: Request,
@@ -48,8 +59,9 @@ async def job_events(svc: Any, job_id: str, cursor: str | None, request: Request
     """Events of ``job_id`` after ``cursor`` until the job has ended and everything is sent (then ``end``), or
     the client goes away. ``render(name, payload, cursor)`` shapes each event (default: JSON data)."""
     seq, offset, count = parse_cursor(cursor)
+    metrics = _Rows()
     while True:
-        job, transitions, text, after, rows = await run_in_threadpool(_read, svc, job_id, seq, offset)
+        job, transitions, text, after, rows = await run_in_threadpool(_read, svc, job_id, seq, offset, metrics)
         if job is None:
             return
         for change in transitions:

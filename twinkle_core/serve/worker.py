@@ -231,6 +231,7 @@ def main(argv: list[str]) -> int:
     with open(argv[0], encoding="utf-8") as handle:
         config = ServerConfig.model_validate_json(handle.read())
     die_with_parent_now(signal.SIGTERM)  # a worker does not outlive its server
+    os.nice(config.training_nice)  # its training (forked from here) inherits it: the API keeps a core's worth
     with open(os.path.join(config.state_dir, "workers.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_SH)  # a new server waits until every old worker has let go of its job
         Worker(config, argv[1]).loop()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
 from twinkle_core.errors import TwinkleError
+from twinkle_core.store.sqlite import Database
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -100,11 +100,11 @@ class Catalogue:
         Raises:
             CatalogueError: the file is damaged or not a SQLite database; the message says how to recover.
         """
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self.path = path
         try:
-            with self._connect() as db:
-                db.executescript(_SCHEMA)
+            # the rollback journal, not WAL: 'twinkle runs repair' moves a damaged file aside whole
+            self.db = Database(path, _SCHEMA, wal=False, timeout=30)
+            with self.db.connect() as db:
                 db.execute("SELECT COUNT(*) FROM runs").fetchone()
         except sqlite3.DatabaseError as err:
             raise CatalogueError(
@@ -115,23 +115,16 @@ class Catalogue:
     def restore(self, row: dict[str, Any]) -> None:
         """Insert a run exactly as given (its id and number included), replacing one with the same id."""
         encoded = {k: json.dumps(v) if k in _JSON else v for k, v in row.items()}
-        with self._connect() as db:
+        with self.db.connect() as db:
             db.execute(
                 f"INSERT OR REPLACE INTO runs ({', '.join(encoded)}) VALUES ({', '.join('?' for _ in encoded)})",
                 tuple(encoded.values()),
             )
 
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        db.row_factory = sqlite3.Row
-        return db
-
     def create(self, user: str, project: str, **values: Any) -> RunRecord:
         """Insert a new run numbered after the project's last one; returns its record."""
         now = time.time()
-        db = self._connect()
-        try:
-            db.execute("BEGIN IMMEDIATE")
+        with self.db.write() as db:
             (last,) = db.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM runs WHERE user = ? AND project = ?", (user, project)
             ).fetchone()
@@ -145,19 +138,13 @@ class Catalogue:
                 f"INSERT INTO runs ({', '.join(encoded)}) VALUES ({', '.join('?' for _ in encoded)})",
                 tuple(encoded.values()),
             )
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        finally:
-            db.close()
         return self.get(row["id"])  # type: ignore[return-value]
 
     def update(self, run_id: str, **values: Any) -> RunRecord:
         """Set columns of run ``run_id`` (JSON columns take Python values)."""
         values["updated"] = time.time()
         encoded = {k: json.dumps(v) if k in _JSON else v for k, v in values.items()}
-        with self._connect() as db:
+        with self.db.connect() as db:
             db.execute(
                 f"UPDATE runs SET {', '.join(f'{k} = ?' for k in encoded)} WHERE id = ?",
                 (*encoded.values(), run_id),
@@ -168,7 +155,7 @@ class Catalogue:
 
     def get(self, run_id: str) -> RunRecord | None:
         """The run ``user/project/runN``, or ``None``."""
-        with self._connect() as db:
+        with self.db.connect() as db:
             row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
         return _record(row) if row else None
 
@@ -179,7 +166,7 @@ class Catalogue:
         if clauses:
             sql += " WHERE " + " AND ".join(f"{k} = ?" for k in clauses)
         sql += " ORDER BY created DESC, seq DESC"
-        with self._connect() as db:
+        with self.db.connect() as db:
             rows = db.execute(sql, tuple(clauses.values())).fetchall()
         return (_record(r) for r in rows)
 
