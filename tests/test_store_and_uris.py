@@ -181,6 +181,7 @@ def test_a_database_keeps_one_connection_per_thread_and_never_a_stale_or_inherit
         assert not first.in_transaction and count() == 0
     with db.write() as conn:
         conn.execute("INSERT INTO t VALUES (1)")
+        assert count() == 1  # a read inside a write block sees it, and leaves the write's transaction alone
     assert count() == 1
 
     other = sqlite3.connect(tmp_path / "b.sqlite")

@@ -74,12 +74,14 @@ class Database:
 
     @contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
-        """This thread's connection; a transaction the block left open (it raised) is rolled back on the way out."""
+        """This thread's connection; a transaction the block opened and left open (it raised) is rolled back on
+        the way out — one that was open before it (a :meth:`write` block around it) is left to its owner."""
         conn = self._thread_connection()
+        outer = conn.in_transaction
         try:
             yield conn
         finally:
-            if conn.in_transaction:
+            if conn.in_transaction and not outer:
                 conn.rollback()
 
     @contextmanager
