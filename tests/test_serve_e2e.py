@@ -137,3 +137,31 @@ def test_twenty_jobs_from_two_users_survive_a_killed_worker_and_a_server_restart
     stopped_by_restart = [j for j in ids if any("the server stopped" in (r["reason"] or "") for r in db_rows(
         home, "SELECT reason FROM transitions WHERE job = ?", j))]
     assert stopped_by_restart  # the restart did stop running jobs, and they finished with the same weights
+
+    # The server SIGKILLed between a job's last epoch and its end (issue 24, point 4): its last checkpoint holds every
+    # epoch, while the job and its run still say running and the run's end-of-run metrics are not written. The next
+    # server resumes it for no step and it ends finished with every metric, as it had.
+    done = untouched[0]
+    full = RunStore(str(home)).get(jobs[done]["run"])
+    full_result = json.loads(jobs[done]["result"])
+    rows_before = len(pd.read_csv(Path(RunStore(str(home)).run_dir(full.id)) / "logs" / "metrics.csv"))
+    server.kill()
+    server.wait(timeout=60)
+    conn = sqlite3.connect(home / "serve" / "service.sqlite", timeout=30)
+    with conn:  # what the kill leaves of the job: running, held by a worker that died with the server
+        conn.execute("UPDATE jobs SET state = 'running', worker = 'w1-gone-1', lease_until = ?, finished = NULL, "
+                     "result = NULL, reason = NULL WHERE id = ?", (time.time() + 600, done))
+        conn.execute("DELETE FROM transitions WHERE job = ? AND state = 'finished'", (done,))
+    conn.close()
+    RunStore(str(home)).update(full.id, status="running", metrics={}, finished=None)
+    server = twinkle_service.start(home, port, *options)
+    ended = wait_for(lambda: [r for r in db_rows(home, "SELECT * FROM jobs WHERE id = ?", done)
+                              if r["state"] in ("finished", "failed", "cancelled", "stopped")], 300, "the job to end")[0]
+    assert ended["state"] == "finished" and ended["run"] == jobs[done]["run"], log.read_text()[-3000:]
+    assert json.loads(ended["result"])["metrics"] == pytest.approx(full_result["metrics"])
+    again = RunStore(str(home)).get(full.id)
+    assert again.status == "finished" and again.metrics == pytest.approx(full.metrics)
+    assert len(pd.read_csv(Path(RunStore(str(home)).run_dir(full.id)) / "logs" / "metrics.csv")) == rows_before
+    reasons = [r["reason"] or "" for r in db_rows(home, "SELECT reason FROM transitions WHERE job = ? ORDER BY seq", done)]
+    assert "restarted" in reasons[-3] and reasons[-1] == f"the run {jobs[done]['run']} finished", reasons
+    assert not any("nothing to save" in r for r in reasons)
