@@ -1,4 +1,4 @@
-"""What a plugin registers: component kinds and the :class:`Component` record.
+"""What a plugin registers: component kinds, the :class:`Component` record, and :class:`Task` (a task's record).
 
 A component is one registered thing — an algorithm, a data processor, a resource strategy or an
 exporter — under a name, with the plugin that registered it, a lazily imported target and metadata.
@@ -8,11 +8,79 @@ Nothing here imports a target until :meth:`Component.load` is called.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Mapping
 
 from twinkle_core.errors import PluginLoadError, RegistrationError
 from twinkle_core.imports import import_heavy
+
+
+TASK_KINDS: dict[str, tuple[str, str]] = {
+    "classification": ("val_accuracy", "max"),
+    "regression": ("val_loss", "min"),
+    "detection": ("val_map50", "max"),
+    "forecasting": ("val_loss", "min"),
+    "generation": ("val_loss", "min"),
+    "other": ("val_loss", "min"),
+}
+"""Each task kind and the metric (with its mode) that picks the best checkpoint by default."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One registered task.
+
+    Attributes:
+        name: the task's name (``"image_classification"``).
+        kind: one of :data:`TASK_KINDS`; classification gets cross-entropy and accuracy, regression mean
+            squared error and MAE.
+        description: one line on what the task predicts.
+        monitor: the validation metric that picks the best checkpoint (default: the kind's).
+        mode: ``"max"`` when higher is better, else ``"min"`` (default: the kind's).
+        batch: what a batch looks like, in words (``"(features float32 [B, F], class int64 [B])"``).
+    """
+
+    name: str
+    kind: str = "other"
+    description: str = ""
+    monitor: str = ""
+    mode: Literal["min", "max"] | str = ""
+    batch: str = ""
+
+    def __post_init__(self) -> None:
+        """Fill the monitored metric from the kind."""
+        default_metric, default_mode = TASK_KINDS.get(self.kind, TASK_KINDS["other"])
+        if not self.monitor:
+            object.__setattr__(self, "monitor", default_metric)
+            if not self.mode:
+                object.__setattr__(self, "mode", default_mode)
+        if not self.mode:
+            object.__setattr__(self, "mode", "min")
+
+    @classmethod
+    def from_registration(cls, plugin: str, name: str, meta: Mapping[str, Any]) -> Task:
+        """Build a task from ``register(name, **meta)``, naming any bad value and its fix.
+
+        Raises:
+            RegistrationError: an unknown ``kind``, a ``mode`` other than min/max, or unknown keys.
+        """
+        where = f"plugin '{plugin}' registered task {name!r}"
+        known = {"kind", "description", "monitor", "mode", "batch", "aliases"}
+        unknown = sorted(set(meta) - known)
+        if unknown:
+            raise RegistrationError(f"{where} with unknown key(s) {', '.join(unknown)}; a task takes {', '.join(sorted(known))}")
+        kind = meta.get("kind")
+        if kind not in TASK_KINDS:
+            raise RegistrationError(f"{where} with kind={kind!r}; pass kind= one of {', '.join(TASK_KINDS)}")
+        mode = meta.get("mode", "")
+        if mode not in ("", "min", "max"):
+            raise RegistrationError(f"{where} with mode={mode!r}; pass mode='min' or mode='max'")
+        return cls(name, str(kind), str(meta.get("description", "")), str(meta.get("monitor", "")), mode,
+                   str(meta.get("batch", "")))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -37,7 +105,7 @@ class Kind:
 KINDS: dict[str, Kind] = {
     kind.name: kind
     for kind in (
-        Kind("task", "register_tasks", (), "twinkle_core.tasks:Task", "tasks"),
+        Kind("task", "register_tasks", (), "twinkle_core.components:Task", "tasks"),
         Kind("algorithm", "register_algorithms", ("task",), "twinkle_core.algorithm:Algorithm", "algorithms"),
         Kind(
             "data_processor",
@@ -211,8 +279,6 @@ def make_component(kind: str, plugin: str, name: Any, target: Any, meta: dict[st
             "(':' is reserved for 'plugin:name')"
         )
     if kind == "task":  # a task is its metadata: register(name, kind=..., description=...)
-        from twinkle_core.tasks import Task
-
         if target is None:
             target = Task.from_registration(plugin, name, meta)
         elif not isinstance(target, Task) or target.name != name:

@@ -8,9 +8,11 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Iterable
 
-from twinkle_core.components import Component
+from twinkle_core.components import Component, Task
+from twinkle_core.errors import UnknownTaskError
 from twinkle_core.plugins import get_plugin_set
 
 Pattern = str | Iterable[str] | None
@@ -54,3 +56,35 @@ def list_resource_strategies(pattern: Pattern = None, task: str | None = None) -
 def list_exporters(pattern: Pattern = None) -> list[str]:
     """Names of registered exporters matching ``pattern``."""
     return [c.name for c in list_components("exporter", pattern)]
+
+
+def _registered() -> dict[str, Task]:
+    return {c.name: c.load() for c in list_components("task")}
+
+
+def list_tasks() -> list[Task]:
+    """Every registered task (core's and the installed plugins'), sorted by name."""
+    return sorted(_registered().values(), key=lambda t: t.name)
+
+
+def get_task(name: str) -> Task:
+    """The registered task ``name``.
+
+    Raises:
+        UnknownTaskError: no plugin registers it; the message lists close matches and every known task.
+    """
+    tasks = _registered()
+    if name in tasks:
+        return tasks[name]
+    close = difflib.get_close_matches(name, list(tasks), n=3)
+    hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+    raise UnknownTaskError(
+        f"unknown task '{name}'; {hint}known tasks: {', '.join(sorted(tasks))}. A plugin adds a task with the "
+        "register_tasks hook (see docs/plugins/tasks.md)"
+    )
+
+
+def check_task(task: str) -> str:
+    """Return ``task`` if a plugin registers it, else raise :class:`UnknownTaskError`."""
+    get_task(task)
+    return task

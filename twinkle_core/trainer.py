@@ -31,14 +31,15 @@ from twinkle_core.engine.selection import choose_processor, choose_strategy, res
 from twinkle_core.engine.settings import TrainerSettings, check_names, route, trainer_settings
 from twinkle_core.errors import HyperparameterError, TwinkleError
 from twinkle_core.hyperparams import coerce
+from twinkle_core.jobs.folder import JobFolder
 from twinkle_core.jobs.spec import current_job_dir
-from twinkle_core.jobs.spec import write_json as write_job_json
 from twinkle_core.exporting.base import ExportResult
 from twinkle_core.lookup import list_components
 from twinkle_core.operations import Operations
 from twinkle_core.ops.memory import scale_batch
 from twinkle_core.ops.verify import save_data_manifest
 from twinkle_core.planning import DataLoadingDecider, Hardware, Plan, PlanContext, PlanningError, measure_example
+from twinkle_core.processes import DEFAULT_MAX_RESTARTS, inside_ray_worker
 from twinkle_core.store.runs import RunStore
 from twinkle_core.uris import filesystem, join, size_of
 
@@ -319,7 +320,7 @@ class Trainer(Operations):
         record = self._reopen_run(reopen, plan) if reopen else self._create_run(uri, prepared, plan, routed)
         folder = current_job_dir()
         if folder is not None:
-            write_job_json(folder, "run.json", {"run": record.uri})
+            JobFolder(folder).record_run(record.uri)
         return record
 
     def _reopen_run(self, run: str, plan: Plan) -> Any:
@@ -357,7 +358,7 @@ class Trainer(Operations):
                                                         "spec": prepared.spec.to_dict(), **prepared.details})
         return record
 
-    def supervise(self, data: str | None = None, max_restarts: int = 3) -> FitResult:
+    def supervise(self, data: str | None = None, max_restarts: int = DEFAULT_MAX_RESTARTS) -> FitResult:
         """Like :meth:`fit`, in a worker process that is restarted when it dies (SIGKILL, the OOM killer, a
         crash) — from the run's last checkpoint, exactly, up to ``max_restarts`` times; the run keeps one id
         and each restart is an alert (kind ``restart``). See :mod:`twinkle_core.jobs.supervisor`.
@@ -395,7 +396,7 @@ class Trainer(Operations):
 
     def _on_ray(self) -> bool:
         """Whether this fit goes to Ray Train (``backend="ray"``, or ``RAY_ADDRESS`` set) — not inside its workers."""
-        if os.environ.get("TWINKLE_LAUNCHER") == "ray":
+        if inside_ray_worker():
             return False
         backend = self.settings.backend
         return backend == "ray" or (backend is None and bool(os.environ.get("RAY_ADDRESS")))

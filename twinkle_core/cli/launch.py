@@ -16,6 +16,7 @@ import sys
 import click
 
 from twinkle_core.cli.output import echo_json
+from twinkle_core.processes import DEFAULT_MAX_RESTARTS
 
 
 def torchrun_command(folder: str, nodes: int, devices: int, endpoint: str, job_id: str, max_restarts: int) -> list[str]:
@@ -37,7 +38,7 @@ def torchrun_command(folder: str, nodes: int, devices: int, endpoint: str, job_i
 @click.option("--master-addr", default="127.0.0.1", show_default=True,
               help="The rendezvous host: an address every node reaches (the first node's).")
 @click.option("--master-port", type=int, default=29400, show_default=True, help="The rendezvous port.")
-@click.option("--max-restarts", type=click.IntRange(min=0), default=3, show_default=True,
+@click.option("--max-restarts", type=click.IntRange(min=0), default=DEFAULT_MAX_RESTARTS, show_default=True,
               help="Restarts of the whole group from the last checkpoint after a process dies.")
 @click.option("--user", help="Run store user.")
 @click.option("--project", help="Run store project.")

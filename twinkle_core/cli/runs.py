@@ -12,6 +12,7 @@ import click
 
 from twinkle_core.cli.output import echo_json, echo_table
 from twinkle_core.errors import TwinkleError
+from twinkle_core.processes import DEFAULT_MAX_RESTARTS
 
 
 def _hyperparams(pairs: tuple[str, ...], epochs: int | None) -> dict[str, Any]:
@@ -44,7 +45,7 @@ def _training_options(func: Any) -> Any:
 
 @click.command()
 @_training_options
-@click.option("--max-restarts", type=click.IntRange(min=0), default=3, show_default=True,
+@click.option("--max-restarts", type=click.IntRange(min=0), default=DEFAULT_MAX_RESTARTS, show_default=True,
               help="Restart the training process from its last checkpoint when it dies (0: train in this process).")
 @click.option("--nodes", type=click.IntRange(min=1), help="Machines taking part (start each with `twinkle launch`, "
                                                           "torchrun or SLURM); shorthand for --hp num_nodes=N.")

@@ -13,6 +13,7 @@ import click
 
 from twinkle_core.cli.output import echo_json, echo_table
 from twinkle_core.cli.runs import _hyperparams
+from twinkle_core.processes import DEFAULT_MAX_RESTARTS
 
 
 def _home(home: str | None) -> str:
@@ -138,7 +139,7 @@ def _client(server: str | None, token: str | None) -> Any:
 @click.option("--epochs", type=int, help="Shorthand for --hp max_epochs=N.")
 @click.option("--project", default="default", show_default=True)
 @click.option("--priority", type=click.IntRange(-100, 100), default=0, show_default=True, help="Higher runs first.")
-@click.option("--max-restarts", type=click.IntRange(0, 20), default=3, show_default=True)
+@click.option("--max-restarts", type=click.IntRange(0, 20), default=DEFAULT_MAX_RESTARTS, show_default=True)
 @click.option("--wall-clock", type=click.FloatRange(min=0, min_open=True), help="Seconds it may run.")
 @click.option("--wait", "wait_", is_flag=True, help="Follow its output until it ends; exit 1 unless it finished.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")

@@ -46,6 +46,7 @@ from twinkle_core.ops.memory import MemoryGuard, apply_gpu_limit, facts_of
 from twinkle_core.ops.monitor import Monitor, MonitorConfig
 from twinkle_core.ops.notify import run_notifier
 from twinkle_core.planning import Decision, Plan
+from twinkle_core.processes import inside_ray_worker
 from twinkle_core.store.catalogue import RunRecord
 from twinkle_core.store.runs import RunStore
 from twinkle_core.uris import filesystem, join
@@ -147,7 +148,7 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
                                "cannot apply: leave it unset")
     log_every = max(1, min(50, plan.estimates.get("optimizer_steps_per_epoch", 50)))
     plugins: list[Any] = [AtomicCheckpointIO()]
-    if os.environ.get("TWINKLE_LAUNCHER") == "ray" and plan.strategy == "ddp":  # inside Ray Train's workers
+    if inside_ray_worker() and plan.strategy == "ddp":  # inside Ray Train's workers
         from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment
 
         kwargs["strategy"] = RayDDPStrategy()

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, Mapping
 from annotated_types import Ge
 
 from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, coerce, declared
+from twinkle_core.processes import DEFAULT_MAX_RESTARTS
 from twinkle_core.types import NonNegativeInt, PositiveFloat, PositiveInt
 
 
@@ -72,7 +73,7 @@ class TrainerSettings:
     gradient_compression: Literal["none", "powersgd", "bf16", "fp16", "1bit-adam"] | None = None
     backend: Literal["local", "ray"] | None = None
     workers: PositiveInt | None = None
-    max_restarts: NonNegativeInt = 3
+    max_restarts: NonNegativeInt = DEFAULT_MAX_RESTARTS
 
     def __post_init__(self) -> None:
         """Refuse limits that would train nothing or forever.

@@ -14,13 +14,15 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from twinkle_core.processes import EXIT_STOPPED
+
 
 class StoppedBySignal(SIGTERMException):
     """Training stopped on SIGTERM after saving a checkpoint (``step``, ``checkpoint``)."""
 
     def __init__(self, step: int, checkpoint: str) -> None:
         """Remember where it stopped."""
-        super().__init__(143)
+        super().__init__(EXIT_STOPPED)
         self.step, self.checkpoint = step, checkpoint
 
     def __str__(self) -> str:

@@ -18,10 +18,10 @@ from typing import Any
 
 from twinkle_core.engine.result import FitResult
 from twinkle_core.errors import TwinkleError
-from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, current_job_dir, job_dir, read_json, write_json
+from twinkle_core.jobs.folder import JobFolder
+from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, current_job_dir, job_dir
+from twinkle_core.processes import LAUNCHER_ENV
 
-LAUNCHER_ENV = "TWINKLE_LAUNCHER"
-"""Set to ``ray`` inside Ray Train workers, with the world from Ray's context (read by the planner)."""
 
 
 def _train_loop(config: dict[str, Any]) -> None:
@@ -35,7 +35,7 @@ def _train_loop(config: dict[str, Any]) -> None:
     if config.get("home"):
         env["TWINKLE_HOME"] = config["home"]
     os.environ.update(env)
-    write_json(config["folder"], f"ray-worker-{context.get_world_rank()}.json",
+    JobFolder(config["folder"]).write(f"ray-worker-{context.get_world_rank()}.json",
                {"pid": os.getpid(), "rank": context.get_world_rank()})
     from twinkle_core.jobs.worker import run
 
@@ -69,9 +69,9 @@ def run_on_ray(job: Job, workers: int, folder: str | None = None, use_gpu: bool 
     try:
         trainer.fit()
     except Exception as err:  # noqa: BLE001 — Ray wraps the worker's error; ours is in the job folder
-        error = read_json(folder, "error.json")
+        error = JobFolder(folder).read(JobFolder.ERROR)
         raise TwinkleError(f"{error['type']}: {error['message']}" if error else f"the Ray job failed: {err}") from None
-    result = read_json(folder, "result.json")
+    result = JobFolder(folder).read(JobFolder.RESULT)
     if result is None:
         raise TwinkleError(f"the Ray job ended without a result; see {folder}")
     return FitResult.from_dict(result)

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from twinkle_core.processes import DEFAULT_MAX_RESTARTS
 from twinkle_core.store.atomic import atomic_write_text
 from twinkle_core.uris import join, local_cache_dir, twinkle_home
 
@@ -36,7 +37,7 @@ class Job(BaseModel):
     user: str | None = None
     project: str | None = None
     home: str | None = None
-    max_restarts: int = Field(default=3, ge=0, description="restarts from the last checkpoint after a crash")
+    max_restarts: int = Field(default=DEFAULT_MAX_RESTARTS, ge=0, description="restarts from the last checkpoint after a crash")
     monitor: dict[str, Any] | None = Field(default=None, description="Trainer.monitor(**monitor)")
     budget: dict[str, Any] | None = Field(default=None, description="Trainer.set_budget_alert(**budget)")
 

@@ -19,24 +19,12 @@ import time
 
 from twinkle_core.engine.result import FitResult
 from twinkle_core.errors import TwinkleError
-from twinkle_core.jobs.launcher import signal_group
-from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir, read_json, write_json
-from twinkle_core.ops.notify import run_notifier
+from twinkle_core.jobs.folder import JobFolder, Outcome
+from twinkle_core.jobs.launcher import WORKER_MODULE, signal_group
+from twinkle_core.jobs.restarts import record_restart, resume_source
+from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir
+from twinkle_core.processes import EXIT_OK
 from twinkle_core.store.runs import RunStore
-
-RESTART_KIND = "restart"
-"""The ``kind`` of the alert recorded for each automatic restart."""
-
-
-def describe_exit(returncode: int) -> str:
-    """``"killed by signal 9 (SIGKILL)"`` or ``"exited with status 3"``."""
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = "unknown"
-        return f"killed by signal {-returncode} ({name})"
-    return f"exited with status {returncode}"
 
 
 def supervise(job: Job, folder: str | None = None, verbose: bool = True, backoff_seconds: float = 1.0) -> FitResult:
@@ -56,48 +44,45 @@ def supervise(job: Job, folder: str | None = None, verbose: bool = True, backoff
             ``failed`` with the last cause, never left ``running``.
     """
     folder = folder or job_dir(job.home)
-    job.save(folder)
+    files = JobFolder(folder)
+    files.save_job(job)
     store = RunStore(job.home)
     restarts = 0
     while True:
-        returncode = _attempt(folder, restarts, verbose)
-        result = read_json(folder, "result.json")
-        if returncode == 0 and result is not None:
-            return FitResult.from_dict(result)
-        error = read_json(folder, "error.json")
-        run = (read_json(folder, "run.json") or {}).get("run")
-        record = store.get(run) if run else None
-        if error is not None and (record is None or record.status == "failed"):
-            raise TwinkleError(f"{error['type']}: {error['message']}")  # raised by the training: not retried
-        cause = describe_exit(returncode)
+        outcome = Outcome.read(files, _attempt(files, restarts, verbose))
+        if outcome.kind == "finished":
+            return FitResult.from_dict(outcome.result or {})
+        record = store.get(outcome.run) if outcome.run else None
+        if outcome.kind == "raised" and (record is None or record.status == "failed"):
+            raise TwinkleError(outcome.error_message)  # raised by the training: not retried
+        cause = outcome.cause
         if record is None:
             raise TwinkleError(f"the training process {cause} before it created its run; see its output above")
         if restarts >= job.max_restarts:
             message = f"the training process {cause}; gave up after {restarts} restart(s) (max_restarts)"
-            run_notifier(store, record.id, record.uri, None)(
-                {"kind": RESTART_KIND, "action": "give up", "attempt": restarts, "message": message})
+            record_restart(store, record.uri, message, action="give up", attempt=restarts)
             store.update(record.id, status="failed", error=message, finished=time.time())
             raise TwinkleError(f"{record.uri}: {message}")
         restarts += 1
-        source = "its last checkpoint" if store.last_checkpoint(record.id) else "the start (no checkpoint yet)"
-        run_notifier(store, record.id, record.uri, None)({
-            "kind": RESTART_KIND, "action": "restart", "attempt": restarts, "returncode": returncode,
-            "message": f"the training process {cause}; restart {restarts} of {job.max_restarts} from {source}"})
+        source = resume_source(store, record.uri)
+        record_restart(store, record.uri, f"the training process {cause}; restart {restarts} of {job.max_restarts} "
+                                          f"from {source}", attempt=restarts, returncode=outcome.returncode)
         if verbose:
             print(f"Twinkle: the training process {cause}; restarting {record.uri} from {source} "
                   f"({restarts}/{job.max_restarts})", file=sys.stderr, flush=True)
         time.sleep(backoff_seconds * restarts)
 
 
-def _attempt(folder: str, attempt: int, verbose: bool) -> int:
+def _attempt(files: JobFolder, attempt: int, verbose: bool) -> int:
     """Run one worker to its end; returns its exit status (negative: the signal that killed it)."""
+    folder = files.path
     env = {**os.environ, JOB_DIR_ENV: folder}
     out = None if verbose else subprocess.DEVNULL
     # its own process group: the ranks Lightning starts for a multi-device job go with it when it dies
-    process = subprocess.Popen([sys.executable, "-m", "twinkle_core.jobs.worker", folder], env=env, stdout=out,
+    process = subprocess.Popen([sys.executable, "-m", WORKER_MODULE, folder], env=env, stdout=out,
                                start_new_session=True)
-    write_json(folder, "supervisor.json", {"supervisor_pid": os.getpid(), "worker_pid": process.pid,
-                                           "attempt": attempt, "started": time.time()})
+    files.write(JobFolder.SUPERVISOR, {"supervisor_pid": os.getpid(), "worker_pid": process.pid, "attempt": attempt,
+                                       "started": time.time()})
     try:
         returncode = process.wait()
     except BaseException:  # the supervisor itself is stopped: stop the worker's group too, then say so
@@ -107,6 +92,6 @@ def _attempt(folder: str, attempt: int, verbose: bool) -> int:
         except subprocess.TimeoutExpired:
             signal_group(process.pid, signal.SIGKILL)
         raise
-    if returncode != 0:
+    if returncode != EXIT_OK:
         signal_group(process.pid, signal.SIGKILL)  # ranks left waiting on a dead rank 0
     return returncode

@@ -5,7 +5,7 @@ The first attempt trains the job as a new run; rank 0 writes ``run.json`` as soo
 attempt (a supervisor's restart, or torchrun's ``--max-restarts``) finds ``run.json`` and resumes that same run
 from its last checkpoint — or trains it again from the start when it has none. Rank 0 writes ``result.json``
 at the end, ``error.json`` when training raised, or ``stopped.json`` when SIGTERM stopped it after a checkpoint
-(exit status 143).
+(:data:`~twinkle_core.processes.EXIT_STOPPED`, 143); :class:`~twinkle_core.jobs.folder.JobFolder` names them.
 """
 
 from __future__ import annotations
@@ -19,27 +19,32 @@ from typing import Any
 import torch
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, read_json, write_json
+from twinkle_core.jobs.folder import JobFolder
+from twinkle_core.jobs.spec import JOB_DIR_ENV, Job
+from twinkle_core.processes import EXIT_NAMED_ERROR, EXIT_OK, EXIT_STOPPED, inside_ray_worker
 
 
 def run(folder: str) -> int:
     """Train the job in ``folder``; returns the process exit status."""
     from twinkle_core.engine.ranks import global_rank, is_global_zero
     from twinkle_core.engine.stopping import StoppedBySignal
+    from twinkle_core.jobs.restarts import record_restart, resume_source
     from twinkle_core.store.runs import RunStore
     from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
 
     os.environ[JOB_DIR_ENV] = folder
-    job = Job.load(folder)
-    existing = (read_json(folder, "run.json") or {}).get("run")
+    files = JobFolder(folder)
+    job = files.job()
+    existing = files.run()
     try:
         options = {"data_processor": job.data_processor, "resource_strategy": job.resource_strategy,
                    "user": job.user, "project": job.project, "home": job.home}
-        restarted_by = "ray" if os.environ.get("TWINKLE_LAUNCHER") == "ray" else \
+        restarted_by = "ray" if inside_ray_worker() else \
             "torchrun" if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 else None
         store = RunStore(job.home)
         if existing and restarted_by and is_global_zero():  # the launcher restarted the job's processes
-            _restart_event(store, existing, restarted_by)
+            record_restart(store, existing, f"{restarted_by} restarted the job's processes after one died; "
+                                            f"resuming from {resume_source(store, existing)}")
         trainer = _rules(Trainer(job.algorithm, job.task, job.hyperparams, **options), job)
         # a Ray driver hands the job to Ray Train's workers, which resume the job folder's run themselves
         if existing and store.last_checkpoint(store.get(existing).id) and not trainer._on_ray():  # noqa: SLF001
@@ -50,23 +55,22 @@ def run(folder: str) -> int:
             result = trainer.fit(job.data)
     except StoppedBySignal as err:  # SIGTERM: stopped after saving a checkpoint, to be resumed
         if is_global_zero():
-            write_json(folder, "stopped.json", {"step": err.step, "checkpoint": err.checkpoint, "message": str(err)})
-        return 143
+            files.write_stopped(err.step, err.checkpoint, str(err))
+        return EXIT_STOPPED
     except Exception as err:  # noqa: BLE001 — reported to the supervisor; a bug also keeps its traceback
         if is_global_zero():
-            write_json(folder, "error.json", {"type": type(err).__name__, "message": str(err),
-                                              "traceback": traceback.format_exc()[-4000:]})
+            files.write_error(type(err).__name__, str(err), traceback.format_exc())
         if isinstance(err, TwinkleError):  # a named error says what to fix: no traceback
-            return 1
+            return EXIT_NAMED_ERROR
         raise
     if is_global_zero():
-        write_json(folder, "result.json", result.to_dict())
+        files.write_result(result.to_dict())
     if trainer.algorithm is None:  # a Ray driver: its workers wrote what they ended with
-        return 0
-    rank = global_rank()  # every rank: what it ended with, so a job's ranks can be checked against each other
-    write_json(folder, f"rank-{rank}.json", {"rank": rank, "weights_md5": weights_digest(trainer.algorithm),
-                                             "run": result.run_uri, "status": result.status})
-    return 0
+        return EXIT_OK
+    # every rank: what it ended with, so a job's ranks can be checked against each other
+    files.write_rank(global_rank(), {"weights_md5": weights_digest(trainer.algorithm), "run": result.run_uri,
+                                     "status": result.status})
+    return EXIT_OK
 
 
 def _rules(trainer: Any, job: Job) -> Any:
@@ -86,18 +90,6 @@ def weights_digest(module: Any) -> str:
         digest.update(f"{name}:{value.dtype}:{tuple(value.shape)}".encode())
         digest.update(value.view(-1).view(torch.uint8).numpy().tobytes() if value.numel() else b"")
     return digest.hexdigest()
-
-
-def _restart_event(store: Any, run_uri: str, launcher: str) -> None:
-    """Record in the run that ``launcher`` restarted the job's processes (a process died)."""
-    from twinkle_core.jobs.supervisor import RESTART_KIND
-    from twinkle_core.ops.notify import run_notifier
-
-    record = store.get(run_uri)
-    source = "its last checkpoint" if store.last_checkpoint(record.id) else "the start (no checkpoint yet)"
-    run_notifier(store, record.id, record.uri, None)(
-        {"kind": RESTART_KIND, "action": "restart",
-         "message": f"{launcher} restarted the job's processes after one died; resuming from {source}"})
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from twinkle_core.processes import inside_ray_worker
+
 
 @dataclass(frozen=True)
 class Hardware:
@@ -98,7 +100,7 @@ def launched_world() -> tuple[str, int, int] | None:
     """``(launcher, nodes, processes per node)`` when Ray Train, torchrun or SLURM started this job's processes."""
     env = os.environ
     try:
-        if env.get("TWINKLE_LAUNCHER") == "ray" and env.get("WORLD_SIZE"):  # inside a Ray Train worker
+        if inside_ray_worker() and env.get("WORLD_SIZE"):  # inside a Ray Train worker
             per_node, world = int(env.get("LOCAL_WORLD_SIZE", "1")), int(env["WORLD_SIZE"])
             return "ray", max(world // max(per_node, 1), 1), per_node
         if env.get("TORCHELASTIC_RUN_ID") and env.get("LOCAL_WORLD_SIZE") and env.get("WORLD_SIZE"):

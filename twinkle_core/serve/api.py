@@ -13,7 +13,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field
 
 from twinkle_core.serve.accounts import User
-from twinkle_core.serve.app import Service, client_address, current_user, json_safe, service
+from twinkle_core.serve.deps import Service, client_address, current_user, json_safe, service
 from twinkle_core.serve.queue import JobRow
 from twinkle_core.serve.records import (UnsafePathError, list_files, metric_rows, owner_of_run, published_models,
                                         read_log, safe_file)

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.serve.accounts import User
-from twinkle_core.serve.app import SESSION_COOKIE, Service, client_address, optional_user, service
+from twinkle_core.serve.deps import SESSION_COOKIE, Service, client_address, optional_user, service
 from twinkle_core.serve.queue import STATES
 from twinkle_core.serve.records import list_files
 from twinkle_core.serve.streams import job_events

@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 from pydantic_core import from_json
 
 from twinkle_core.errors import TwinkleError
+from twinkle_core.processes import DEFAULT_MAX_RESTARTS
 from twinkle_core.store.sqlite import Database
 
 STATES: tuple[str, ...] = ("queued", "running", "finished", "failed", "cancelled", "stopped")
@@ -80,7 +81,8 @@ CREATE TABLE IF NOT EXISTS workers (
 );
 """
 
-_CRASH_COLUMNS = "SELECT id, worker, restarts, COALESCE(json_extract(request, '$.max_restarts'), 3) AS allowed"
+_CRASH_COLUMNS = ("SELECT id, worker, restarts, "
+                  f"COALESCE(json_extract(request, '$.max_restarts'), {DEFAULT_MAX_RESTARTS}) AS allowed")
 """What deciding a crashed job's fate (:meth:`JobQueue._crashed`) reads of it."""
 
 

@@ -9,10 +9,8 @@ import os
 from typing import Any
 
 from twinkle_core.engine.curves import HISTORY
+from twinkle_core.jobs.folder import JobFolder
 from twinkle_core.jobs.spec import job_dir
-
-LOG_NAME = "log.txt"
-"""A job's output (every attempt, appended), in its job folder."""
 
 
 class UnsafePathError(ValueError):
@@ -21,7 +19,7 @@ class UnsafePathError(ValueError):
 
 def job_log_path(home: str, job_id: str) -> str:
     """The job's ``log.txt``."""
-    return os.path.join(job_dir(home, job_id), LOG_NAME)
+    return os.path.join(job_dir(home, job_id), JobFolder.LOG)
 
 
 def read_log(home: str, job_id: str, offset: int = 0, limit: int = 1 << 16) -> tuple[str, int]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.jobs.launcher import signal_group
-from twinkle_core.jobs.supervisor import describe_exit
+from twinkle_core.processes import describe_exit
 from twinkle_core.serve.config import ServerConfig
 from twinkle_core.serve.queue import JobQueue
 

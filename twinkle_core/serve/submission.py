@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from twinkle_core.errors import TwinkleError
+from twinkle_core.jobs.spec import Job
+from twinkle_core.processes import DEFAULT_MAX_RESTARTS
 
 Scalar = str | int | float | bool | None
 Value = Scalar | list[Scalar] | dict[str, Scalar]
@@ -71,7 +73,7 @@ class JobRequest(BaseModel):
     resources: Resources = Field(default_factory=Resources)
     monitor: MonitorRules | None = None
     budget: Budget | None = None
-    max_restarts: int = Field(default=3, ge=0, le=20, description="restarts after a crash, from the last checkpoint")
+    max_restarts: int = Field(default=DEFAULT_MAX_RESTARTS, ge=0, le=20, description="restarts after a crash, from the last checkpoint")
     wall_clock_limit: float | None = Field(default=None, gt=0, le=30 * 86400,
                                            description="seconds of running time, then the job is stopped")
 
@@ -84,6 +86,14 @@ class JobRequest(BaseModel):
                                    "give it once")
             merged[key] = value
         return merged
+
+    def to_job(self, user: str, home: str) -> Job:
+        """The :class:`~twinkle_core.jobs.Job` a service worker runs for ``user``, its run going to ``home``."""
+        return Job(algorithm=self.algorithm, data=self.data, task=self.task, hyperparams=self.trainer_hyperparams(),
+                   data_processor=self.data_processor, resource_strategy=self.resource_strategy, user=user,
+                   project=self.project, home=home, max_restarts=self.max_restarts,
+                   monitor=self.monitor.model_dump() if self.monitor else None,
+                   budget=self.budget.model_dump() if self.budget else None)
 
 
 def check_request(request: JobRequest, home: str) -> None:

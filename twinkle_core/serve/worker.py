@@ -29,14 +29,13 @@ from twinkle_core.jobs.launcher import (
     start_worker,
     warm_template,
 )
-from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir, read_json
-from twinkle_core.jobs.supervisor import RESTART_KIND, describe_exit
+from twinkle_core.jobs.folder import JobFolder, Outcome
+from twinkle_core.jobs.restarts import record_restart, resume_source
+from twinkle_core.jobs.spec import JOB_DIR_ENV, job_dir
 from twinkle_core.serve.config import ServerConfig
 from twinkle_core.serve.queue import JobQueue, JobRow
 from twinkle_core.serve.submission import JobRequest
-
-STOPPED_EXIT = 143
-"""The exit status of a training process that stopped on SIGTERM after saving its checkpoint."""
+from twinkle_core.store.runs import RunStore
 
 
 class Worker:
@@ -75,35 +74,28 @@ class Worker:
     def run(self, job: JobRow) -> None:
         """Run ``job`` (one attempt) to a final state, or back to the queue."""
         request = JobRequest.model_validate(job.request)
-        folder = job_dir(self.config.home, job.id)
-        for stale in ("result.json", "error.json", "stopped.json"):
-            if os.path.exists(os.path.join(folder, stale)):
-                os.remove(os.path.join(folder, stale))
-        spec = Job(algorithm=request.algorithm, data=request.data, task=request.task,
-                   hyperparams=request.trainer_hyperparams(), data_processor=request.data_processor,
-                   resource_strategy=request.resource_strategy, user=job.user, project=request.project,
-                   home=self.config.home, max_restarts=request.max_restarts,
-                   monitor=request.monitor.model_dump() if request.monitor else None,
-                   budget=request.budget.model_dump() if request.budget else None)
-        spec.save(folder)
-        run = (read_json(folder, "run.json") or {}).get("run")
+        files = JobFolder(job_dir(self.config.home, job.id))
+        folder = files.path
+        files.clear_outcome()
+        files.save_job(request.to_job(job.user, self.config.home))
+        run = files.run()
         if run and job.attempts > 1:
             self._restart_alert(run, job)
         limit = min(x for x in (request.wall_clock_limit, self.config.max_wall_clock_seconds, float("inf"))
                     if x is not None)
         started = time.time()
-        log = os.path.join(folder, "log.txt")
+        log = os.path.join(folder, JobFolder.LOG)
         with open(log, "ab") as handle:
             handle.write(f"--- attempt {job.attempts} on {self.name} at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n"
                          .encode())
         process = start_worker(folder, self._env(folder, request), log=log, die_with_parent=True,
                                fresh=self.config.fresh_processes)
         self.queue.set_process(job.id, self.name, process.pid)
-        why = self._watch(job, process, limit - job.used_seconds, started, folder, run)
+        why = self._watch(job, process, limit - job.used_seconds, started, files, run)
         used = time.time() - started
         if why == "lost":
             return  # another worker holds the job now; this one changes nothing
-        self._settle(job, folder, process.returncode, why, used, request)
+        self._settle(job, Outcome.read(files, process.returncode), why, used, request)
 
     def _env(self, folder: str, request: JobRequest) -> dict[str, str]:
         env = {**os.environ, JOB_DIR_ENV: folder, "TWINKLE_HOME": self.config.home, "PYTHONUNBUFFERED": "1"}
@@ -112,7 +104,7 @@ class Worker:
             env["RAY_ADDRESS"] = self.config.ray_address
         return env
 
-    def _watch(self, job: JobRow, process: WorkerProcess, remaining: float, started: float, folder: str,
+    def _watch(self, job: JobRow, process: WorkerProcess, remaining: float, started: float, files: JobFolder,
                run: str | None) -> str | None:
         """Wait for the training process, renewing the lease; returns why it was stopped (``None``: it ended)."""
         why: str | None = None
@@ -128,7 +120,7 @@ class Worker:
                 process.wait()
                 return "lost"
             self.queue.worker_beat(self.name, job.id)
-            if run is None and (run := (read_json(folder, "run.json") or {}).get("run")):
+            if run is None and (run := files.run()):
                 self.queue.set_run(job.id, run)  # its live metrics can be found now
             if why is None:
                 current = self.queue.get(job.id, transitions=False)
@@ -145,21 +137,16 @@ class Worker:
                 signal_group(process.pid, signal.SIGKILL)
                 deadline = None
 
-    def _settle(self, job: JobRow, folder: str, returncode: int, why: str | None, used: float,
-                request: JobRequest) -> None:
+    def _settle(self, job: JobRow, outcome: Outcome, why: str | None, used: float, request: JobRequest) -> None:
         """Record how the attempt ended: a final state, or queued again to resume."""
-        from twinkle_core.store.runs import RunStore
-
-        result = read_json(folder, "result.json")
-        error = read_json(folder, "error.json")
-        stopped = read_json(folder, "stopped.json")
-        run = (read_json(folder, "run.json") or {}).get("run")
+        result, run = outcome.result, outcome.run
         store = RunStore(self.config.home)
-        saved = f" (a checkpoint at step {stopped['step']})" if stopped else \
-            f" (no checkpoint: killed after the {self.config.grace_seconds:g} s grace)" if returncode == -signal.SIGKILL \
+        saved = f" (a checkpoint at step {outcome.stopped['step']})" if outcome.stopped else \
+            f" (no checkpoint: killed after the {self.config.grace_seconds:g} s grace)" \
+            if outcome.returncode == -signal.SIGKILL \
             else " (its last checkpoint is kept)" if _has_checkpoint(store, run) \
             else " (before its first step: nothing to save)"
-        if returncode == 0 and result is not None:
+        if outcome.kind == "finished" and result is not None:
             state = "stopped" if result.get("status") == "stopped" else "finished"
             reason = result.get("stop_reason") or f"the run {result['run_uri']} finished"
             self._release(job, state, reason, used, result, run)
@@ -175,17 +162,17 @@ class Worker:
         elif why == "shutdown":
             self._release(job, "queued", f"the server stopped{saved}; it resumes when a worker is free", used, None,
                           run)
-        elif error is not None:  # the training raised: it would fail the same way again
-            message = f"{error['type']}: {error['message']}"
+        elif outcome.kind == "raised":  # the training raised: it would fail the same way again
+            message = outcome.error_message
             self._end_run(store, run, "failed", message)
-            self._release(job, "failed", message, used, {"error": error}, run)
+            self._release(job, "failed", message, used, {"error": outcome.error}, run)
         elif job.restarts >= request.max_restarts:
-            message = f"the training process {describe_exit(returncode)}; gave up after {job.restarts} restart(s)"
+            message = f"the training process {outcome.cause}; gave up after {job.restarts} restart(s)"
             self._end_run(store, run, "failed", message)
             self._release(job, "failed", message, used, None, run)
         else:
-            self._release(job, "queued", f"the training process {describe_exit(returncode)}; it resumes from its "
-                                         "last checkpoint", used, None, run, crashed=True)
+            self._release(job, "queued", f"the training process {outcome.cause}; it resumes from its last checkpoint",
+                          used, None, run, crashed=True)
 
     def _release(self, job: JobRow, state: str, reason: str, used: float, result: dict[str, Any] | None,
                  run: str | None, crashed: bool = False) -> None:
@@ -203,17 +190,10 @@ class Worker:
 
     def _restart_alert(self, run: str, job: JobRow) -> None:
         """Record in the run why this attempt resumes it (the job's last transition back to the queue)."""
-        from twinkle_core.ops.notify import run_notifier
-        from twinkle_core.store.runs import RunStore
-
         store = RunStore(self.config.home)
-        record = store.get(run)
         back = next((t for t in reversed(self.queue.get(job.id).transitions) if t["state"] == "queued"), None)  # type: ignore[union-attr]
-        source = "its last checkpoint" if store.last_checkpoint(record.id) else "the start (no checkpoint yet)"
-        run_notifier(store, record.id, record.uri, None)(
-            {"kind": RESTART_KIND, "action": "restart", "attempt": job.attempts,
-             "message": f"{back['reason'] if back else 'requeued'} — attempt {job.attempts} on {self.name} "
-                        f"resumes from {source}"})
+        record_restart(store, run, f"{back['reason'] if back else 'requeued'} — attempt {job.attempts} on {self.name} "
+                                   f"resumes from {resume_source(store, run)}", attempt=job.attempts)
 
 
 def _sleep(seconds: float, stop: Any) -> None:

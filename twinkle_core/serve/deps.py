@@ -1,0 +1,113 @@
+"""What a request of the service is given (FastAPI dependencies): the :class:`Service` — configuration, queue,
+accounts and run store, opened once per app — and who asks: a Bearer token (clients, the CLI) or, for reading only,
+the dashboard's session cookie. The API's routes (:mod:`twinkle_core.serve.api`) and the dashboard's pages
+(:mod:`twinkle_core.serve.dashboard`) take them as annotated parameters.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPBearer
+
+from twinkle_core.serve.accounts import Accounts, User
+from twinkle_core.serve.config import ServerConfig, check_data_uri, check_hyperparameter_uris
+from twinkle_core.serve.queue import JobQueue, finite
+from twinkle_core.serve.submission import check_request
+from twinkle_core.store.runs import RunStore, default_user
+
+SESSION_COOKIE = "twinkle_session"
+"""The dashboard's session cookie."""
+
+
+@dataclass
+class Service:
+    """What every request handler needs, opened once per app and shared by its requests and event streams (each
+    thread gets its own SQLite connection from them): the configuration, the queue, the accounts, the run store."""
+
+    config: ServerConfig
+    queue: JobQueue
+    accounts: Accounts
+    store: RunStore
+
+    def accept(self, user: User, request: Any, client: str | None, **audit: Any) -> Any:
+        """Check a :class:`~twinkle_core.serve.submission.JobRequest` as ``Trainer`` would (its data and every
+        file-naming hyperparameter against the user's roots), queue it and audit it; returns the job.
+
+        Raises:
+            DataAccessError: data or a hyperparameter outside what the user may read.
+            QueueFullError: the user's queue is full.
+            TwinkleError: an unknown algorithm, a bad hyperparameter, rule or budget.
+        """
+        data = check_data_uri(request.data, self.config, user.name)
+        check_hyperparameter_uris(request.trainer_hyperparams(), self.config, user.name)
+        check_request(request, self.config.home)
+        job = self.queue.submit(user.name, request.model_copy(update={"data": data}).model_dump(mode="json"),
+                                request.priority, self.config.max_queued_per_user)
+        self.accounts.audit(user.name, "submit", job.id, client, algorithm=request.algorithm, data=data, **audit)
+        return job
+
+    def workers_alive(self) -> int:
+        """Workers that beat within the lease time."""
+        return len(self.queue.workers(self.config.lease_seconds))
+
+
+async def service(request: Request) -> Service:
+    """The :class:`Service` of the app handling ``request``.
+
+    The dependencies here are ``async``: FastAPI runs a plain ``def`` dependency in its thread pool, and a hop
+    there and back costs more than what they do (the endpoints themselves stay in the pool)."""
+    return request.app.state.service
+
+
+def _local_user() -> User:
+    return User(default_user(), admin=True)
+
+
+BEARER = HTTPBearer(auto_error=False, description="a token from 'twinkle users add NAME'")
+"""The API's security scheme in the OpenAPI document (the header is read by :func:`optional_user`)."""
+
+
+async def optional_user(request: Request, svc: Annotated[Service, Depends(service)],
+                        _bearer: Annotated[Any, Depends(BEARER)] = None) -> User | None:
+    """The caller, from a Bearer token or (for reading) the session cookie; ``None`` when not logged in. (The
+    lookup is one primary-key read of a WAL database, where readers never wait for writers: tens of
+    microseconds, so it runs on the event loop.)"""
+    if not svc.config.auth:
+        return _local_user()
+    header = request.headers.get("authorization", "")
+    if header:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise HTTPException(401, "use 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
+        user = svc.accounts.by_token(token.strip())
+        if user is None:
+            raise HTTPException(401, "unknown token; ask an admin for one ('twinkle users add NAME')",
+                                headers={"WWW-Authenticate": "Bearer"})
+        return user
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie:
+        return svc.accounts.by_session(cookie)
+    return None
+
+
+async def current_user(request: Request, user: Annotated[User | None, Depends(optional_user)]) -> User:
+    """The caller; 401 without credentials. A cookie alone may only read (``GET``): writing needs the token."""
+    if user is None:
+        raise HTTPException(401, "log in: send 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
+    if user.csrf is not None and request.method not in ("GET", "HEAD"):
+        raise HTTPException(403, "a browser session may only read the API; the dashboard's forms act for it")
+    return user
+
+
+def client_address(request: Request) -> str | None:
+    """The caller's address (for the audit log)."""
+    return request.client.host if request.client else None
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with anything JSON cannot hold turned into text (objects, NaN and infinite floats)."""
+    return json.loads(json.dumps(finite(value), default=str, allow_nan=False))
