@@ -9,6 +9,7 @@ writes, so a new public name cannot be left out: run ``python tools/api_referenc
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -97,8 +98,26 @@ def plugins_page() -> str:
 PAGES = {"docs/reference/python-api.md": core_page, "docs/reference/plugins-api.md": plugins_page}
 
 
+SPHINX_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc|obj|ref|const):`[^`]*`")
+"""A Sphinx role (``:class:`Name```): reST, which the Markdown site shows as typed. Docstrings name code in
+backticks instead."""
+
+
+def sphinx_roles() -> list[str]:
+    """``file:line: role`` of every Sphinx role in core's and the plugins' code (what the pages would show raw)."""
+    packages = [ROOT / "twinkle_core", *sorted((ROOT / "plugins").glob("*/twinkle_*"))]
+    return [f"{path.relative_to(ROOT)}:{number}: {match.group(0)}"
+            for package in packages for path in sorted(package.rglob("*.py"))
+            for number, line in enumerate(path.read_text().splitlines(), 1) for match in SPHINX_ROLE.finditer(line)]
+
+
 def main() -> int:
-    """Write (or with ``--check``, compare) the pages."""
+    """Write (or with ``--check``, compare) the pages; either way, refuse docstrings with Sphinx roles."""
+    roles = sphinx_roles()
+    if roles:
+        print("Sphinx roles render raw on the Markdown site; write ``Name`` instead:\n" + "\n".join(roles),
+              file=sys.stderr)
+        return 1
     stale = []
     for relative, make in PAGES.items():
         path, text = ROOT / relative, make()

@@ -41,6 +41,7 @@ _LAZY: dict[str, str] = {
     "load_torch_file": "twinkle_core.engine.checkpoints:load_torch_file",
     "Plan": "twinkle_core.planning.plan:Plan",
     "RunStore": "twinkle_core.store.runs:RunStore",
+    "Session": "twinkle_core.session:Session",
     "Trainer": "twinkle_core.trainer:Trainer",
 }
 
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from twinkle_core.data.spec import DataSpec
     from twinkle_core.exporting.base import ExportResult
     from twinkle_core.planning.plan import Plan
+    from twinkle_core.session import Session
     from twinkle_core.store.runs import RunStore
     from twinkle_core.engine.checkpoints import load_torch_file
     from twinkle_core.engine.result import FitResult

@@ -1,4 +1,4 @@
-""":class:`Algorithm`: a Lightning module with a task, declared hyperparameters and sensible defaults.
+"""``Algorithm``: a Lightning module with a task, declared hyperparameters and sensible defaults.
 
 A user brings a model by subclassing::
 
@@ -12,7 +12,7 @@ A user brings a model by subclassing::
 
 The typed keyword arguments of ``__init__`` are the algorithm's hyperparameters; ``lr``, ``optimizer``,
 ``weight_decay``, ``scheduler`` and ``momentum`` are added for every algorithm and drive the default
-:meth:`Algorithm.configure_optimizers`. Classification and regression get a default loss, metrics and
+``Algorithm.configure_optimizers``. Classification and regression get a default loss, metrics and
 steps, so a subclass often only builds its network.
 """
 
@@ -67,11 +67,11 @@ class OptimizerSettings:
 
 
 class Algorithm(L.LightningModule):
-    """Base class of every Twinkle algorithm (a :class:`lightning.LightningModule`).
+    """Base class of every Twinkle algorithm (a ``lightning.LightningModule``).
 
     Class attributes a subclass may set:
         task: the task when ``__init__`` does not pass one.
-        optimizer_defaults: overrides of :class:`OptimizerSettings` defaults (``{"lr": 3e-4}``).
+        optimizer_defaults: overrides of ``OptimizerSettings`` defaults (``{"lr": 3e-4}``).
         supports_mixed_precision: ``False`` keeps the planner from choosing 16-bit precision.
         data_keyword: a keyword ``Trainer(...)`` takes as the data's URI for this algorithm, so that ``fit()``
             needs no argument (MelOTTS: ``Trainer(algorithm=MelOTTS, voice_samples="s3://...")``).
@@ -113,7 +113,7 @@ class Algorithm(L.LightningModule):
     @classmethod
     def from_hyperparams(cls, hyperparams: Mapping[str, Any] | None = None, task: str | None = None, *,
                          typed: bool = False) -> Algorithm:
-        """Validate ``hyperparams`` against :meth:`hyperparameters` and build the algorithm (``typed``: the
+        """Validate ``hyperparams`` against ``hyperparameters`` and build the algorithm (``typed``: the
         values were already coerced, as ``Trainer`` routes them once).
 
         Raises:
@@ -137,7 +137,7 @@ class Algorithm(L.LightningModule):
 
     # ---------------------------------------------------------------- the model
     def configure_data(self, spec: DataSpec) -> None:
-        """Receive the data's :class:`DataSpec` and build the network from it (called before training)."""
+        """Receive the data's ``DataSpec`` and build the network from it (called before training)."""
         self.data_spec = spec
         model = self.build_model(spec)
         if model is not None:
@@ -148,7 +148,7 @@ class Algorithm(L.LightningModule):
         return None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Run the network built by :meth:`build_model`."""
+        """Run the network built by ``build_model``."""
         if self.model is None:
             raise TwinkleError(
                 f"{type(self).__name__} has no network: implement build_model(spec) or forward(x)"
@@ -168,8 +168,8 @@ class Algorithm(L.LightningModule):
     def configure_model(self) -> None:
         """Shard the network with FSDP2 when the plan says ``fsdp2`` (Lightning's ``ModelParallelStrategy``).
 
-        Each child module of :attr:`model` that holds parameters is one shard unit (its parameters are
-        gathered for its forward and freed after), then the whole network; override :meth:`shard_units` to
+        Each child module of ``model`` that holds parameters is one shard unit (its parameters are
+        gathered for its forward and freed after), then the whole network; override ``shard_units`` to
         choose the units. Under any other strategy nothing happens.
         """
         from lightning.pytorch.strategies import ModelParallelStrategy
@@ -209,7 +209,7 @@ class Algorithm(L.LightningModule):
         normalisation its weights expect — for data processors that resize (default: ``None``, nothing).
 
         Called before any data is read; the engine hands the result to the data processor
-        (:attr:`DataProcessor.model_input`), which picks the input size from it and the data and explains the
+        (``DataProcessor.model_input``), which picks the input size from it and the data and explains the
         choice in the run's plan. timm-based algorithms return timm's data config here.
         """
         return None
@@ -241,7 +241,7 @@ class Algorithm(L.LightningModule):
         return [network[bounds[i]:bounds[i + 1]] for i in range(stages)]
 
     def export_module(self) -> nn.Module:
-        """The module exporters trace: the network itself when :meth:`forward` is the default one."""
+        """The module exporters trace: the network itself when ``forward`` is the default one."""
         if self.model is not None and type(self).forward is Algorithm.forward:
             return self.model
         return self
@@ -269,7 +269,7 @@ class Algorithm(L.LightningModule):
 
     @property
     def task_info(self) -> Task:
-        """The registered :class:`~twinkle_core.tasks.Task` of :attr:`task` (its kind and monitored metric)."""
+        """The registered ``Task`` of ``task`` (its kind and monitored metric)."""
         if self._task_info.name != self.task:  # a subclass changed its task after __init__
             self._task_info = get_task(self.task)
         return self._task_info
@@ -316,7 +316,7 @@ class Algorithm(L.LightningModule):
         super().log(name, value, *args, **self._reduced(kwargs))
 
     def log_dict(self, dictionary: Any, *args: Any, **kwargs: Any) -> None:
-        """Lightning's ``log_dict``, reduced across ranks by default (see :meth:`log`)."""
+        """Lightning's ``log_dict``, reduced across ranks by default (see ``log``)."""
         super().log_dict(dictionary, *args, **self._reduced(kwargs))
 
     # ---------------------------------------------------------------- the steps
@@ -348,7 +348,7 @@ class Algorithm(L.LightningModule):
         """The task's metrics of a model's outputs over validation batches (``(batch, outputs)`` pairs), the
         first one being the metric exports report.
 
-        Default: each :meth:`export_metrics` value averaged over the samples. Override it for a metric that is
+        Default: each ``export_metrics`` value averaged over the samples. Override it for a metric that is
         not a mean over batches (detectors compute mAP over all images at once).
         """
         sums: dict[str, float] = {}
@@ -362,8 +362,8 @@ class Algorithm(L.LightningModule):
 
     def quantizable_export(self) -> tuple[nn.Module, Callable[[list[torch.Tensor]], torch.Tensor]] | None:
         """For integer accelerators: a module whose outputs quantize well, and the CPU function that turns its
-        outputs (a list of tensors) into :meth:`export_module`'s output. Exporters that decode on the CPU (RKNN)
-        export the module instead of :meth:`export_module` — a detector's raw per-scale box and class maps
+        outputs (a list of tensors) into ``export_module``'s output. Exporters that decode on the CPU (RKNN)
+        export the module instead of ``export_module`` — a detector's raw per-scale box and class maps
         survive INT8 where its decoded boxes collapse. Default: ``None`` (the export module as it is).
         """
         return None
@@ -372,7 +372,7 @@ class Algorithm(L.LightningModule):
     def prunable_network(self) -> tuple[nn.Module, list[nn.Module]]:
         """The network a structured pruner shrinks, and the layers it must keep at their size.
 
-        Default: :attr:`model`, keeping its classifier (timm's ``get_classifier()``, else its last ``Linear``).
+        Default: ``model``, keeping its classifier (timm's ``get_classifier()``, else its last ``Linear``).
         Override it to rewrite modules into an equivalent form the pruner can trace (YOLO splits its C2f
         blocks) or to prune other weights (a moving average). It is also called on a freshly built algorithm
         before a pruned checkpoint's shapes are applied (see ``CheckpointRecord.structure``), so the rewrite
@@ -387,11 +387,11 @@ class Algorithm(L.LightningModule):
         return net, linears[-1:]
 
     def on_pruned(self, network: nn.Module) -> None:
-        """Called after a pruner removed channels of :meth:`prunable_network`'s network: copies of it (a
+        """Called after a pruner removed channels of ``prunable_network``'s network: copies of it (a
         moving average) take its new shapes here. Default: nothing."""
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        """Log ``val_loss`` and every metric of :meth:`compute_metrics` as ``val_<name>``."""
+        """Log ``val_loss`` and every metric of ``compute_metrics`` as ``val_<name>``."""
         self._evaluate(batch, "val")
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
@@ -411,8 +411,8 @@ class Algorithm(L.LightningModule):
 
     # ---------------------------------------------------------------- optimizer
     def build_optimizer(self, params: Any) -> torch.optim.Optimizer:
-        """The optimizer named by :attr:`optim` over ``params`` (tensors, or parameter groups with their own lr),
-        with torch's fused kernel where it has one (:meth:`optimizer_kernel`)."""
+        """The optimizer named by ``optim`` over ``params`` (tensors, or parameter groups with their own lr),
+        with torch's fused kernel where it has one (``optimizer_kernel``)."""
         s = self.optim
         params = list(params)
         kernel = self.optimizer_kernel(params)
@@ -442,7 +442,7 @@ class Algorithm(L.LightningModule):
         return {"fused": True} if fused else {}
 
     def configure_optimizers(self) -> Any:
-        """The optimizer and schedule named by :attr:`optim` (see :class:`OptimizerSettings`)."""
+        """The optimizer and schedule named by ``optim`` (see ``OptimizerSettings``)."""
         s = self.optim
         opt = self.build_optimizer([p for p in self.parameters() if p.requires_grad])
         if s.scheduler == "none":

@@ -1,4 +1,4 @@
-""":class:`Client`: submit training jobs to a ``twinkle serve`` and follow them (standard library only).
+"""``Client``: submit training jobs to a ``twinkle serve`` and follow them (standard library only).
 
 Example::
 
@@ -181,7 +181,7 @@ class Client:
 
 
 class Job:
-    """A submitted job (what :meth:`Client.submit` returns)."""
+    """A submitted job (what ``Client.submit`` returns)."""
 
     def __init__(self, client: Client, data: dict[str, Any]) -> None:
         """Wrap the server's view of the job."""

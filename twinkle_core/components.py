@@ -1,8 +1,8 @@
-"""What a plugin registers: component kinds, the :class:`Component` record, and :class:`Task` (a task's record).
+"""What a plugin registers: component kinds, the ``Component`` record, and ``Task`` (a task's record).
 
 A component is one registered thing — an algorithm, a data processor, a resource strategy or an
 exporter — under a name, with the plugin that registered it, a lazily imported target and metadata.
-Nothing here imports a target until :meth:`Component.load` is called.
+Nothing here imports a target until ``Component.load`` is called.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class Task:
 
     Attributes:
         name: the task's name (``"image_classification"``).
-        kind: one of :data:`TASK_KINDS`; classification gets cross-entropy and accuracy, regression mean
+        kind: one of ``TASK_KINDS``; classification gets cross-entropy and accuracy, regression mean
             squared error and MAE.
         description: one line on what the task predicts.
         monitor: the validation metric that picks the best checkpoint (default: the kind's).
@@ -265,7 +265,7 @@ class Component:
 
 
 def make_component(kind: str, plugin: str, name: Any, target: Any, meta: dict[str, Any]) -> Component:
-    """Validate one ``register`` call and build its :class:`Component`.
+    """Validate one ``register`` call and build its ``Component``.
 
     Raises:
         RegistrationError: a bad name, target, alias or missing required metadata; the message names the

@@ -1,6 +1,6 @@
 """The errors Twinkle raises.
 
-Every error Twinkle raises on purpose is a :class:`TwinkleError`. Its message names the thing that is
+Every error Twinkle raises on purpose is a ``TwinkleError``. Its message names the thing that is
 wrong (a file, row, key, plugin or component) and says how to fix it. The CLI prints such errors as one
 line, without a traceback, and exits non-zero.
 """

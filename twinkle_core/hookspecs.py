@@ -1,7 +1,7 @@
 """The extension points of Twinkle, as pluggy hook specifications.
 
 A plugin is a module (found through the ``twinkle`` entry-point group) or any object with functions
-decorated by :data:`hookimpl`. Each hook receives one ``register`` callback and calls it once per
+decorated by ``hookimpl``. Each hook receives one ``register`` callback and calls it once per
 component::
 
     from twinkle_core import hookimpl
@@ -67,7 +67,7 @@ def register_tasks(register: Register) -> None:
 
 @hookspec
 def register_algorithms(register: Register) -> None:
-    """Register :class:`twinkle_core.Algorithm` subclasses under a name, with their task.
+    """Register ``twinkle_core.Algorithm`` subclasses under a name, with their task.
 
     ``meta`` must carry ``task`` (for example ``"image_classification"``) and should carry ``description``.
 
@@ -82,7 +82,7 @@ def register_algorithms(register: Register) -> None:
 
 @hookspec
 def register_data_processors(register: Register) -> None:
-    """Register :class:`twinkle_core.DataProcessor` subclasses for a task and data format.
+    """Register ``twinkle_core.DataProcessor`` subclasses for a task and data format.
 
     ``meta`` must carry ``task`` and should carry ``format`` (``"csv"``, ``"imagefolder"``, ...) and
     ``description``.

@@ -6,8 +6,8 @@ An algorithm declares its hyperparameters the plain Python way — typed keyword
         def __init__(self, n_heads: int = 8, d_model: int = 256) -> None:
             super().__init__(task="time_series_forecasting")
 
-:func:`declared` reads them; :func:`coerce` checks a user's value against the annotation (``"8"`` from the
-CLI becomes ``8``; ``"abc"`` for an ``int`` is a :class:`HyperparameterError` naming the key).
+``declared`` reads them; ``coerce`` checks a user's value against the annotation (``"8"`` from the
+CLI becomes ``8``; ``"abc"`` for an ``int`` is a ``HyperparameterError`` naming the key).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Hyperparameter:
 
 
 def declared(func: Any, owner: str, skip: tuple[str, ...] = ("self", "task")) -> dict[str, Hyperparameter]:
-    """The keyword parameters of ``func`` (usually an ``__init__``) as :class:`Hyperparameter` records."""
+    """The keyword parameters of ``func`` (usually an ``__init__``) as ``Hyperparameter`` records."""
     try:
         hints = typing.get_type_hints(func, include_extras=True)  # keep Annotated ranges
     except Exception:  # unresolved forward references: fall back to the raw annotations
@@ -93,7 +93,7 @@ def validate(declared_params: dict[str, Hyperparameter], given: Any, owner: str,
 
 
 def coerce(hp: Hyperparameter, value: Any) -> Any:
-    """Return ``value`` converted to ``hp``'s type, or raise :class:`HyperparameterError` naming it."""
+    """Return ``value`` converted to ``hp``'s type, or raise ``HyperparameterError`` naming it."""
     try:
         return _coerce(hp.annotation, value)
     except OutOfRangeError as err:

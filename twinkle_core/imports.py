@@ -4,7 +4,7 @@ paused.
 Importing Lightning loads about 4,000 modules (torch, torchmetrics and what torchmetrics finds installed:
 torchvision, transformers, scipy); each module adds objects, and the collector's repeated passes over the growing
 heap take a share of the import's CPU time (measured on 2 cores: 18 % of ``import lightning.pytorch``, 7 % of
-``from twinkle_core import Trainer``). Twinkle imports its heavy modules through :func:`import_heavy`, so a
+``from twinkle_core import Trainer``). Twinkle imports its heavy modules through ``import_heavy``, so a
 job, a training script or a CLI command starts that much sooner; the collector runs again as soon as the import is
 done and frees whatever cycles the import left behind.
 """

@@ -85,6 +85,6 @@ def get_task(name: str) -> Task:
 
 
 def check_task(task: str) -> str:
-    """Return ``task`` if a plugin registers it, else raise :class:`UnknownTaskError`."""
+    """Return ``task`` if a plugin registers it, else raise ``UnknownTaskError``."""
     get_task(task)
     return task

@@ -1,33 +1,44 @@
-"""The run-operation methods of :class:`twinkle_core.Trainer` (part of the facade): monitor, budget, tune,
-verify_data. Each hands plain values to :mod:`twinkle_core.ops`, which never sees the ``Trainer``."""
+"""The run-operation methods of ``twinkle_core.Trainer`` (part of the facade): monitor, budget, tune,
+verify_data. Each works on the trainer's ``Session`` and hands plain values to
+``twinkle_core.ops``, which never sees the ``Trainer``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+import copy
+from typing import TYPE_CHECKING, Any, Mapping, TypeVar
 
 from twinkle_core.ops.budget import BudgetConfig
 from twinkle_core.ops.monitor import MonitorConfig
+from twinkle_core.session import Session
 
 if TYPE_CHECKING:
     from twinkle_core.ops.tuning import TuneResult
     from twinkle_core.ops.verify import VerifyResult
-    from twinkle_core.trainer import Trainer
+
+T = TypeVar("T", bound="Operations")
+"""The trainer an operation returns (itself, or a variant of it)."""
 
 
 class Operations:
-    """Mixed into :class:`~twinkle_core.Trainer`; each setting applies to every later ``fit``."""
+    """Mixed into ``Trainer``; each setting applies to every later ``fit``."""
 
-    monitor_config: MonitorConfig | None = None
-    budget_config: BudgetConfig | None = None
+    session: Session
+    """The training the trainer runs in this process."""
+
+    def variant(self: T, hyperparams: dict[str, Any], **kwargs: Any) -> T:
+        """A new trainer like this one with ``hyperparams`` merged over its own (monitor and budget kept)."""
+        other = copy.copy(self)
+        other.session = self.session.variant(hyperparams, **kwargs)
+        return other
 
     def monitor(
-        self,
+        self: T,
         metrics: list[str] | None = None,
         alert_rules: Mapping[str, Any] | None = None,
         *,
         action: str = "log",
         webhook: str | None = None,
-    ) -> Trainer:
+    ) -> T:
         """Log extra metrics and raise alerts while training.
 
         Example::
@@ -48,11 +59,11 @@ class Operations:
         """
         config = MonitorConfig(list(metrics or []), dict(alert_rules or {}), action, webhook)
         config.rules()  # parse now: a bad rule is an error here, not mid-training
-        self.monitor_config = config
-        return self  # type: ignore[return-value]
+        self.session.monitor_config = config
+        return self
 
     def set_budget_alert(
-        self,
+        self: T,
         max_gpu_hours: float | None = None,
         cloud_provider: str = "aws",
         *,
@@ -60,7 +71,7 @@ class Operations:
         max_cost: float | None = None,
         instance_type: str | None = None,
         prices: Mapping[str, Any] | None = None,
-    ) -> Trainer:
+    ) -> T:
         """Forecast the cost before training, alert at 80 %, and stop with a checkpoint at 100 %.
 
         Example::
@@ -75,9 +86,9 @@ class Operations:
             instance_type: the priced instance (default: the provider's default GPU or CPU instance).
             prices: price-table overrides, same shape as ``twinkle_core/ops/prices.json``.
         """
-        self.budget_config = BudgetConfig(max_gpu_hours, max_cpu_hours, max_cost, cloud_provider, instance_type,
-                                          dict(prices or {}))
-        return self  # type: ignore[return-value]
+        self.session.budget_config = BudgetConfig(max_gpu_hours, max_cpu_hours, max_cost, cloud_provider,
+                                                  instance_type, dict(prices or {}))
+        return self
 
     def tune(
         self,
@@ -86,7 +97,7 @@ class Operations:
         data: str | None = None,
         **options: Any,
     ) -> TuneResult:
-        """Search hyperparameters with Optuna's TPE (see :mod:`twinkle_core.ops.tuning`).
+        """Search hyperparameters with Optuna's TPE (see ``twinkle_core.ops.tuning``).
 
         Example::
 
@@ -94,31 +105,30 @@ class Operations:
                                 max_trials=20, data="cancer.csv")
             best.trainer.fit("cancer.csv")
         """
-        trainer: Trainer = self  # type: ignore[assignment]
-        uri = trainer._data(data)
-        trainer._shared_data = {}  # prepared here once; every trial (a variant of this trainer) reuses it
+        session = self.session
+        uri = session.data_uri(data)
+        session.shared_data = {}  # prepared here once; every trial (a variant of this trainer) reuses it
         try:
-            return self._tune(trainer, uri, params_space, max_trials, options)
+            return self._tune(uri, params_space, max_trials, options)
         finally:
-            trainer._shared_data = None
+            session.shared_data = None
 
-    @staticmethod
-    def _tune(trainer: Trainer, uri: str, params_space: Mapping[str, Any], max_trials: int,
-              options: dict[str, Any]) -> TuneResult:
+    def _tune(self, uri: str, params_space: Mapping[str, Any], max_trials: int, options: dict[str, Any]) -> TuneResult:
         from twinkle_core.ops.tuning import TuneSubject, tune
 
-        prepared, algorithm, _ = trainer._prepare(uri)
-        metric, mode = algorithm.monitor
+        session = self.session
+        ready = session.prepare(uri)
+        metric, mode = ready.algorithm.monitor
 
         def run_trial(params: dict[str, Any], callbacks: list[Any], project: str) -> Any:
-            child = trainer.variant({**params, "progress_bar": False}, project=project, verbose=False,
-                                    callbacks=[*trainer.callbacks, *callbacks])
-            return child.fit(uri)
+            child = self.variant({**params, "progress_bar": False}, project=project, verbose=False,
+                                 callbacks=[*session.callbacks, *callbacks])
+            return child.fit(uri)  # type: ignore[attr-defined]
 
         subject = TuneSubject(
-            algorithm=trainer.choice.name, fingerprint=prepared.fingerprint, metric=metric, mode=mode,
-            home=trainer.store.home, project=trainer.project or "default", valid=trainer.valid_hyperparameters(),
-            run_trial=run_trial, configure=lambda params: _detached(trainer.variant(params)),
+            algorithm=session.choice.name, fingerprint=ready.data.fingerprint, metric=metric, mode=mode,
+            home=session.store.home, project=session.project or "default", valid=session.valid_hyperparameters(),
+            run_trial=run_trial, configure=lambda params: _detached(self.variant(params)),
         )
         return tune(subject, params_space, max_trials, **options)
 
@@ -126,10 +136,10 @@ class Operations:
         """Fingerprint ``uri``; with ``expected_md5``, raise a named error listing changed, added, removed files."""
         from twinkle_core.ops.verify import verify_data
 
-        return verify_data(uri, expected_md5, home=self.store.home)  # type: ignore[attr-defined]
+        return verify_data(uri, expected_md5, home=self.session.store.home)
 
 
-def _detached(trainer: Trainer) -> Trainer:
+def _detached(trainer: T) -> T:
     """``trainer`` without the study's shared prepared data (its later fits read the data afresh)."""
-    trainer._shared_data = None
+    trainer.session.shared_data = None
     return trainer

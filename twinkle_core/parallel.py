@@ -1,4 +1,4 @@
-"""The job's process group as :mod:`torch.distributed` sees it, and seeds derived per epoch.
+"""The job's process group as ``torch.distributed`` sees it, and seeds derived per epoch.
 
 Shared by the engine (ranks, samplers) and the data layer (sharded datasets), which sits below the engine.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 def process_group() -> tuple[int, int] | None:
-    """``(rank, world_size)`` of an initialised :mod:`torch.distributed` group, else ``None``."""
+    """``(rank, world_size)`` of an initialised ``torch.distributed`` group, else ``None``."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

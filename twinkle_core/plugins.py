@@ -9,7 +9,7 @@ Discovery has three phases, each as late as possible:
 A plugin that fails in phase 2 is reported — in ``twinkle plugins list`` and once on stderr — and
 skipped. Before phase 2, a plugin's distribution is checked against the installed core: a plugin that requires
 a ``twinkle-core`` range (``Requires-Dist: twinkle-core>=0.2,<0.3``) the installed core is outside of is not
-imported at all, and is reported with an :class:`~twinkle_core.errors.IncompatiblePluginError`. Environment
+imported at all, and is reported with an ``IncompatiblePluginError``. Environment
 variables:
 
 * ``TWINKLE_STRICT_PLUGINS=1``: re-raise a plugin's failure instead of skipping it;
@@ -97,12 +97,12 @@ def strict_plugins() -> bool:
 class PluginSet:
     """The loaded plugins and the registry of their components.
 
-    Use :func:`get_plugin_set` for the process-wide instance; tests build their own or register plugin
-    objects in-process with :meth:`register` (see :mod:`twinkle_core.testing`).
+    Use ``get_plugin_set`` for the process-wide instance; tests build their own or register plugin
+    objects in-process with ``register`` (see ``twinkle_core.testing``).
     """
 
     def __init__(self, *, load_entry_points: bool = True, load_builtins: bool = True) -> None:
-        """Create the set; nothing is imported until :meth:`load` (or first use)."""
+        """Create the set; nothing is imported until ``load`` (or first use)."""
         self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.pm.add_hookspecs(hookspecs)
         self._infos: dict[str, PluginInfo] = {}
@@ -243,7 +243,7 @@ class PluginSet:
             return info
 
     def unregister(self, name: str) -> None:
-        """Remove a plugin registered with :meth:`register` (or any loaded plugin) by name."""
+        """Remove a plugin registered with ``register`` (or any loaded plugin) by name."""
         with self._lock:
             plugin = self.pm.get_plugin(name)
             if plugin is not None:
@@ -366,7 +366,7 @@ _SET_LOCK = threading.Lock()
 
 
 def get_plugin_set() -> PluginSet:
-    """The process-wide :class:`PluginSet`, loaded on first use."""
+    """The process-wide ``PluginSet``, loaded on first use."""
     global _PLUGIN_SET
     with _SET_LOCK:
         if _PLUGIN_SET is None:

@@ -8,7 +8,7 @@ import os
 import signal
 
 LAUNCHER_ENV = "TWINKLE_LAUNCHER"
-"""Set to ``ray`` in the processes Ray Train starts for a job (:mod:`twinkle_core.jobs.ray_backend`): their world
+"""Set to ``ray`` in the processes Ray Train starts for a job (``twinkle_core.jobs.ray_backend``): their world
 comes from Ray's context, not from torchrun's variables."""
 
 DEFAULT_MAX_RESTARTS = 3
@@ -18,7 +18,7 @@ supervisor (``twinkle train --max-restarts``), torchrun (``twinkle launch``), Ra
 EXIT_OK = 0
 """The worker trained the job to its end (``result.json`` says how it ended)."""
 EXIT_NAMED_ERROR = 1
-"""The training raised a :class:`~twinkle_core.errors.TwinkleError` (``error.json``): fixing the input is the cure."""
+"""The training raised a ``TwinkleError`` (``error.json``): fixing the input is the cure."""
 EXIT_STOPPED = 128 + signal.SIGTERM
 """The worker stopped on SIGTERM after saving a checkpoint (``stopped.json``): it resumes from there."""
 

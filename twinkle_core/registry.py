@@ -1,6 +1,6 @@
 """Lookup and listing of registered components, in the style of timm's ``list_models``.
 
-The :class:`Registry` holds what every loaded plugin registered. Names resolve exactly, then through
+The ``Registry`` holds what every loaded plugin registered. Names resolve exactly, then through
 aliases, then case-insensitively; ``plugin:name`` picks one plugin's component when two share a name.
 """
 

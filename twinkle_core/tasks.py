@@ -7,12 +7,12 @@ A plugin declares a task with ``register_tasks`` (core's own tasks are registere
         register("text_classification", kind="classification",
                  description="predict a class from a text", batch="(token ids int64 [B, L], class int64 [B])")
 
-The task's ``kind`` gives an :class:`~twinkle_core.Algorithm` its defaults (loss, metrics, the monitored
+The task's ``kind`` gives an ``Algorithm`` its defaults (loss, metrics, the monitored
 metric); ``monitor`` and ``mode`` override the monitored metric. Nothing here imports torch.
 
-This module is the public face of tasks for plugins: :class:`Task` is plain data kept beside the other registered
-records (:mod:`twinkle_core.components`), and the queries over the registered tasks are lookups like the others
-(:mod:`twinkle_core.lookup`).
+This module is the public face of tasks for plugins: ``Task`` is plain data kept beside the other registered
+records (``twinkle_core.components``), and the queries over the registered tasks are lookups like the others
+(``twinkle_core.lookup``).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def join(base: str, *parts: str) -> str:
 def resolve(uri: str, home: str | None = None) -> str:
     """Map ``nas://`` and ``twinkle://`` URIs to plain fsspec URLs; leave others as they are.
 
-    ``home``: the run store ``twinkle://`` paths live in (default :func:`twinkle_home`).
+    ``home``: the run store ``twinkle://`` paths live in (default ``twinkle_home``).
 
     Raises:
         TwinkleError: ``nas://`` without ``TWINKLE_NAS_ROOT``; StorePathError for bad store paths.
@@ -109,13 +109,13 @@ def suffix(uri: str) -> str:
 
 
 def filesystem(uri: str) -> tuple[Any, str]:
-    """The fsspec filesystem and the path within it for ``uri`` (after :func:`resolve`)."""
+    """The fsspec filesystem and the path within it for ``uri`` (after ``resolve``)."""
     fs, path = fsspec.core.url_to_fs(resolve(uri))
     return fs, path
 
 
 def require_exists(uri: str, what: str = "data") -> tuple[Any, str]:
-    """Like :func:`filesystem`, raising :class:`DataNotFoundError` naming ``uri`` when nothing is there."""
+    """Like ``filesystem``, raising ``DataNotFoundError`` naming ``uri`` when nothing is there."""
     try:
         fs, path = filesystem(uri)
         exists = fs.exists(path)

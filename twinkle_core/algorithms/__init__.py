@@ -1,1 +1,1 @@
-"""Core's built-in algorithms (registered by the ``twinkle-core`` plugin in :mod:`twinkle_core.builtins`)."""
+"""Core's built-in algorithms (registered by the ``twinkle-core`` plugin in ``twinkle_core.builtins``)."""

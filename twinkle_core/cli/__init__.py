@@ -2,7 +2,7 @@
 
 Listing commands read plugin metadata and import plugin modules only — never torch — so they start in a
 fraction of a second. Commands that train or export import the engine inside their bodies.
-A :class:`~twinkle_core.errors.TwinkleError` is printed as one ``Error: ...`` line and exits 1.
+A ``TwinkleError`` is printed as one ``Error: ...`` line and exits 1.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from twinkle_core.errors import TwinkleError
 
 
 class TwinkleGroup(click.Group):
-    """A click group that turns :class:`TwinkleError` into a one-line error without a traceback, and that
+    """A click group that turns ``TwinkleError`` into a one-line error without a traceback, and that
     also offers the commands plugins register (``register_commands``), imported only when one is run."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:

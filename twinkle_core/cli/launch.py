@@ -1,6 +1,6 @@
 """``twinkle launch``: one job over several machines, through torchrun (c10d rendezvous).
 
-It writes the job (:class:`~twinkle_core.jobs.Job`) into the run store's ``jobs/`` folder and prints the
+It writes the job (``Job``) into the run store's ``jobs/`` folder and prints the
 command to start on every node; with ``--run`` it starts this node's share itself. Every node runs the same
 command: torchrun's c10d rendezvous assigns the ranks, whichever node becomes rank 0 creates the one run, and
 ``--max-restarts`` restarts the whole group from the run's last checkpoint when a process dies (the same run,
@@ -15,6 +15,7 @@ import sys
 
 import click
 
+from twinkle_core.cli.options import hyperparams_from
 from twinkle_core.cli.output import echo_json
 from twinkle_core.processes import DEFAULT_MAX_RESTARTS
 
@@ -50,11 +51,10 @@ def launch(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epo
     """Write a job for ALGORITHM on --data and print (or --run) the torchrun command for each of --nodes."""
     import os
 
-    from twinkle_core.cli.runs import _hyperparams
     from twinkle_core.jobs import Job, job_dir
     from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
 
-    values = _hyperparams(hp, epochs)
+    values = hyperparams_from(hp, epochs)
     Trainer(algorithm, task, values, user=user, project=project, verbose=False)  # names and values checked now
     job = Job(algorithm=algorithm, data=data, task=task, hyperparams=values, user=user, project=project,
               max_restarts=max_restarts)

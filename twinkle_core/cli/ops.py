@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
+from twinkle_core.cli.options import hyperparams_from
 from twinkle_core.cli.output import echo_json
-from twinkle_core.cli.runs import _hyperparams
 from twinkle_core.errors import TwinkleError
 
 
@@ -56,7 +56,7 @@ def tune(algorithm: str, data: str, space: tuple[str, ...], trials: int, task: s
     """Tune ALGORITHM's hyperparameters on --data with Optuna (TPE, pruning, resumable)."""
     from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
 
-    trainer = Trainer(algorithm, task, _hyperparams(hp, epochs), project=project, verbose=False)
+    trainer = Trainer(algorithm, task, hyperparams_from(hp, epochs), project=project, verbose=False)
     result = trainer.tune(parse_space(space), max_trials=trials, data=data, seed=seed)
     summary = {"best_params": result.best_params, "best_value": result.best_value, "metric": result.metric,
                "completed": result.completed, "pruned": result.pruned, "study": result.study_name,

@@ -10,21 +10,9 @@ from typing import Any
 
 import click
 
+from twinkle_core.cli.options import hyperparams_from
 from twinkle_core.cli.output import echo_json, echo_table
-from twinkle_core.errors import TwinkleError
 from twinkle_core.processes import DEFAULT_MAX_RESTARTS
-
-
-def _hyperparams(pairs: tuple[str, ...], epochs: int | None) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise TwinkleError(f"--hp takes key=value, got {pair!r} (for example --hp lr=0.001)")
-        values[key.strip()] = value.strip()
-    if epochs is not None:
-        values["max_epochs"] = epochs
-    return values
 
 
 def _training_options(func: Any) -> Any:
@@ -62,7 +50,7 @@ def train(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epoc
     """
     from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
 
-    values = _hyperparams(hp, epochs)
+    values = hyperparams_from(hp, epochs)
     values.update({k: v for k, v in (("num_nodes", nodes), ("devices", devices)) if v is not None})
     trainer = Trainer(algorithm, task, values, user=user, project=project, verbose=not as_json)
     result = trainer.supervise(data, max_restarts=max_restarts) if max_restarts else trainer.fit(data=data)
@@ -82,7 +70,7 @@ def plan(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epoch
     """Print the resource plan for training ALGORITHM on --data, without training."""
     from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
 
-    result = Trainer(algorithm, task, _hyperparams(hp, epochs), user=user, project=project).plan(data)
+    result = Trainer(algorithm, task, hyperparams_from(hp, epochs), user=user, project=project).plan(data)
     if as_json:
         echo_json(result.to_dict())
     else:

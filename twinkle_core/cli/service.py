@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
+from twinkle_core.cli.options import hyperparams_from
 from twinkle_core.cli.output import echo_json, echo_table
-from twinkle_core.cli.runs import _hyperparams
 from twinkle_core.processes import DEFAULT_MAX_RESTARTS
 
 
@@ -148,7 +148,7 @@ def submit(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epo
            priority: int, max_restarts: int, wall_clock: float | None, wait_: bool, as_json: bool,
            server: str | None, token: str | None) -> None:
     """Submit a training job to a Twinkle server."""
-    job = _client(server, token).submit(algorithm, data, _hyperparams(hp, epochs), task=task, project=project,
+    job = _client(server, token).submit(algorithm, data, hyperparams_from(hp, epochs), task=task, project=project,
                                         priority=priority, max_restarts=max_restarts, wall_clock_limit=wall_clock)
     if as_json and not wait_:
         echo_json(job.data)

@@ -5,20 +5,20 @@ layer (CI holds first-party plugins to that with import-linter)::
 
     from twinkle_core.data import DataProcessor, DataSpec, PreparedData, data_fingerprint, require_exists
 
-* the contract: :class:`DataProcessor`, :class:`PreparedData`, :class:`DataSpec`, :class:`ModelInput` (what the
+* the contract: ``DataProcessor``, ``PreparedData``, ``DataSpec``, ``ModelInput`` (what the
   model wants from its input: size, normalisation, interpolation);
-* paths (fsspec, with Twinkle's ``nas://`` and ``twinkle://`` schemes): :func:`filesystem`,
-  :func:`require_exists`, :func:`join`, :func:`is_local`, :func:`suffix`;
-* fingerprints: :func:`data_fingerprint`, :func:`scan`, :class:`Manifest`, :func:`read_file` (bytes and
-  fingerprint from one read) and :class:`Reader` (the same for a folder's files): set
+* paths (fsspec, with Twinkle's ``nas://`` and ``twinkle://`` schemes): ``filesystem``,
+  ``require_exists``, ``join``, ``is_local``, ``suffix``;
+* fingerprints: ``data_fingerprint``, ``scan``, ``Manifest``, ``read_file`` (bytes and
+  fingerprint from one read) and ``Reader`` (the same for a folder's files): set
   ``PreparedData.manifest`` and the data is read once per fit;
-* splitting: :func:`split_indices`; index files: :func:`write_index`, :func:`read_index`, :func:`is_index`,
-  :func:`index_header`, :func:`read_array`;
+* splitting: ``split_indices``; index files: ``write_index``, ``read_index``, ``is_index``,
+  ``index_header``, ``read_array``;
 * sharded loading (data larger than memory, when the engine sets ``DataProcessor.sharded``):
-  :class:`ShardedRows`, :data:`DEFAULT_SHARD_ROWS`;
-* writing: :func:`atomic_write_bytes`, :func:`atomic_write_text` (never a half-written file);
-* caches: :meth:`DataProcessor.cache_dir` (inside the store the run uses), :func:`local_cache_dir`;
-* errors: :class:`DataError` and its subclasses, :class:`DataNotFoundError`.
+  ``ShardedRows``, ``DEFAULT_SHARD_ROWS``;
+* writing: ``atomic_write_bytes``, ``atomic_write_text`` (never a half-written file);
+* caches: ``DataProcessor.cache_dir`` (inside the store the run uses), ``local_cache_dir``;
+* errors: ``DataError`` and its subclasses, ``DataNotFoundError``.
 
 Names are imported on first access, so importing one submodule stays light.
 """

@@ -4,7 +4,7 @@
 * a folder: the MD5 of the text made of one line per file, sorted by relative path:
   ``<relative path>\\t<size in bytes>\\t<MD5 of content>\\n``.
 
-Both are written ``md5:<hex>``; :func:`md5_of` returns the bare hex digest.
+Both are written ``md5:<hex>``; ``md5_of`` returns the bare hex digest.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class Manifest:
 
 class Reader:
     """Reads the files of a data source (a file or a folder) once each, keeping their size and MD5, so the
-    processor's reads give the source's :class:`Manifest` without a second pass.
+    processor's reads give the source's ``Manifest`` without a second pass.
 
     Example::
 
@@ -72,7 +72,7 @@ class Reader:
         return [p for p in paths if not suffixes or p.lower().endswith(tuple(x.lower() for x in suffixes))]
 
     def read(self, path: str) -> bytes:
-        """The bytes of ``path`` (one of :meth:`files`), fingerprinted as they are read."""
+        """The bytes of ``path`` (one of ``files``), fingerprinted as they are read."""
         data = self.fs.cat_file(path)
         self._seen[path] = (len(data), hashlib.md5(data).hexdigest())
         return data
@@ -93,7 +93,7 @@ class Reader:
 
 
 def read_file(uri: str) -> tuple[bytes, Manifest]:
-    """The bytes of the file ``uri`` and its :class:`Manifest`, from one read (parse the bytes, keep the
+    """The bytes of the file ``uri`` and its ``Manifest``, from one read (parse the bytes, keep the
     fingerprint: the data is read once)."""
     reader = Reader(uri)
     data = reader.read(reader.path)
@@ -101,7 +101,7 @@ def read_file(uri: str) -> tuple[bytes, Manifest]:
 
 
 def scan(uri: str, exclude: tuple[str, ...] = ()) -> Manifest:
-    """Read every file under ``uri`` (or the file ``uri``) and return its :class:`Manifest`.
+    """Read every file under ``uri`` (or the file ``uri``) and return its ``Manifest``.
 
     ``exclude`` holds glob patterns of relative paths to leave out (caches a library writes into the data).
     """
@@ -124,5 +124,5 @@ def md5_of(uri: str, exclude: tuple[str, ...] = ()) -> str:
 
 
 def data_fingerprint(uri: str, exclude: tuple[str, ...] = ()) -> str:
-    """``md5:<hex>`` of :func:`md5_of` — what runs record as their data fingerprint."""
+    """``md5:<hex>`` of ``md5_of`` — what runs record as their data fingerprint."""
     return f"md5:{md5_of(uri, exclude)}"

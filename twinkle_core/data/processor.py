@@ -1,4 +1,4 @@
-""":class:`DataProcessor`: opens data at any URI, validates it and builds train/validation datasets.
+"""``DataProcessor``: opens data at any URI, validates it and builds train/validation datasets.
 
 One processor serves one task and data format. Its typed ``__init__`` keywords are its parameters, routed
 to it by name from ``Trainer(hyperparams=...)`` (``label_column``, ``val_fraction``, ``use_mmap``, ...).
@@ -64,13 +64,13 @@ class DataProcessor(ABC):
     task: str | None = None
     formats: ClassVar[tuple[str, ...]] = ()
     home: str | None = None
-    """The root of the run store the run uses (``Trainer(home=...)``), set by the engine before :meth:`prepare`."""
+    """The root of the run store the run uses (``Trainer(home=...)``), set by the engine before ``prepare``."""
     sharded: bool = False
-    """Set by the engine before :meth:`prepare` when the data is too large for memory: a processor that can
-    should then return streamed datasets (:class:`~twinkle_core.data.shards.ShardedRows`) instead of loading."""
+    """Set by the engine before ``prepare`` when the data is too large for memory: a processor that can
+    should then return streamed datasets (``ShardedRows``) instead of loading."""
     model_input: ModelInput | None = None
-    """What the algorithm's model wants from its input (:meth:`twinkle_core.Algorithm.model_input`: input size,
-    minimum side, normalisation), set by the engine before :meth:`prepare`; ``None`` when it states nothing."""
+    """What the algorithm's model wants from its input (``twinkle_core.Algorithm.model_input``: input size,
+    minimum side, normalisation), set by the engine before ``prepare``; ``None`` when it states nothing."""
 
     def __init__(self, task: str | None = None) -> None:
         """Set the task (checked against the known tasks)."""
@@ -87,7 +87,7 @@ class DataProcessor(ABC):
     @classmethod
     def from_params(cls, params: Mapping[str, Any] | None = None, task: str | None = None, *,
                     typed: bool = False) -> DataProcessor:
-        """Validate ``params`` against :meth:`parameters` and build the processor (``typed``: already coerced).
+        """Validate ``params`` against ``parameters`` and build the processor (``typed``: already coerced).
 
         Raises:
             HyperparameterError: an unknown name (listing the valid ones) or a badly typed value.
@@ -113,7 +113,7 @@ class DataProcessor(ABC):
         return join(self.home or twinkle_home(), "cache", *parts)
 
     def write_index(self, src: str, dst: str) -> str:
-        """Decode ``src`` into the index file ``dst`` (see :mod:`twinkle_core.data.index`)."""
+        """Decode ``src`` into the index file ``dst`` (see ``twinkle_core.data.index``)."""
         raise TwinkleError(f"{type(self).__name__} cannot build an index")
 
     @classmethod
@@ -136,7 +136,7 @@ class DataProcessor(ABC):
         return cls.from_params(params, task=task).write_index(src, dst)
 
     def check_format(self, uri: str) -> str:
-        """The lower-case suffix of ``uri``, raising :class:`UnsupportedFormatError` if not in :attr:`formats`."""
+        """The lower-case suffix of ``uri``, raising ``UnsupportedFormatError`` if not in ``formats``."""
         extension = suffix(uri)
         if self.formats and extension not in self.formats:
             raise UnsupportedFormatError(

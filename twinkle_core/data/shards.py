@@ -1,6 +1,6 @@
 """Sharded loading: samples streamed from an index file shard by shard, for data larger than memory.
 
-A split (its sorted row numbers in an :mod:`index file <twinkle_core.data.index>`) is cut into shards of
+A split (its sorted row numbers in an ``index file``) is cut into shards of
 ``shard_rows`` consecutive rows; reading a shard is one byte-range read per array through fsspec (local
 disk, S3, ...), so memory holds one shard at a time, never the data. Each epoch:
 
@@ -165,5 +165,5 @@ class ShardedRows(IterableDataset):
         self._yielded = self._skip
 
     def set_workers(self, workers: int) -> None:
-        """Tell the dataset how many loader workers will read it (for :meth:`__len__`)."""
+        """Tell the dataset how many loader workers will read it (for ``__len__``)."""
         self._workers = max(int(workers), 1)

@@ -1,4 +1,4 @@
-""":class:`DataSpec`: what an algorithm needs to know about the data to build itself."""
+"""``DataSpec``: what an algorithm needs to know about the data to build itself."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Mapping
 class DataSpec:
     """The shape of one sample and the targets, as a data processor found them.
 
-    Algorithms read it in :meth:`twinkle_core.Algorithm.build_model` so that input channels, feature counts
+    Algorithms read it in ``twinkle_core.Algorithm.build_model`` so that input channels, feature counts
     and classes come from the data, not from the user. It is stored with every run and checkpoint as plain
     JSON-ready values.
 
@@ -57,7 +57,7 @@ class DataSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DataSpec:
-        """Rebuild a spec from :meth:`to_dict` output."""
+        """Rebuild a spec from ``to_dict`` output."""
         return cls(
             task=str(data["task"]),
             input_shape=tuple(int(v) for v in data["input_shape"]),
@@ -74,9 +74,9 @@ class DataSpec:
 class ModelInput:
     """What a model wants from its input, for data processors that resize (images, spectrograms, ...).
 
-    An algorithm returns one from :meth:`twinkle_core.Algorithm.model_input` (timm's data config, say); the
-    engine hands it to the data processor as :attr:`DataProcessor.model_input` before
-    :meth:`~DataProcessor.prepare`. A processor reads what applies to it and ignores the rest.
+    An algorithm returns one from ``twinkle_core.Algorithm.model_input`` (timm's data config, say); the
+    engine hands it to the data processor as ``DataProcessor.model_input`` before
+    ``prepare``. A processor reads what applies to it and ignores the rest.
 
     Attributes:
         name: the model's name, for messages and plan reasons (``"resnet18"``).

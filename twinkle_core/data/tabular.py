@@ -1,4 +1,4 @@
-""":class:`TabularProcessor`: numeric tables (CSV, Parquet, or a built index) for tabular tasks."""
+"""``TabularProcessor``: numeric tables (CSV, Parquet, or a built index) for tabular tasks."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class TabularProcessor(DataProcessor):
     Features are every numeric column except the label (text columns are an error naming them: encode or
     drop them first). Classification labels may be text or numbers; they are mapped to class indices in
     sorted order. The split is deterministic for a seed and stratified for classification. Feature means and
-    standard deviations of the training split travel in the :class:`DataSpec` so algorithms can standardise
+    standard deviations of the training split travel in the ``DataSpec`` so algorithms can standardise
     inside the model (exports then take raw features).
     """
 
@@ -87,7 +87,7 @@ class TabularProcessor(DataProcessor):
             task: ``tabular_classification`` (default) or ``tabular_regression``.
             label_column: the target column; by default the first of ``label``, ``target``, ``y``, ``class``.
             val_fraction: the share of rows held out for validation.
-            use_mmap: memory-map an index file built by :meth:`build_index` instead of reading it whole.
+            use_mmap: memory-map an index file built by ``build_index`` instead of reading it whole.
             shard_rows: rows per shard when the plan streams the data in shards (data larger than memory).
         """
         super().__init__(task)

@@ -36,7 +36,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         atomic_write_bytes(str(path), buffer.getvalue())
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
-        """Load with :func:`load_checkpoint` (safe, with named errors)."""
+        """Load with ``load_checkpoint`` (safe, with named errors)."""
         return load_checkpoint(str(path))
 
 

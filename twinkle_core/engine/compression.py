@@ -9,7 +9,7 @@
 
 The article's "1-bit Adam" was removed from DeepSpeed (0.19.8 has no ``OnebitAdam``): asking for it is a
 named error pointing at these. The bytes a rank sends per optimizer step are counted in the hook
-(:class:`CountingState`) and recorded with the run (``measured.allreduce_bytes_per_step``).
+(``CountingState``) and recorded with the run (``measured.allreduce_bytes_per_step``).
 """
 
 # no `from __future__ import annotations` here: torch checks the hook's annotations as real objects

@@ -1,7 +1,7 @@
 """Continuing from a checkpoint: ``resume``, ``continue`` and ``finetune``.
 
 * ``resume`` — same data; Lightning restores everything (weights, optimizer, schedule, loop position,
-  loader position) and :class:`~twinkle_core.engine.resume.ExactResume` the random states. Refused when
+  loader position) and ``ExactResume`` the random states. Refused when
   the data's fingerprint changed.
 * ``continue`` — new data or more epochs; weights and optimizer state are kept, the schedule and the epoch
   count start afresh.
@@ -86,7 +86,7 @@ class RestoreOptimizerState(L.Callback):
     """Load saved optimizer states into the fresh optimizers when training starts (``continue``)."""
 
     def __init__(self, states: list[dict[str, Any]]) -> None:
-        """Keep the states until :meth:`on_train_start`."""
+        """Keep the states until ``on_train_start``."""
         self.states = states
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -5,7 +5,7 @@ neither draws from the global random state nor depends on how many epochs this p
 what makes a resumed run (which starts mid-way) shuffle exactly like an uninterrupted one.
 
 Under several processes each rank takes every ``world``-th index of that one order (the order padded by
-wrapping around so every rank takes the same number of steps, as :class:`torch.utils.data.DistributedSampler`
+wrapping around so every rank takes the same number of steps, as ``torch.utils.data.DistributedSampler``
 does); validation splits the samples without padding, so reduced metrics cover the validation set exactly
 once. The rank is read when an epoch starts (the process group exists by then, whatever launched it).
 """
@@ -23,9 +23,9 @@ from twinkle_core.parallel import epoch_seed, rank_and_world
 
 
 class EpochShuffle(Sampler[int]):
-    """A random permutation of ``range(n)`` seeded by ``(seed, epoch)``; Lightning calls :meth:`set_epoch`.
+    """A random permutation of ``range(n)`` seeded by ``(seed, epoch)``; Lightning calls ``set_epoch``.
 
-    Its :attr:`generator`, reseeded every epoch, is meant for the loader (worker base seeds).
+    Its ``generator``, reseeded every epoch, is meant for the loader (worker base seeds).
     """
 
     def __init__(self, n: int, seed: int) -> None:
@@ -35,7 +35,7 @@ class EpochShuffle(Sampler[int]):
         self.set_epoch(0)
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose permutation :meth:`__iter__` yields."""
+        """Select the epoch whose permutation ``__iter__`` yields."""
         self.epoch = epoch
         self.generator.manual_seed(epoch_seed(self.seed, epoch, 0x9E3779B1))
 
@@ -113,7 +113,7 @@ def train_loader(dataset: Dataset, batch_size: int, seed: int, num_workers: int,
                  collate_fn: Any = None) -> StatefulDataLoader:
     """A shuffling loader whose position is saved in checkpoints (see the module docstring).
 
-    A streamed dataset (:class:`~twinkle_core.data.shards.ShardedRows`) shuffles and splits itself; its own
+    A streamed dataset (``ShardedRows``) shuffles and splits itself; its own
     state (epoch, samples yielded) is what checkpoints save.
     """
     if isinstance(dataset, IterableDataset):

@@ -1,9 +1,9 @@
 """Pipeline-parallel training (``strategy="pipeline"``): one stage of the network per process, through
-:mod:`torch.distributed.pipelining` (GPipe schedule).
+``torch.distributed.pipelining`` (GPipe schedule).
 
 Lightning has no pipeline strategy, so this runner drives the loop itself. The job's processes come from a
 launcher (``twinkle launch --devices N``: N stages). Every process builds the algorithm's network and keeps
-its stage (:meth:`Algorithm.pipeline_stages`); each batch is split into micro-batches that flow through the
+its stage (``Algorithm.pipeline_stages``); each batch is split into micro-batches that flow through the
 stages forward and back; each stage steps its own optimizer. After every epoch the stages' weights are
 gathered on rank 0, which validates the whole network with the algorithm's own loss and metrics, logs them to
 the run's ``metrics.csv`` and writes ``last.ckpt`` / ``best.ckpt`` (full weights and Twinkle's record, so
@@ -43,7 +43,7 @@ def micro_batches(batch_size: int, stages: int) -> int:
 
 
 def run_pipeline(setup: Any) -> FitResult:
-    """Train ``setup`` (a :class:`~twinkle_core.engine.run.RunSetup`) as a pipeline over the job's processes."""
+    """Train ``setup`` (a ``RunSetup``) as a pipeline over the job's processes."""
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
     if not dist.is_initialized():

@@ -2,7 +2,7 @@
 
 Twinkle does not launch processes itself; Lightning's launcher, torchrun, SLURM or Ray does. Before the
 process group exists (when a run is created) the rank is read from the environment those launchers set;
-once training runs, :mod:`torch.distributed` answers. Both agree: global rank 0 is node 0, local rank 0.
+once training runs, ``torch.distributed`` answers. Both agree: global rank 0 is node 0, local rank 0.
 """
 
 from __future__ import annotations

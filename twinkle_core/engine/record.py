@@ -2,7 +2,7 @@
 
 A checkpoint names its algorithm and data processor. Restoring resolves those names through the registry
 (registered components), or accepts a class the caller passes in (``Trainer.from_checkpoint(...,
-algorithm=MyKronos)``). A ``module:Class`` path that is neither is refused with a :class:`CheckpointError`
+algorithm=MyKronos)``). A ``module:Class`` path that is neither is refused with a ``CheckpointError``
 before anything is imported: a crafted checkpoint cannot make Twinkle import a module.
 """
 
@@ -19,7 +19,7 @@ from twinkle_core.errors import UnknownComponentError
 from twinkle_core.lookup import get_component, list_components
 
 RECORD_VERSION = 2
-"""The version :class:`CheckpointRecord` writes (version 1 records still load)."""
+"""The version ``CheckpointRecord`` writes (version 1 records still load)."""
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class CheckpointRecord:
         data_processor_class: ``module:Class`` of a processor instance the user configured, else ``None``.
         data_params: the processor's parameters.
         trainer: the trainer settings.
-        data_spec: the :class:`~twinkle_core.DataSpec` the model was built for.
+        data_spec: the ``DataSpec`` the model was built for.
         data_uri: the data trained on.
         data_fingerprint: its fingerprint.
         run: the run's ``twinkle://`` URI.
@@ -42,7 +42,7 @@ class CheckpointRecord:
         structure: how the network differs from what its config builds — ``{"pruned": {...}}`` after structured
             pruning: the algorithm's ``prunable_network()`` rewrites the freshly built network into the form that
             was pruned, then its modules are reshaped to the saved tensors before loading
-            (:func:`~twinkle_core.engine.reshape.reshape_to_state`); ``None`` for a network as built.
+            (``reshape_to_state``); ``None`` for a network as built.
         version: the record's format version.
     """
 

@@ -1,11 +1,11 @@
-""":func:`reshape_to_state`: give a freshly built network the channel counts of a structurally pruned one, from
+"""``reshape_to_state``: give a freshly built network the channel counts of a structurally pruned one, from
 its state dict alone — so a pruned model reloads from its config plus tensors, never from pickled modules.
 
 Structured pruning (torch-pruning) removes whole channels: it shrinks the weights of ``Conv*d``, ``Linear``,
 the norms and their buffers, and leaves the graph as it was. Rebuilding the network from its config and
 shrinking each of those modules to the saved tensors' shapes gives back the pruned network exactly. A
 checkpoint says it needs this with ``structure`` in its Twinkle record (see
-:class:`~twinkle_core.engine.record.CheckpointRecord`); the engine then reshapes before loading.
+``CheckpointRecord``); the engine then reshapes before loading.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a fit returns: :class:`FitResult`, the same on every rank of a job."""
+"""What a fit returns: ``FitResult``, the same on every rank of a job."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from twinkle_core.planning.plan import Plan
 
 @dataclass
 class FitResult:
-    """What :meth:`Trainer.fit` returns.
+    """What ``Trainer.fit`` returns.
 
     Attributes:
         run_uri: ``twinkle://user/project/runN``.
@@ -48,5 +48,5 @@ class FitResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FitResult:
-        """Rebuild a result from :meth:`to_dict` output."""
+        """Rebuild a result from ``to_dict`` output."""
         return cls(**{**data, "plan": Plan.from_dict(data["plan"])})

@@ -37,7 +37,7 @@ def capture_rng() -> dict[str, Any]:
 
 
 def restore_rng(states: dict[str, Any]) -> None:
-    """Put back states captured by :func:`capture_rng`."""
+    """Put back states captured by ``capture_rng``."""
     version, state, gauss = states["python"]
     random.setstate((version, tuple(state), gauss))
     name, keys, pos, has_gauss, cached = states["numpy"]

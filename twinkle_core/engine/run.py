@@ -2,7 +2,7 @@
 
 Every process of a job runs this; only global rank 0 has the run's record (``RunSetup.record``) and writes
 to the store. The other ranks train into a scratch folder that nothing writes to (Lightning's checkpoint
-callbacks take rank 0's folder, and only rank 0 saves), and receive rank 0's :class:`FitResult` at the end.
+callbacks take rank 0's folder, and only rank 0 saves), and receive rank 0's ``FitResult`` at the end.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from twinkle_core.uris import filesystem, join
 
 @dataclass
 class RunSetup:
-    """Everything :func:`run_lightning` needs for one run (``record`` is ``None`` on ranks other than 0)."""
+    """Everything ``run_lightning`` needs for one run (``record`` is ``None`` on ranks other than 0)."""
 
     store: RunStore
     record: RunRecord | None
@@ -200,7 +200,7 @@ def _no_notify(alert: dict[str, Any]) -> None:
 
 
 def run_lightning(setup: RunSetup) -> FitResult:
-    """Train as planned, keep the catalogue current, write curves; return a :class:`FitResult`.
+    """Train as planned, keep the catalogue current, write curves; return a ``FitResult``.
 
     With ``auto_batch_scaling``, an out-of-memory error halves the micro-batch, doubles the gradient
     accumulation (the effective batch stays) and continues from the last checkpoint — or from the start

@@ -25,7 +25,7 @@ class AlgorithmChoice:
 
 
 def resolve_algorithm(algorithm: str | type[Algorithm]) -> AlgorithmChoice:
-    """A registered name (``"resnet50"``, ``"plugin:name"``) or an :class:`Algorithm` subclass.
+    """A registered name (``"resnet50"``, ``"plugin:name"``) or an ``Algorithm`` subclass.
 
     A ``module:Class`` string is not imported (a name may come from a file, a job or a checkpoint): pass the
     class itself, or register it.

@@ -28,7 +28,7 @@ class TrainerSettings:
         num_nodes: the machines taking part (default: the launcher's, else one); each needs its processes
             started — ``twinkle launch`` prints the torchrun command per node.
         strategy: force the distribution: ``ddp``, ``fsdp2``, a DeepSpeed ZeRO stage, or ``pipeline`` (one stage
-            of the network per process, see :mod:`twinkle_core.engine.pipeline`) (default: the plan's).
+            of the network per process, see ``twinkle_core.engine.pipeline``) (default: the plan's).
         num_workers: force data-loader workers (default: the plan's).
         gradient_clip_val: clip gradients to this norm.
         checkpoint_every_n_steps: also checkpoint ``last.ckpt`` every N optimizer steps (mid-epoch).
@@ -42,7 +42,7 @@ class TrainerSettings:
         memory_limit_bytes: cap the memory a run may use (CUDA: a per-process fraction; CPU: the planner's
             estimate per step, enforced before each step).
         gradient_compression: DDP's gradient all-reduce — ``"none"``, ``"powersgd"``, ``"bf16"``, ``"fp16"``
-            (default: the plan's — PowerSGD across nodes); see :mod:`twinkle_core.engine.compression`.
+            (default: the plan's — PowerSGD across nodes); see ``twinkle_core.engine.compression``.
         backend: ``"local"`` (this machine's processes) or ``"ray"`` (Ray Train workers, the
             ``twinkle-core[ray]`` extra; default when ``RAY_ADDRESS`` names a cluster).
         workers: Ray Train workers (``backend="ray"``; default 2).

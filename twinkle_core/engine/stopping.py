@@ -1,4 +1,4 @@
-""":class:`StopOnSigterm`: a process asked to stop (SIGTERM: a cancelled or timed-out service job, a server
+"""``StopOnSigterm``: a process asked to stop (SIGTERM: a cancelled or timed-out service job, a server
 shutting down, a scheduler pre-empting the node) saves ``last.ckpt`` after the batch it is on and ends the run
 ``stopped`` — resumable exactly from that step — instead of dying between checkpoints.
 
@@ -45,7 +45,7 @@ class StopOnSigterm(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        """Checkpoint, then raise :class:`StoppedBySignal` (every rank: the save is collective) — only right
+        """Checkpoint, then raise ``StoppedBySignal`` (every rank: the save is collective) — only right
         after an optimizer step, never with gradients half accumulated."""
         if getattr(trainer, "received_sigterm", False) and trainer.global_step != self._step:
             trainer.save_checkpoint(self.last_path)

@@ -1,9 +1,9 @@
 """Utilisation, measured: throughput, achieved FLOP/s, model-FLOPs utilisation (MFU) and time spent waiting for data.
 
-:class:`Utilisation` (a Lightning callback) times each training step from ``on_train_batch_start`` to
+``Utilisation`` (a Lightning callback) times each training step from ``on_train_batch_start`` to
 ``on_train_batch_end`` (compute, including the backward and the optimizer step) and the gap before the next
 step starts (fetching the batch from the loader, mostly: the data wait). At the end of training
-:meth:`Utilisation.figures` turns that into:
+``Utilisation.figures`` turns that into:
 
 * ``samples_per_second`` (per process, and ``job_samples_per_second`` for the whole job) and, for integer-id
   inputs, ``tokens_per_second``;

@@ -1,4 +1,4 @@
-"""Export: the :class:`Exporter` extension point, core's TorchScript and ONNX exporters, verification."""
+"""Export: the ``Exporter`` extension point, core's TorchScript and ONNX exporters, verification."""
 
 from twinkle_core.exporting.base import ExportError, Exporter, ExportResult
 from twinkle_core.exporting.onnx import ONNXExporter

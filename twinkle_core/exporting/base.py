@@ -1,4 +1,4 @@
-""":class:`Exporter`: writes a trained model in a deployable format and runs the artefact back."""
+"""``Exporter``: writes a trained model in a deployable format and runs the artefact back."""
 
 from __future__ import annotations
 
@@ -127,5 +127,5 @@ class Exporter(ABC):
         several)."""
 
     def close(self) -> None:
-        """Release what :meth:`export` and :meth:`runner` hold (a converter process, ...); called once the
+        """Release what ``export`` and ``runner`` hold (a converter process, ...); called once the
         artefact is verified. The default holds nothing."""

@@ -45,7 +45,7 @@ def export_and_verify(
     """Export ``algorithm`` with ``exporter`` to ``output`` (any URI) and verify it on ``val``.
 
     Float artefacts must match the PyTorch outputs within the exporter's ``float_tolerance`` (absolute and
-    relative; :data:`FP32_ATOL` for fp32 formats); INT8 artefacts are judged by their metric and cosine
+    relative; ``FP32_ATOL`` for fp32 formats); INT8 artefacts are judged by their metric and cosine
     similarity, which are reported. At most ``max_samples`` (default: the exporter's ``verify_samples``)
     validation samples are compared. A failed export leaves no file at ``output``; the exporter is closed.
 

@@ -1,5 +1,5 @@
-"""Jobs: training as declarative data (:class:`Job`), run by a worker process under a supervisor that restarts
-it from its last checkpoint when it dies (:func:`supervise`), or by every rank of a torchrun launch."""
+"""Jobs: training as declarative data (``Job``), run by a worker process under a supervisor that restarts
+it from its last checkpoint when it dies (``supervise``), or by every rank of a torchrun launch."""
 
 from twinkle_core.jobs.spec import Job, job_dir
 from twinkle_core.jobs.restarts import RESTART_KIND

@@ -1,9 +1,9 @@
-""":class:`JobFolder`: the files a job's processes leave for whoever runs them, named once; :class:`Outcome`: how
-one attempt ended, read from them (the exit statuses are :mod:`twinkle_core.processes`').
+"""``JobFolder``: the files a job's processes leave for whoever runs them, named once; ``Outcome``: how
+one attempt ended, read from them (the exit statuses are ``twinkle_core.processes``').
 
-A job folder holds ``job.json`` (the :class:`~twinkle_core.jobs.Job`), ``run.json`` (the run its first attempt
+A job folder holds ``job.json`` (the ``Job``), ``run.json`` (the run its first attempt
 created: later attempts resume it), and what the attempt ended with — ``result.json`` (its
-:class:`~twinkle_core.FitResult`), ``error.json`` (the training raised) or ``stopped.json`` (SIGTERM stopped it after a
+``FitResult``), ``error.json`` (the training raised) or ``stopped.json`` (SIGTERM stopped it after a
 checkpoint) — beside ``rank-N.json`` (what each rank ended with) and the launcher's own notes. Rank 0 writes them;
 every write is atomic.
 """
@@ -60,7 +60,7 @@ class JobFolder:
         write_json(self.path, name, data)
 
     def write_result(self, result: dict[str, Any]) -> None:
-        """The attempt trained to its end: its :class:`~twinkle_core.FitResult` as a dict."""
+        """The attempt trained to its end: its ``FitResult`` as a dict."""
         self.write(self.RESULT, result)
 
     def write_error(self, kind: str, message: str, traceback: str) -> None:

@@ -1,9 +1,9 @@
-"""Starting a job's worker process (:mod:`twinkle_core.jobs.worker`) — forked from a warm template, or fresh.
+"""Starting a job's worker process (``twinkle_core.jobs.worker``) — forked from a warm template, or fresh.
 
 A worker process spends most of its start importing Lightning and what Lightning imports (about 4,000 modules,
 10–15 s of CPU on a small machine) before it trains a step; a short job can spend more CPU starting than training.
-:func:`start_worker` by default forks each worker from a template process that imported the Trainer once
-(Python's :mod:`multiprocessing` *forkserver*, one per launching process, started by :func:`warm_template` or on
+``start_worker`` by default forks each worker from a template process that imported the Trainer once
+(Python's ``multiprocessing`` *forkserver*, one per launching process, started by ``warm_template`` or on
 first use — the way Celery's prefork pool and gunicorn's ``--preload`` start workers), so a worker starts in well
 under a second. The forked
 worker is set up as the fresh one would be: its own session and process group, the job's environment, its output
@@ -11,7 +11,7 @@ to the job's log, ``sys.argv`` and ``__main__`` as ``python -m twinkle_core.jobs
 a multi-device job's other ranks from them), and optionally killed when the template goes away with its launcher.
 
 ``fresh=True`` (``twinkle serve --fresh-processes``) starts ``python -m twinkle_core.jobs.worker FOLDER`` instead,
-which sees code upgraded while the launcher runs. Either way the caller gets a :class:`WorkerProcess` with
+which sees code upgraded while the launcher runs. Either way the caller gets a ``WorkerProcess`` with
 ``subprocess.Popen``'s ``pid``, ``returncode`` and ``wait()``.
 """
 
@@ -35,7 +35,7 @@ PRELOAD = ["twinkle_core.jobs.preload"]
 
 
 class WorkerProcess(Protocol):
-    """What :func:`start_worker` returns: the part of ``subprocess.Popen`` a launcher uses."""
+    """What ``start_worker`` returns: the part of ``subprocess.Popen`` a launcher uses."""
 
     pid: int
     returncode: int | None
@@ -56,7 +56,7 @@ class ForkedWorker:
         self.returncode: int | None = None
 
     def wait(self, timeout: float | None = None) -> int:
-        """See :class:`WorkerProcess`."""
+        """See ``WorkerProcess``."""
         self.process.join(timeout)
         if self.process.exitcode is None:
             raise subprocess.TimeoutExpired([WORKER_MODULE, self.folder], timeout or 0.0)
@@ -94,14 +94,14 @@ def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_w
 
 def warm_template() -> None:
     """Start this process's template now and wait until it has imported what workers need — otherwise the first
-    :func:`start_worker` waits for that (10–15 s), e.g. while a job's lease runs."""
+    ``start_worker`` waits for that (10–15 s), e.g. while a job's lease runs."""
     process = template().Process(target=_ready, name="twinkle-template-ready")
     process.start()
     process.join()
 
 
 def template(extra: Sequence[str] = ()) -> Any:
-    """The ``multiprocessing`` context whose forkserver is this process's template: it imports :data:`PRELOAD`
+    """The ``multiprocessing`` context whose forkserver is this process's template: it imports ``PRELOAD``
     (and ``extra``) when it starts, on first use; afterwards ``extra`` changes nothing."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([*PRELOAD, *extra])
@@ -109,7 +109,7 @@ def template(extra: Sequence[str] = ()) -> Any:
 
 
 def _ready() -> None:
-    """Forked from the template by :func:`warm_template`: nothing to do."""
+    """Forked from the template by ``warm_template``: nothing to do."""
 
 
 def die_with_parent_now(signum: int = signal.SIGKILL) -> None:

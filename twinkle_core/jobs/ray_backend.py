@@ -1,7 +1,7 @@
 """Ray Train as the scale-out engine (``Trainer(backend="ray", workers=N)``; the ``twinkle-core[ray]`` extra).
 
-:func:`run_on_ray` hands a :class:`~twinkle_core.jobs.Job` to Ray Train's ``TorchTrainer``: ``N`` workers, each
-running the job's worker (:mod:`twinkle_core.jobs.worker`) inside Ray's torch process group, with Lightning on
+``run_on_ray`` hands a ``Job`` to Ray Train's ``TorchTrainer``: ``N`` workers, each
+running the job's worker (``twinkle_core.jobs.worker``) inside Ray's torch process group, with Lightning on
 Ray's DDP strategy and cluster environment (``RayDDPStrategy``, ``RayLightningEnvironment``). The run store
 stays Twinkle's: rank 0 creates the one run and writes its checkpoints there. When a worker dies, Ray's
 ``FailureConfig(max_failures=job.max_restarts)`` restarts the group; the restarted workers find the job's
@@ -14,36 +14,28 @@ instance this process started (``ray.init``), else a local one without a dashboa
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 from twinkle_core.engine.result import FitResult
+from twinkle_core.engine.settings import TrainerSettings
 from twinkle_core.errors import TwinkleError
 from twinkle_core.jobs.folder import JobFolder
-from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, current_job_dir, job_dir
-from twinkle_core.processes import LAUNCHER_ENV
+from twinkle_core.jobs.spec import Job, current_job_dir, job_dir
+from twinkle_core.processes import inside_ray_worker
 
 
-
-def _train_loop(config: dict[str, Any]) -> None:
-    """One Ray Train worker: set the ranks from Ray's context, then run the job's worker."""
-    import ray.train
-
-    context = ray.train.get_context()
-    env = {LAUNCHER_ENV: "ray", "WORLD_SIZE": str(context.get_world_size()), "RANK": str(context.get_world_rank()),
-           "LOCAL_RANK": str(context.get_local_rank()), "LOCAL_WORLD_SIZE": str(context.get_local_world_size()),
-           "NODE_RANK": str(context.get_node_rank()), JOB_DIR_ENV: config["folder"]}
-    if config.get("home"):
-        env["TWINKLE_HOME"] = config["home"]
-    os.environ.update(env)
-    JobFolder(config["folder"]).write(f"ray-worker-{context.get_world_rank()}.json",
-               {"pid": os.getpid(), "rank": context.get_world_rank()})
-    from twinkle_core.jobs.worker import run
-
-    run(config["folder"])
+def goes_to_ray(settings: TrainerSettings) -> bool:
+    """Whether a fit with ``settings`` goes to Ray Train (``backend="ray"``, or ``RAY_ADDRESS`` set with no backend
+    named) — never from inside Ray Train's own workers, which train where they are."""
+    if inside_ray_worker():
+        return False
+    return settings.backend == "ray" or (settings.backend is None and bool(os.environ.get("RAY_ADDRESS")))
 
 
-def run_on_ray(job: Job, workers: int, folder: str | None = None, use_gpu: bool = False) -> FitResult:
-    """Train ``job`` on ``workers`` Ray Train workers; returns the run's result.
+def run_on_ray(job: Job, workers: int, train_loop: Callable[[dict[str, Any]], None], folder: str | None = None,
+               use_gpu: bool = False) -> FitResult:
+    """Train ``job`` on ``workers`` Ray Train workers, each running ``train_loop`` (the job worker's
+    ``ray_train_loop``) on ``{"folder": ..., "home": ...}``; returns the run's result.
 
     Raises:
         TwinkleError: Ray is not installed (the extra to install), or the job failed (its error).
@@ -59,7 +51,7 @@ def run_on_ray(job: Job, workers: int, folder: str | None = None, use_gpu: bool 
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False, log_to_driver=False)
     trainer = TorchTrainer(
-        _train_loop,
+        train_loop,
         train_loop_config={"folder": folder, "home": job.home or os.environ.get("TWINKLE_HOME")},
         torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu, resources_per_worker={"CPU": 1}),

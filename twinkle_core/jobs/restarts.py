@@ -1,5 +1,5 @@
 """Restarts recorded in the run: whoever restarts a job's processes — a supervisor, torchrun, Ray, the service's
-workers — notes it in the run's alerts the same way (``kind`` :data:`RESTART_KIND`), so ``twinkle runs show`` and
+workers — notes it in the run's alerts the same way (``kind`` ``RESTART_KIND``), so ``twinkle runs show`` and
 the dashboard list every restart and its cause."""
 
 from __future__ import annotations

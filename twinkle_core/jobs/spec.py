@@ -1,9 +1,9 @@
-""":class:`Job`: a training job as declarative data — what :class:`~twinkle_core.Trainer` takes, never code.
+"""``Job``: a training job as declarative data — what ``Trainer`` takes, never code.
 
 A job is what a supervisor restarts, what ``twinkle launch`` hands every node and what the service queues: a
 registered algorithm name, a task, hyperparameters, a data URI and where the run goes. Validated with pydantic
-(unknown fields are refused); stored as ``job.json`` in the job's folder (:func:`job_dir`), next to
-``run.json`` (the run the job's first attempt created) and ``result.json`` (its :class:`FitResult`).
+(unknown fields are refused); stored as ``job.json`` in the job's folder (``job_dir``), next to
+``run.json`` (the run the job's first attempt created) and ``result.json`` (its ``FitResult``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ JOB_DIR_ENV = "TWINKLE_JOB_DIR"
 
 
 class Job(BaseModel):
-    """One training job (the fields of :class:`~twinkle_core.Trainer` that are data, not code)."""
+    """One training job (the fields of ``Trainer`` that are data, not code)."""
 
     model_config = ConfigDict(extra="forbid")
 

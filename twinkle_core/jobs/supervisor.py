@@ -1,4 +1,4 @@
-""":func:`supervise`: run a :class:`Job` in a worker process and restart it from its last checkpoint when it dies.
+"""``supervise``: run a ``Job`` in a worker process and restart it from its last checkpoint when it dies.
 
 The worker (``python -m twinkle_core.jobs.worker JOB_DIR``) trains as ``Trainer.fit`` does and writes, into
 the job folder, ``run.json`` as soon as its run exists and ``result.json`` when it ends. When the worker
@@ -32,12 +32,12 @@ def supervise(job: Job, folder: str | None = None, verbose: bool = True, backoff
 
     Args:
         job: what to train.
-        folder: the job folder (default: a new one in the run store, see :func:`~twinkle_core.jobs.job_dir`).
+        folder: the job folder (default: a new one in the run store, see ``job_dir``).
         verbose: let the worker print its plan and progress.
         backoff_seconds: the wait before restart ``n`` is ``n × backoff_seconds``.
 
     Returns:
-        The run's :class:`FitResult` (one run, whatever the number of restarts).
+        The run's ``FitResult`` (one run, whatever the number of restarts).
 
     Raises:
         TwinkleError: the training raised an error (its message), or the worker kept dying — the run is then

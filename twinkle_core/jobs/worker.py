@@ -5,7 +5,7 @@ The first attempt trains the job as a new run; rank 0 writes ``run.json`` as soo
 attempt (a supervisor's restart, or torchrun's ``--max-restarts``) finds ``run.json`` and resumes that same run
 from its last checkpoint — or trains it again from the start when it has none. Rank 0 writes ``result.json``
 at the end, ``error.json`` when training raised, or ``stopped.json`` when SIGTERM stopped it after a checkpoint
-(:data:`~twinkle_core.processes.EXIT_STOPPED`, 143); :class:`~twinkle_core.jobs.folder.JobFolder` names them.
+(``EXIT_STOPPED``, 143); ``JobFolder`` names them.
 """
 
 from __future__ import annotations
@@ -19,40 +19,53 @@ from typing import Any
 import torch
 
 from twinkle_core.errors import TwinkleError
+from twinkle_core.imports import gc_paused
 from twinkle_core.jobs.folder import JobFolder
-from twinkle_core.jobs.spec import JOB_DIR_ENV, Job
-from twinkle_core.processes import EXIT_NAMED_ERROR, EXIT_OK, EXIT_STOPPED, inside_ray_worker
+from twinkle_core.jobs.spec import JOB_DIR_ENV
+from twinkle_core.processes import EXIT_NAMED_ERROR, EXIT_OK, EXIT_STOPPED, LAUNCHER_ENV, inside_ray_worker
 
 
 def run(folder: str) -> int:
     """Train the job in ``folder``; returns the process exit status."""
     from twinkle_core.engine.ranks import global_rank, is_global_zero
     from twinkle_core.engine.stopping import StoppedBySignal
+    from twinkle_core.jobs.from_session import job_of
+    from twinkle_core.jobs.ray_backend import goes_to_ray, run_on_ray
     from twinkle_core.jobs.restarts import record_restart, resume_source
+    from twinkle_core.ops.budget import BudgetConfig
+    from twinkle_core.ops.monitor import MonitorConfig
     from twinkle_core.store.runs import RunStore
-    from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
+
+    with gc_paused():  # Lightning's 4,000 modules (twinkle_core.imports)
+        from twinkle_core.session import Session
 
     os.environ[JOB_DIR_ENV] = folder
     files = JobFolder(folder)
     job = files.job()
     existing = files.run()
     try:
+        rules = {"monitor": MonitorConfig(**job.monitor) if job.monitor is not None else None,
+                 "budget": BudgetConfig(**job.budget) if job.budget is not None else None}
         options = {"data_processor": job.data_processor, "resource_strategy": job.resource_strategy,
-                   "user": job.user, "project": job.project, "home": job.home}
+                   "user": job.user, "project": job.project, "home": job.home, **rules}
         restarted_by = "ray" if inside_ray_worker() else \
             "torchrun" if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 else None
         store = RunStore(job.home)
         if existing and restarted_by and is_global_zero():  # the launcher restarted the job's processes
             record_restart(store, existing, f"{restarted_by} restarted the job's processes after one died; "
                                             f"resuming from {resume_source(store, existing)}")
-        trainer = _rules(Trainer(job.algorithm, job.task, job.hyperparams, **options), job)
-        # a Ray driver hands the job to Ray Train's workers, which resume the job folder's run themselves
-        if existing and store.last_checkpoint(store.get(existing).id) and not trainer._on_ray():  # noqa: SLF001
-            trainer = _rules(Trainer.from_checkpoint(existing, mode="resume", same_run=True, home=job.home), job)
-            result = trainer.fit()
+        session = Session(job.algorithm, job.task, job.hyperparams, **options)
+        if goes_to_ray(session.settings):  # a Ray driver: Ray Train's workers resume the folder's run themselves
+            result = run_on_ray(job_of(session, job.data, session.settings.max_restarts, "backend='ray'"),
+                                session.settings.workers or 2, ray_train_loop)
+        elif existing and store.last_checkpoint(store.get(existing).id):
+            session = Session.from_checkpoint(existing, mode="resume", same_run=True, home=job.home, **rules)
+            session.run_created = files.record_run
+            result = session.fit()
         else:
-            trainer.reuse_run = existing  # a restart before the first checkpoint: the same run, from the start
-            result = trainer.fit(job.data)
+            session.reuse_run = existing  # a restart before the first checkpoint: the same run, from the start
+            session.run_created = files.record_run
+            result = session.fit(job.data)
     except StoppedBySignal as err:  # SIGTERM: stopped after saving a checkpoint, to be resumed
         if is_global_zero():
             files.write_stopped(err.step, err.checkpoint, str(err))
@@ -65,21 +78,29 @@ def run(folder: str) -> int:
         raise
     if is_global_zero():
         files.write_result(result.to_dict())
-    if trainer.algorithm is None:  # a Ray driver: its workers wrote what they ended with
+    if session.algorithm is None:  # a Ray driver: its workers wrote what they ended with
         return EXIT_OK
     # every rank: what it ended with, so a job's ranks can be checked against each other
-    files.write_rank(global_rank(), {"weights_md5": weights_digest(trainer.algorithm), "run": result.run_uri,
+    files.write_rank(global_rank(), {"weights_md5": weights_digest(session.algorithm), "run": result.run_uri,
                                      "status": result.status})
     return EXIT_OK
 
 
-def _rules(trainer: Any, job: Job) -> Any:
-    """The job's monitor and budget rules, applied to ``trainer`` (every attempt)."""
-    if job.monitor is not None:
-        trainer.monitor(**job.monitor)
-    if job.budget is not None:
-        trainer.set_budget_alert(**job.budget)
-    return trainer
+def ray_train_loop(config: dict[str, Any]) -> None:
+    """One Ray Train worker (``run_on_ray``): set the ranks from Ray's context,
+    then run the job in ``config["folder"]``."""
+    import ray.train
+
+    context = ray.train.get_context()
+    env = {LAUNCHER_ENV: "ray", "WORLD_SIZE": str(context.get_world_size()), "RANK": str(context.get_world_rank()),
+           "LOCAL_RANK": str(context.get_local_rank()), "LOCAL_WORLD_SIZE": str(context.get_local_world_size()),
+           "NODE_RANK": str(context.get_node_rank()), JOB_DIR_ENV: config["folder"]}
+    if config.get("home"):
+        env["TWINKLE_HOME"] = config["home"]
+    os.environ.update(env)
+    JobFolder(config["folder"]).write(f"ray-worker-{context.get_world_rank()}.json",
+                                      {"pid": os.getpid(), "rank": context.get_world_rank()})
+    run(config["folder"])
 
 
 def weights_digest(module: Any) -> str:

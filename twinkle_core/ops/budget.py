@@ -46,7 +46,7 @@ def load_prices(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
 
 @dataclass
 class BudgetConfig:
-    """Limits set by :meth:`twinkle_core.Trainer.set_budget_alert` (any of them may be ``None``)."""
+    """Limits set by ``twinkle_core.Trainer.set_budget_alert`` (any of them may be ``None``)."""
 
     max_gpu_hours: float | None = None
     max_cpu_hours: float | None = None

@@ -2,7 +2,7 @@
 
 ``memory_limit_bytes`` caps the memory a run may use. On a GPU it becomes
 ``torch.cuda.set_per_process_memory_fraction`` (real allocations fail past it). On a CPU — and in tests —
-it is enforced by :class:`MemoryGuard` against the planner's estimate of one step (training state plus
+it is enforced by ``MemoryGuard`` against the planner's estimate of one step (training state plus
 activations and their gradients per sample × micro-batch): a step that would exceed it raises
 ``torch.OutOfMemoryError`` exactly as a GPU would.
 """

@@ -18,7 +18,7 @@ COMPUTED_METRICS = ("grad_norm", "lr")
 
 @dataclass
 class MonitorConfig:
-    """What :meth:`twinkle_core.Trainer.monitor` asked for (rules are parsed afresh for every fit).
+    """What ``twinkle_core.Trainer.monitor`` asked for (rules are parsed afresh for every fit).
 
     Attributes:
         metrics: metric names to log and watch (``grad_norm`` and ``lr`` are computed here).
@@ -33,7 +33,7 @@ class MonitorConfig:
     webhook: str | None = None
 
     def rules(self) -> list[Rule]:
-        """Parse every rule (raises :class:`~twinkle_core.ops.rules.AlertRuleError` naming a bad one)."""
+        """Parse every rule (raises ``AlertRuleError`` naming a bad one)."""
         parsed = []
         for metric, spec in self.alert_rules.items():
             specs = spec if isinstance(spec, list) else [spec]

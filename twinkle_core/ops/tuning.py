@@ -61,14 +61,14 @@ class TuneSubject:
 
 @dataclass
 class TuneResult:
-    """What :meth:`twinkle_core.Trainer.tune` returns.
+    """What ``twinkle_core.Trainer.tune`` returns.
 
     Attributes:
         best_params: the best trial's hyperparameters.
         best_value: its metric value.
         metric: the metric optimised (the algorithm's monitor, e.g. ``val_accuracy``).
         direction: ``maximize`` or ``minimize``.
-        trainer: a new :class:`~twinkle_core.Trainer` configured with ``best_params``.
+        trainer: a new ``Trainer`` configured with ``best_params``.
         study_name: the Optuna study's name in ``storage``.
         storage: the study's storage URL.
         completed: finished trials in the study (this call's and earlier ones').
@@ -205,7 +205,7 @@ def tune(
     """Search ``params_space`` for the trainer's algorithm on ``data`` (see the module docstring).
 
     Args:
-        subject: the algorithm, data and fit to tune (see :class:`TuneSubject`).
+        subject: the algorithm, data and fit to tune (see ``TuneSubject``).
         params_space: name → ``(low, high)`` range or list of choices.
         max_trials: finished (or pruned) trials the study should hold when this call returns.
         seed: the sampler's seed.

@@ -1,6 +1,6 @@
 """``verify_data``: check data against an expected fingerprint, naming changed, added and removed files.
 
-The fingerprint is documented in :mod:`twinkle_core.data.fingerprint` (a file's MD5; a folder's MD5 over
+The fingerprint is documented in ``twinkle_core.data.fingerprint`` (a file's MD5; a folder's MD5 over
 sorted ``relative path, size, content MD5`` lines). Every fingerprint a run records also saves its manifest
 (the per-file lines) under ``<TWINKLE_HOME>/manifests/<md5>.json``, so a later mismatch can say exactly which
 files differ from what that run trained on.
@@ -24,7 +24,7 @@ class DataVerificationError(DataError):
 
 @dataclass
 class VerifyResult:
-    """The outcome of :func:`verify_data`.
+    """The outcome of ``verify_data``.
 
     Attributes:
         uri: the data checked.

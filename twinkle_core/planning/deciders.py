@@ -1,7 +1,7 @@
 """The deciders of a resource plan: one small class per concern, composed by a strategy.
 
-Each :class:`Decider` looks at the :class:`PlanContext` and the decisions made before it (in a
-:class:`PlanDraft`) and makes its own, each with a one-line reason. A choice the user fixed
+Each ``Decider`` looks at the ``PlanContext`` and the decisions made before it (in a
+``PlanDraft``) and makes its own, each with a one-line reason. A choice the user fixed
 (``precision=...``, ``devices=...``, ``strategy=...``) wins and is reported as such. The concerns, in order:
 
 ==============  ==========================================================
@@ -13,7 +13,7 @@ Each :class:`Decider` looks at the :class:`PlanContext` and the decisions made b
 ``workers``     loader worker processes and torch threads
 ==============  ==========================================================
 
-A plugin strategy replaces or adjusts one of them (see :meth:`DefaultStrategy.replacing`).
+A plugin strategy replaces or adjusts one of them (see ``DefaultStrategy.replacing``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class PlanContext:
     Attributes:
         algorithm_name: the algorithm's registered name (or class name).
         task: the task.
-        facts: model measurements (:func:`twinkle_core.planning.measure`).
+        facts: model measurements (``twinkle_core.planning.measure``).
         data_bytes: the data's size on storage.
         train_samples: samples in the training split.
         batch_size: the requested micro-batch (the ``batch_size`` hyperparameter).
@@ -100,7 +100,7 @@ class PlanDraft:
     values: dict[str, Any] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
     layout: Any = None
-    """The :class:`~twinkle_core.planning.layout.Layout` a :class:`LayoutDecider` chose, if any."""
+    """The ``Layout`` a ``LayoutDecider`` chose, if any."""
 
     def decide(self, name: str, value: Any, reason: str) -> Any:
         """Record ``name = value`` for ``reason`` — unless the user fixed ``name``; returns the value kept."""
@@ -129,7 +129,7 @@ class Decider(ABC):
 
     @abstractmethod
     def decide(self, draft: PlanDraft) -> None:
-        """Make this concern's decisions in ``draft`` with :meth:`PlanDraft.decide`."""
+        """Make this concern's decisions in ``draft`` with ``PlanDraft.decide``."""
 
 
 class DevicesDecider(Decider):
@@ -240,7 +240,7 @@ class CompressionDecider(Decider):
 
 class LayoutDecider(Decider):
     """For a training state larger than one device: the data × tensor × pipeline layout that fits, from memory
-    arithmetic (:mod:`twinkle_core.planning.layout`), recorded with the plan and explained factor by factor."""
+    arithmetic (``twinkle_core.planning.layout``), recorded with the plan and explained factor by factor."""
 
     concern = "layout"
 

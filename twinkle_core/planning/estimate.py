@@ -80,7 +80,7 @@ def measure(model: nn.Module, example: Any) -> ModelFacts:
 
 
 def measure_example(model: nn.Module) -> ModelFacts:
-    """Measure ``model`` (an :class:`~twinkle_core.Algorithm`) on its own ``example_input(2)``.
+    """Measure ``model`` (an ``Algorithm``) on its own ``example_input(2)``.
 
     Raises:
         PlanningError: building the example or the test forward failed; the message names the example's

@@ -1,4 +1,4 @@
-""":class:`Hardware`: what this process can train on."""
+"""``Hardware``: what this process can train on."""
 
 from __future__ import annotations
 

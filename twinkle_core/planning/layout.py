@@ -1,7 +1,7 @@
 """Data × tensor × pipeline parallel layouts for models whose training state does not fit one device.
 
-:func:`plan_layout` works from memory arithmetic alone (nothing is allocated: measure a large model on the meta
-device), for the machine at hand or a described cluster (:meth:`Hardware.cluster`). Per device, with
+``plan_layout`` works from memory arithmetic alone (nothing is allocated: measure a large model on the meta
+device), for the machine at hand or a described cluster (``Hardware.cluster``). Per device, with
 ``P`` parameters, tensor-parallel degree ``tp``, pipeline stages ``pp`` and data-parallel replicas ``dp``:
 
 * weights and gradients: ``(2 + 2) · P / (tp · pp)`` bytes in 16-bit mixed precision (``(4 + 4)`` in fp32);

@@ -1,4 +1,4 @@
-""":class:`Plan`: how a run will use the hardware, every choice with a one-line reason."""
+"""``Plan``: how a run will use the hardware, every choice with a one-line reason."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class Plan:
         data_loading: ``"in-memory"`` or ``"sharded"`` (streamed from shards: data larger than memory).
         num_workers: data-loader worker processes.
         gradient_compression: DDP's gradient all-reduce: ``"none"``, ``"powersgd"``, ``"bf16"`` or ``"fp16"``
-            (see :mod:`twinkle_core.engine.compression`).
+            (see ``twinkle_core.engine.compression``).
         torch_threads: intra-op threads per process.
         strategy_name: the resource strategy that made the plan.
         estimates: figures behind the choices (parameters, FLOPs, memory, steps, time).
@@ -63,13 +63,13 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
-        """Rebuild a plan from :meth:`to_dict` output."""
+        """Rebuild a plan from ``to_dict`` output."""
         values = dict(data)
         values["decisions"] = [Decision(**d) for d in values.get("decisions", [])]
         return cls(**values)
 
     def lightning_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :class:`lightning.Trainer` that carry out this plan."""
+        """Keyword arguments for ``lightning.Trainer`` that carry out this plan."""
         return {
             "accelerator": self.accelerator,
             "devices": self.devices,

@@ -1,6 +1,6 @@
-"""Resource strategies: (algorithm, data, hardware, history) → :class:`Plan`.
+"""Resource strategies: (algorithm, data, hardware, history) → ``Plan``.
 
-:class:`DefaultStrategy` is core's built-in: a sequence of :mod:`deciders <twinkle_core.planning.deciders>`,
+``DefaultStrategy`` is core's built-in: a sequence of ``deciders``,
 one per concern. A plugin registers its own strategy through ``register_resource_strategies``, usually the
 default with one decider replaced or adjusted::
 
@@ -50,7 +50,7 @@ class ResourceStrategy(ABC):
 
 class DefaultStrategy(ResourceStrategy):
     """Core's rules, one decider per concern, each decision explained (see
-    :mod:`twinkle_core.planning.deciders`); a finished run of the same algorithm, data and hardware supplies
+    ``twinkle_core.planning.deciders``); a finished run of the same algorithm, data and hardware supplies
     measured step time and the micro-batch that fitted."""
 
     name = "default"

@@ -1,10 +1,10 @@
 """``twinkle serve``: training as a service — a FastAPI app, a SQLite (WAL) job queue with leases, local worker
 processes, token auth, a dashboard (the ``twinkle-core[serve]`` extra).
 
-- :class:`ServerConfig` — how the server runs (address, auth, workers, limits, data roots, Ray address);
-- :func:`serve` — run it; :func:`create_app` — the ASGI app alone (tests, other servers);
-- :class:`JobQueue`, :class:`Accounts` — the job table and the users, sessions and audit log;
-- :class:`JobRequest` — what a client submits; :class:`twinkle_core.client.Client` submits it.
+- ``ServerConfig`` — how the server runs (address, auth, workers, limits, data roots, Ray address);
+- ``serve`` — run it; ``create_app`` — the ASGI app alone (tests, other servers);
+- ``JobQueue``, ``Accounts`` — the job table and the users, sessions and audit log;
+- ``JobRequest`` — what a client submits; ``twinkle_core.client.Client`` submits it.
 """
 
 from twinkle_core.serve.accounts import Accounts, User
@@ -17,14 +17,14 @@ __all__ = ["Accounts", "DataAccessError", "FINAL_STATES", "JobQueue", "JobReques
 
 
 def create_app(config: ServerConfig):  # noqa: ANN201 — a FastAPI app (imported on use: fastapi is an extra)
-    """The service's ASGI application (see :mod:`twinkle_core.serve.app`)."""
+    """The service's ASGI application (see ``twinkle_core.serve.app``)."""
     from twinkle_core.serve.app import create_app as _create
 
     return _create(config)
 
 
 def serve(config: ServerConfig) -> None:
-    """Run the service until SIGTERM/SIGINT (see :mod:`twinkle_core.serve.server`)."""
+    """Run the service until SIGTERM/SIGINT (see ``twinkle_core.serve.server``)."""
     from twinkle_core.serve.server import serve as _serve
 
     _serve(config)

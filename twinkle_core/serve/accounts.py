@@ -1,4 +1,4 @@
-""":class:`Accounts`: the service's users, their tokens, browser sessions and the audit log (SQLite, beside the
+"""``Accounts``: the service's users, their tokens, browser sessions and the audit log (SQLite, beside the
 job table).
 
 A token is 32 random bytes (``tw_`` + URL-safe base64), shown once when the user is added; only its SHA-256 is

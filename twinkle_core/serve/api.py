@@ -41,7 +41,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: _error("no such job, run, model, upload or algorithm — or not yours"),
     413: _error("the body is larger than the server's max_body_bytes (uploads: max_upload_bytes)"),
 }
-"""The error answers every operation may give, each with :class:`ErrorBody` (422 is FastAPI's own model)."""
+"""The error answers every operation may give, each with ``ErrorBody`` (422 is FastAPI's own model)."""
 
 router = APIRouter(route_class=StrictJSONRoute, responses=ERRORS)
 Caller = Annotated[User, Depends(current_user)]

@@ -1,12 +1,12 @@
-""":func:`create_app`: the service's FastAPI application — the REST API under ``/api/v1`` (OpenAPI at
+"""``create_app``: the service's FastAPI application — the REST API under ``/api/v1`` (OpenAPI at
 ``/openapi.json``, docs at ``/docs``) and the dashboard at ``/``.
 
 Who asks: an ``Authorization: Bearer`` token (clients, the CLI) or a dashboard session cookie (HttpOnly,
 SameSite=Strict; the API takes the cookie for reading only, so no cross-site form can act through it). With
 auth off (loopback only) every request is the local user, an admin. A missing or wrong token is 401; another
 user's job, run or model is 404, as if it did not exist. Who asks, and what each request is given, is
-:mod:`twinkle_core.serve.deps`; the routes are :mod:`~twinkle_core.serve.api` and
-:mod:`~twinkle_core.serve.dashboard`. Nothing imports this module but the server that runs it.
+``twinkle_core.serve.deps``; the routes are ``api`` and
+``dashboard``. Nothing imports this module but the server that runs it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class _App(FastAPI):
     outside the middleware an app can add, so the rewrite wraps the whole stack)."""
 
     def build_middleware_stack(self) -> Any:
-        """FastAPI's stack inside :class:`~twinkle_core.serve.strict_json.JSONTooLarge`."""
+        """FastAPI's stack inside ``JSONTooLarge``."""
         return JSONTooLarge(super().build_middleware_stack(), self.max_body_size or 0)
 
 

@@ -1,5 +1,5 @@
-""":class:`ServerConfig`: how ``twinkle serve`` runs — where, for whom, with how many workers and which limits —
-and :func:`check_data_uri`, the allowlist every job's data URI must pass.
+"""``ServerConfig``: how ``twinkle serve`` runs — where, for whom, with how many workers and which limits —
+and ``check_data_uri``, the allowlist every job's data URI must pass.
 
 Secure by default: the server binds ``127.0.0.1`` and asks for a token; binding any other address with auth
 off is refused. A job's data must lie under one of the configured data roots (a local folder, followed through

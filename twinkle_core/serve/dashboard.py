@@ -276,7 +276,7 @@ def run_page(owner: str, project: str, run: str, request: Request, svc: Svc, use
 
 
 class SecurityHeaders:
-    """ASGI middleware: :data:`SECURITY_HEADERS` on every HTTP response that does not set them itself (a plain
+    """ASGI middleware: ``SECURITY_HEADERS`` on every HTTP response that does not set them itself (a plain
     ASGI wrapper, so streamed responses — the live event streams — pass through untouched)."""
 
     def __init__(self, app: Any) -> None:
@@ -301,7 +301,7 @@ class SecurityHeaders:
 
 
 def mount_dashboard(app: FastAPI) -> None:
-    """Add the pages, the static assets and the security headers (:data:`SECURITY_HEADERS`) to ``app``."""
+    """Add the pages, the static assets and the security headers (``SECURITY_HEADERS``) to ``app``."""
     app.state.local_csrf = secrets.token_urlsafe(24)  # auth off: one token per server process
     app.include_router(pages)
     app.mount("/static", StaticFiles(directory=os.path.join(HERE, "static")), name="static")

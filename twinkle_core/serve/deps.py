@@ -1,7 +1,7 @@
-"""What a request of the service is given (FastAPI dependencies): the :class:`Service` — configuration, queue,
+"""What a request of the service is given (FastAPI dependencies): the ``Service`` — configuration, queue,
 accounts and run store, opened once per app — and who asks: a Bearer token (clients, the CLI) or, for reading only,
-the dashboard's session cookie. The API's routes (:mod:`twinkle_core.serve.api`) and the dashboard's pages
-(:mod:`twinkle_core.serve.dashboard`) take them as annotated parameters.
+the dashboard's session cookie. The API's routes (``twinkle_core.serve.api``) and the dashboard's pages
+(``twinkle_core.serve.dashboard``) take them as annotated parameters.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Service:
     store: RunStore
 
     def accept(self, user: User, request: Any, client: str | None, **audit: Any) -> Any:
-        """Check a :class:`~twinkle_core.serve.submission.JobRequest` as ``Trainer`` would (its data and every
+        """Check a ``JobRequest`` as ``Trainer`` would (its data and every
         file-naming hyperparameter against the user's roots), queue it and audit it; returns the job.
 
         Raises:
@@ -56,7 +56,7 @@ class Service:
 
 
 async def service(request: Request) -> Service:
-    """The :class:`Service` of the app handling ``request``.
+    """The ``Service`` of the app handling ``request``.
 
     The dependencies here are ``async``: FastAPI runs a plain ``def`` dependency in its thread pool, and a hop
     there and back costs more than what they do (the endpoints themselves stay in the pool)."""
@@ -68,7 +68,7 @@ def _local_user() -> User:
 
 
 BEARER = HTTPBearer(auto_error=False, description="a token from 'twinkle users add NAME'")
-"""The API's security scheme in the OpenAPI document (the header is read by :func:`optional_user`)."""
+"""The API's security scheme in the OpenAPI document (the header is read by ``optional_user``)."""
 
 
 async def optional_user(request: Request, svc: Annotated[Service, Depends(service)],

@@ -1,11 +1,11 @@
-""":class:`JobQueue`: the service's job table — SQLite in WAL mode, safe for many processes, surviving ``kill -9``.
+"""``JobQueue``: the service's job table — SQLite in WAL mode, safe for many processes, surviving ``kill -9``.
 
 A job is a row: its request (JSON), its owner, its state and the worker holding it. Workers **claim** the
 best queued job inside ``BEGIN IMMEDIATE`` (one writer at a time, so a job is never claimed twice) and hold it
-by a **lease** they renew with :meth:`JobQueue.heartbeat`. A worker that dies stops renewing; the next claim
+by a **lease** they renew with ``JobQueue.heartbeat``. A worker that dies stops renewing; the next claim
 finds the lease expired and puts the job back in the queue, to be resumed exactly from its last checkpoint.
 Every change of state is a row in ``transitions`` with its time and reason, and every worker's last beat is in
-``workers``, so the queue can say why a job waits (:meth:`JobQueue.pending_reason`).
+``workers``, so the queue can say why a job waits (``JobQueue.pending_reason``).
 
 States: ``queued → running → finished | failed | cancelled | stopped`` (a running job may also go back to
 ``queued``: its worker died, or the server stopped it to restart).
@@ -83,7 +83,7 @@ CREATE TABLE IF NOT EXISTS workers (
 
 _CRASH_COLUMNS = ("SELECT id, worker, restarts, "
                   f"COALESCE(json_extract(request, '$.max_restarts'), {DEFAULT_MAX_RESTARTS}) AS allowed")
-"""What deciding a crashed job's fate (:meth:`JobQueue._crashed`) reads of it."""
+"""What deciding a crashed job's fate (``JobQueue._crashed``) reads of it."""
 
 
 def finite(value: Any) -> Any:
@@ -99,13 +99,13 @@ def finite(value: Any) -> Any:
 
 def strict_json(value: Any) -> str:
     """``value`` as strict JSON text (what the database holds, so that SQLite's JSON functions can read every
-    row): floats JSON cannot hold are written as text (:func:`finite`)."""
+    row): floats JSON cannot hold are written as text (``finite``)."""
     return json.dumps(finite(value), allow_nan=False)
 
 
 class JobRow(BaseModel):
     """One job as stored (``request`` is the submitted JSON, parsed) and, while it waits, why
-    (``pending_reason``, filled in by :meth:`JobQueue.explain`)."""
+    (``pending_reason``, filled in by ``JobQueue.explain``)."""
 
     id: str
     seq: int
@@ -305,7 +305,7 @@ class JobQueue:
     def worker_died(self, worker: str, how: str) -> None:
         """``worker``'s process was seen to end (``how``: its exit status, in words): the jobs it held go back in the
         queue now — not when their lease runs out, which stays the fallback for a worker nobody watches — and it
-        leaves the workers table. Stop their training processes first (:meth:`held_by`, ``pid``)."""
+        leaves the workers table. Stop their training processes first (``held_by``, ``pid``)."""
         now = time.time()
         with self.db.write() as conn:
             for job in conn.execute(f"{_CRASH_COLUMNS} FROM jobs WHERE state = 'running' AND worker = ?",  # noqa: S608
@@ -403,14 +403,14 @@ class JobQueue:
         return self.pending_reasons([job], workers)[job.id]
 
     def explain(self, jobs: list[JobRow], workers: int) -> list[JobRow]:
-        """``jobs``, each queued one with its :attr:`JobRow.pending_reason` set; returns them."""
+        """``jobs``, each queued one with its ``JobRow.pending_reason`` set; returns them."""
         reasons = self.pending_reasons(jobs, workers)
         for job in jobs:
             job.pending_reason = reasons[job.id]
         return jobs
 
     def pending_reasons(self, jobs: list[JobRow], workers: int) -> dict[str, str | None]:
-        """:meth:`pending_reason` of each job, from one look at the queue."""
+        """``pending_reason`` of each job, from one look at the queue."""
         if not any(job.state == "queued" for job in jobs):
             return {job.id: None for job in jobs}
         with self.db.connect() as conn:

@@ -52,7 +52,7 @@ def metric_rows(logs_dir: str) -> list[dict[str, Any]]:
 
 
 def metrics_version(logs_dir: str) -> tuple[tuple[int, int] | None, ...]:
-    """What :func:`metric_rows` would read, in a word: each metric file's size and modification time (``None``
+    """What ``metric_rows`` would read, in a word: each metric file's size and modification time (``None``
     for a missing one). Equal versions, equal rows — a reader polling for new rows need not parse them again."""
     version: list[tuple[int, int] | None] = []
     for name in (HISTORY, "metrics.csv"):

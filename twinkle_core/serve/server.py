@@ -49,7 +49,7 @@ class WorkerPool:
     """
 
     def __init__(self, config: ServerConfig, count: int, config_path: str) -> None:
-        """Nothing starts before :meth:`start`."""
+        """Nothing starts before ``start``."""
         self.config, self.count, self.config_path = config, count, config_path
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.slots: dict[str, int] = {}

@@ -3,8 +3,8 @@
 
 Python's ``json`` module reads ``NaN``, ``Infinity``, ``-Infinity`` and numbers too large for a float (``1e999``)
 although JSON has none of them; stored, such a value makes invalid JSON that breaks every later read of it. The API's
-routes are :class:`StrictJSONRoute`, which looks for them in the body before FastAPI validates it;
-:func:`validation_error` is the application's 422 handler, which writes any value JSON cannot hold as text.
+routes are ``StrictJSONRoute``, which looks for them in the body before FastAPI validates it;
+``validation_error`` is the application's 422 handler, which writes any value JSON cannot hold as text.
 """
 
 from __future__ import annotations

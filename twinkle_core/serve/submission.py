@@ -1,7 +1,7 @@
-""":class:`JobRequest`: what a client submits — declarative JSON, validated with pydantic (unknown fields are
-refused), the same fields as :class:`~twinkle_core.Trainer`. Never code, never a pickle.
+"""``JobRequest``: what a client submits — declarative JSON, validated with pydantic (unknown fields are
+refused), the same fields as ``Trainer``. Never code, never a pickle.
 
-:func:`check_request` then checks it the way ``Trainer`` would before anything is queued: the algorithm is
+``check_request`` then checks it the way ``Trainer`` would before anything is queued: the algorithm is
 registered, the task is its, every hyperparameter name and type is right, the monitor rules parse, the budget is
 priced — each failure a named error.
 """
@@ -88,7 +88,7 @@ class JobRequest(BaseModel):
         return merged
 
     def to_job(self, user: str, home: str) -> Job:
-        """The :class:`~twinkle_core.jobs.Job` a service worker runs for ``user``, its run going to ``home``."""
+        """The ``Job`` a service worker runs for ``user``, its run going to ``home``."""
         return Job(algorithm=self.algorithm, data=self.data, task=self.task, hyperparams=self.trainer_hyperparams(),
                    data_processor=self.data_processor, resource_strategy=self.resource_strategy, user=user,
                    project=self.project, home=home, max_restarts=self.max_restarts,

@@ -1,15 +1,15 @@
 """A service worker: ``python -m twinkle_core.serve.worker CONFIG_JSON NAME`` (started by ``twinkle serve``).
 
 It claims a job from the queue under a lease, runs it in a training process of its own process group (the job
-folder's :mod:`twinkle_core.jobs.worker`, forked from a template that imported the Trainer once —
-:mod:`twinkle_core.jobs.launcher` — its output in the job's ``log.txt``), renews the lease while it runs
+folder's ``twinkle_core.jobs.worker``, forked from a template that imported the Trainer once —
+``twinkle_core.jobs.launcher`` — its output in the job's ``log.txt``), renews the lease while it runs
 and, between beats, watches for a cancel request, the wall-clock limit and its own shutdown. The training
 process dies with the worker (``PR_SET_PDEATHSIG``): a worker killed with SIGKILL leaves nothing running, and
 its lease expiry hands the job to another worker, which resumes the same run from its last checkpoint.
 
 Stopping a job (cancel, wall clock, server shutdown) is SIGTERM to its process group, the grace period, then
 SIGKILL; within the grace the training saves a checkpoint at the next step and exits
-(:class:`~twinkle_core.engine.stopping.StopOnSigterm`). A shutdown puts the job back in the queue, to resume.
+(``StopOnSigterm``). A shutdown puts the job back in the queue, to resume.
 """
 
 from __future__ import annotations

@@ -38,5 +38,5 @@ def atomic_write_bytes(uri: str, data: bytes) -> None:
 
 
 def atomic_write_text(uri: str, text: str) -> None:
-    """Write UTF-8 ``text`` to ``uri`` atomically (see :func:`atomic_write_bytes`)."""
+    """Write UTF-8 ``text`` to ``uri`` atomically (see ``atomic_write_bytes``)."""
     atomic_write_bytes(uri, text.encode("utf-8"))

@@ -1,4 +1,4 @@
-""":class:`RunStore`: where runs live — a catalogue plus each run's folder of artefacts.
+"""``RunStore``: where runs live — a catalogue plus each run's folder of artefacts.
 
 Layout under ``TWINKLE_HOME`` (any fsspec URL; default ``~/.twinkle``)::
 

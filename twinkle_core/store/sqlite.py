@@ -1,4 +1,4 @@
-""":class:`Database`: one SQLite file shared by many threads and processes — a connection per thread, opened once
+"""``Database``: one SQLite file shared by many threads and processes — a connection per thread, opened once
 and reused (opening one, with its pragmas, costs more than a query), autocommit, rows by name, a long busy timeout.
 
 A connection is never carried into another process (a forked child opens its own) nor kept for a file that was
@@ -75,7 +75,7 @@ class Database:
     @contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
         """This thread's connection; a transaction the block opened and left open (it raised) is rolled back on
-        the way out — one that was open before it (a :meth:`write` block around it) is left to its owner."""
+        the way out — one that was open before it (a ``write`` block around it) is left to its owner."""
         conn = self._thread_connection()
         outer = conn.in_transaction
         try:

@@ -1,16 +1,16 @@
 """Helpers for testing Twinkle plugins, for plugin authors and for Twinkle's own tests.
 
-* :func:`registered_plugin` — a context manager that registers a plugin object in-process;
+* ``registered_plugin`` — a context manager that registers a plugin object in-process;
   the pytest fixture ``twinkle_plugin`` (installed automatically with twinkle-core) does the same for one
   test and cleans up afterwards.
-* :func:`check_plugin_contract` / :func:`assert_plugin_contract` — the contract every plugin should meet;
+* ``check_plugin_contract`` / ``assert_plugin_contract`` — the contract every plugin should meet;
   call it from your plugin's own tests: ``assert_plugin_contract("myplugin")``;
-* :func:`listed_plugin` — the plugin's entry in ``twinkle plugins list --json``, seen by a fresh process;
-* :class:`KillAtStep` — a callback that SIGKILLs training at a chosen step (exact-resume tests); imported on
+* ``listed_plugin`` — the plugin's entry in ``twinkle plugins list --json``, seen by a fresh process;
+* ``KillAtStep`` — a callback that SIGKILLs training at a chosen step (exact-resume tests); imported on
   first use (it needs Lightning, and this package loads with pytest);
-* :func:`once` / :func:`copy_of` — work done once per test session and shared read-only by every pytest-xdist
+* ``once`` / ``copy_of`` — work done once per test session and shared read-only by every pytest-xdist
   worker (a trained run, a built site), and a private copy of it for a test that changes it;
-* :func:`run_script` — ``python SCRIPT ARGS...`` in a process of its own, forked from a template that imported the
+* ``run_script`` — ``python SCRIPT ARGS...`` in a process of its own, forked from a template that imported the
   Trainer once (a test that trains in a separate process skips 10–20 s of imports);
 * the marker ``processes`` (declared by the pytest plugin): tests that start several busy processes themselves run
   one after another on one xdist worker (``--dist loadgroup``), never beside each other.
@@ -46,7 +46,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """:class:`KillAtStep`, imported on first use."""
+    """``KillAtStep``, imported on first use."""
     if name == "KillAtStep":
         from twinkle_core.testing.faults import KillAtStep
 

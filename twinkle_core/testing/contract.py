@@ -52,7 +52,7 @@ print(json.dumps(sorted(m for m in heavy if m in sys.modules)))
 
 @dataclass
 class ContractReport:
-    """The outcome of :func:`check_plugin_contract`.
+    """The outcome of ``check_plugin_contract``.
 
     Attributes:
         plugin: the plugin's name.
@@ -115,7 +115,7 @@ def check_plugin_contract(
 
 
 def assert_plugin_contract(name: str, **kwargs: object) -> ContractReport:
-    """Like :func:`check_plugin_contract`, but raise ``AssertionError`` listing every problem."""
+    """Like ``check_plugin_contract``, but raise ``AssertionError`` listing every problem."""
     report = check_plugin_contract(name, **kwargs)  # type: ignore[arg-type]
     if not report.ok:
         raise AssertionError(str(report))

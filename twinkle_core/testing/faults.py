@@ -1,4 +1,4 @@
-"""Faults for tests of recovery: :class:`KillAtStep` SIGKILLs the training process at a chosen step, so that
+"""Faults for tests of recovery: ``KillAtStep`` SIGKILLs the training process at a chosen step, so that
 nothing can mark the run or flush anything (what a power cut or the OOM killer does)."""
 
 from __future__ import annotations

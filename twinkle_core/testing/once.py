@@ -1,9 +1,9 @@
 """Work done once per test session and shared by every pytest-xdist worker: a trained run, a built site.
 
-A session-scoped fixture runs once *per worker* under ``pytest -n 2``; :func:`once` runs its ``make`` once per
+A session-scoped fixture runs once *per worker* under ``pytest -n 2``; ``once`` runs its ``make`` once per
 *session*: the first worker to ask makes the folder while any other waits on a file lock, then every worker gets
 the same folder. Whatever ``make`` writes there is read-only for the tests that use it (a test that changes a
-shared run copies it first: :func:`copy_of`).
+shared run copies it first: ``copy_of``).
 
 Example, in a plugin's ``conftest.py``::
 

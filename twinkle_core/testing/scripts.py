@@ -1,8 +1,8 @@
-""":func:`run_script`: ``python SCRIPT ARGS...`` (or ``python -m MODULE ARGS...``) for a test, in a process of its own
+"""``run_script``: ``python SCRIPT ARGS...`` (or ``python -m MODULE ARGS...``) for a test, in a process of its own
 that starts warm.
 
 A test that trains in a separate process — to SIGKILL it and resume, to run a documentation page, to check what a
-fresh process sees — pays 10–20 s of CPU importing Lightning before its first step. :func:`run_script` forks the
+fresh process sees — pays 10–20 s of CPU importing Lightning before its first step. ``run_script`` forks the
 process from a template that imported the Trainer once per test process (Python's ``multiprocessing``
 forkserver), so only the script's own work is paid. The process is still separate: its own pid and, by default,
 its own session and process group, its own working folder, environment, ``sys.argv`` and ``__main__``, its output

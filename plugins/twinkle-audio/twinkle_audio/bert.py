@@ -1,4 +1,4 @@
-""":class:`BertFeatures`: MeloTTS's optional BERT features — a frozen BERT from a local folder reads the words a
+"""``BertFeatures``: MeloTTS's optional BERT features — a frozen BERT from a local folder reads the words a
 front end read, and each phone gets its word's hidden state (the mean over the word's sub-word tokens; zeros
 for punctuation). Off by default; only ever loaded from a local folder, never downloaded."""
 

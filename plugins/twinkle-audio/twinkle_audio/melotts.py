@@ -1,6 +1,6 @@
-""":class:`MelOTTS`: MeloTTS-style text-to-speech in Twinkle's engine — a VITS-style network
-(:mod:`twinkle_audio.vits.network`) over the offline front ends' phones, tones and languages, trained on a
-voice corpus (:class:`~twinkle_audio.speech_data.SpeechDataProcessor`).
+"""``MelOTTS``: MeloTTS-style text-to-speech in Twinkle's engine — a VITS-style network
+(``twinkle_audio.vits.network``) over the offline front ends' phones, tones and languages, trained on a
+voice corpus (``SpeechDataProcessor``).
 
 Two decoders (``vocoder=``):
 
@@ -63,7 +63,7 @@ class MelOTTS(Algorithm):
             weights: what a new voice fine-tunes from (never downloaded): a Twinkle run (``twinkle://…``: its
                 best checkpoint), a checkpoint file or a state dict at any path or URI. Tensors it has no match
                 for — a speaker table of another size for a corpus with other speakers — keep their fresh
-                initialisation and are reported (:attr:`fresh_tensors`, and a warning).
+                initialisation and are reported (``fresh_tensors``, and a warning).
             c_reconstruction: weight of the spectrogram and log-mel L1 against the KL and duration terms.
             c_kl: weight of the KL term (0.1: at CPU-scale step counts, held-out MCD-DTW after 150 steps was
                 12.6 dB with 0.1 and 14.1 dB with VITS's 1.0 — the posterior stays informative).
@@ -81,7 +81,7 @@ class MelOTTS(Algorithm):
                 predictor adversarially too.
             bert: a local folder with a BERT-style model and fast tokenizer (``save_pretrained``) whose
                 per-word hidden states join each phone's embedding (MeloTTS's BERT features;
-                :class:`~twinkle_audio.bert.BertFeatures`). Off by default; never downloaded.
+                ``BertFeatures``). Off by default; never downloaded.
             discriminator_periods: with HiFi-GAN, the periods of the multi-period discriminator (VITS's
                 ``periods_multi_period_discriminator``); each period is a discriminator of about 8 M parameters,
                 so fewer periods train faster and checkpoint smaller (the scale discriminator is always there).
@@ -149,7 +149,7 @@ class MelOTTS(Algorithm):
                 "audio_lengths": torch.full((batch_size,), rate), "speakers": torch.zeros(batch_size, dtype=torch.long)}
 
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:  # type: ignore[override]
-        """The training forward of a batch: its loss terms (see :meth:`batch_loss`)."""
+        """The training forward of a batch: its loss terms (see ``batch_loss``)."""
         spec = self.features.log_magnitude(batch["audio"])
         frames = self.features.frames(batch["audio_lengths"])
         (phones, tones, languages), lengths = _with_blanks(batch["phones"], batch["tones"], batch["languages"],
@@ -312,11 +312,11 @@ class MelOTTS(Algorithm):
 
     # ---------------------------------------------------------------- export
     def export_module(self) -> torch.nn.Module:
-        """:class:`SpeechGraph` over the network (the ONNX and TorchScript exporters trace it)."""
+        """``SpeechGraph`` over the network (the ONNX and TorchScript exporters trace it)."""
         return SpeechGraph(self.model)
 
     def export_inputs(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """A validation batch's sentences as :class:`SpeechGraph`'s named inputs, with the noise scale 0 (so the
+        """A validation batch's sentences as ``SpeechGraph``'s named inputs, with the noise scale 0 (so the
         artefact and PyTorch are compared on the same, deterministic speech) and this model's length scale."""
         size = len(batch["phones"])
         inputs = {"phones": batch["phones"], "tones": batch["tones"], "languages": batch["languages"],
@@ -367,7 +367,7 @@ class MelOTTS(Algorithm):
 
 
     def synthesize(self, text: str, lang: str | None = None, speaker: str | int = 0) -> tuple[np.ndarray, int]:
-        """``text`` spoken (:meth:`speak`) and the sample rate — what ``Trainer.synthesize`` writes as a WAV."""
+        """``text`` spoken (``speak``) and the sample rate — what ``Trainer.synthesize`` writes as a WAV."""
         return self.speak(text, lang, speaker), int(self.data_spec.extra["sample_rate"])
 
 
@@ -425,7 +425,7 @@ def _with_blanks(*sequences: torch.Tensor, lengths: torch.Tensor) -> tuple[list[
 
 
 def _blank_features(features: torch.Tensor) -> torch.Tensor:
-    """Per-phone features ``[B, L, C]`` spread like :func:`_with_blanks` spreads ids: zeros for the blanks."""
+    """Per-phone features ``[B, L, C]`` spread like ``_with_blanks`` spreads ids: zeros for the blanks."""
     spread = torch.stack([torch.zeros_like(features), features], dim=2).flatten(1, 2)
     return torch.cat([spread, torch.zeros_like(features[:, :1])], dim=1)
 
@@ -437,13 +437,13 @@ class SpeechGraph(torch.nn.Module):
     Inputs (``B`` sentences of up to ``L`` phones, 0-padded): ``phones``, ``tones``, ``languages`` ``[B, L]``
     int64, ``lengths`` ``[B]`` int64, ``speakers`` ``[B]`` int64 and ``scales`` ``[B, 2]`` float (noise scale,
     length scale; noise scale 0 makes the graph deterministic) and, for a voice with BERT features, ``bert``
-    ``[B, L, C]`` (each phone's, from :class:`~twinkle_audio.bert.BertFeatures`). Outputs: ``output`` ``[B, bins, F]`` (log
+    ``[B, L, C]`` (each phone's, from ``BertFeatures``). Outputs: ``output`` ``[B, bins, F]`` (log
     magnitudes; padded frames hold ``log(1e-5)``) or ``[B, 1, F × hop]`` (samples; padding silent) and
     ``output_1`` ``[B]`` (each sentence's frame count).
     """
 
     def __init__(self, network: torch.nn.Module) -> None:
-        """Wrap a trained :class:`~twinkle_audio.vits.network.VitsMel`."""
+        """Wrap a trained ``VitsMel``."""
         super().__init__()
         self.network = network
 

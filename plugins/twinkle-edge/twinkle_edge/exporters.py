@@ -35,7 +35,7 @@ class RKNNExporter(Exporter):
     """A ``.rknn`` for a Rockchip NPU (``target=``, default ``rk3588``), float or INT8 (rknn's quantizer).
 
     Verification runs the validation samples in rknn-toolkit2's simulator — the model the converter built, held
-    in its worker until :meth:`close` (an exported ``.rknn`` itself runs only on a board). Float models run in
+    in its worker until ``close`` (an exported ``.rknn`` itself runs only on a board). Float models run in
     fp16 on the NPU, hence the tolerance of ``1e-2``. An algorithm with a ``quantizable_export()`` (YOLO: raw
     per-scale box and class maps) is converted in that form and its outputs decoded on the CPU.
     """
@@ -48,7 +48,7 @@ class RKNNExporter(Exporter):
     decodes_on_cpu = True
 
     def __init__(self) -> None:
-        """Nothing runs until :meth:`export`."""
+        """Nothing runs until ``export``."""
         self._session: Any = None
         self._built: str | None = None
 
@@ -84,7 +84,7 @@ class RKNNExporter(Exporter):
         return facts
 
     def runner(self, path: str) -> Callable[[np.ndarray], np.ndarray | list[np.ndarray]]:
-        """The simulator holding the model :meth:`export` built (each sample run as a batch of one): its output,
+        """The simulator holding the model ``export`` built (each sample run as a batch of one): its output,
         or the list of them for a model with several (a detector's raw maps).
 
         Raises:

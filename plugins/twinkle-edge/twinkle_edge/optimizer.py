@@ -1,5 +1,5 @@
-""":class:`EdgeOptimizer`: prune a trained model, fine-tune it back through the ordinary Twinkle engine, quantize
-it to INT8 and measure every stage (:class:`~twinkle_edge.report.EdgeReport`).
+"""``EdgeOptimizer``: prune a trained model, fine-tune it back through the ordinary Twinkle engine, quantize
+it to INT8 and measure every stage (``EdgeReport``).
 
 ``model`` is a published model (``twinkle://models/NAME``), a run (``twinkle://user/project/runN``) or a
 checkpoint file; its algorithm, data and processor come from the checkpoint's record, so recovery fine-tuning

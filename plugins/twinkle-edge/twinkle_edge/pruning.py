@@ -17,7 +17,7 @@ class PruningError(TwinkleError):
 
 
 def prune_algorithm(algorithm: Any, example: torch.Tensor, ratio: float, channel_multiple: int = 8) -> dict[str, Any]:
-    """Prune the network an algorithm names (:meth:`~twinkle_core.Algorithm.prunable_network`: the network, in
+    """Prune the network an algorithm names (``prunable_network``: the network, in
     a form torch-pruning can trace, and the layers it keeps — classifier or detection head), in place, and tell
     the algorithm (``on_pruned``: a moving average takes the new shapes); returns what changed."""
     network, keep = algorithm.prunable_network()

@@ -1,4 +1,4 @@
-""":class:`EdgeReport`: every stage of an edge optimisation side by side — parameters, MACs, file size,
+"""``EdgeReport``: every stage of an edge optimisation side by side — parameters, MACs, file size,
 onnxruntime latency, the task metric and the similarity to the original model — as a table, JSON and a PNG."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Stage:
 
 @dataclass
 class EdgeReport:
-    """What :class:`~twinkle_edge.EdgeOptimizer` did and measured."""
+    """What ``EdgeOptimizer`` did and measured."""
 
     model: str
     target: str

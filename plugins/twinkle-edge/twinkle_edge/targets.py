@@ -1,4 +1,4 @@
-"""The targets :class:`~twinkle_edge.EdgeOptimizer` converts for, and how (no heavy imports)."""
+"""The targets ``EdgeOptimizer`` converts for, and how (no heavy imports)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-""":class:`FinancialDataProcessor`: OHLCV bars at any URI → look-back/forecast windows, without look-ahead.
+"""``FinancialDataProcessor``: OHLCV bars at any URI → look-back/forecast windows, without look-ahead.
 
 Input: one CSV or Parquet file, or a folder with one file per symbol (the file name is the symbol). Column
 names match case-insensitively; the timestamp column is the first of ``timestamp``, ``datetime``, ``date``,
@@ -64,7 +64,7 @@ def window_stats(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def time_features(times: np.ndarray) -> np.ndarray:
-    """``(n, 5)`` int64 calendar fields of ``times`` (:data:`TIME_FEATURES`): minute 0–59, hour 0–23, weekday
+    """``(n, 5)`` int64 calendar fields of ``times`` (``TIME_FEATURES``): minute 0–59, hour 0–23, weekday
     0–6 (Monday 0), day of the month 1–31, month 1–12."""
     index = pd.DatetimeIndex(times)
     return np.stack([index.minute, index.hour, index.day_of_week, index.day, index.month], axis=1).astype(np.int64)
@@ -85,7 +85,7 @@ class Series:
 
     @property
     def stamps(self) -> np.ndarray:
-        """:func:`time_features` of :attr:`times` (computed once)."""
+        """``time_features`` of ``times`` (computed once)."""
         cached = self.__dict__.get("_stamps")
         if cached is None:
             cached = self.__dict__["_stamps"] = time_features(self.times)
@@ -94,7 +94,7 @@ class Series:
 
 class WindowDataset(Dataset):
     """``(look-back, forecast, stamps)`` windows: the bars z-scored with look-back statistics (float32) and the
-    calendar fields of every bar of the window (int64, ``lookback + pred_len`` × 5; see :func:`time_features`)."""
+    calendar fields of every bar of the window (int64, ``lookback + pred_len`` × 5; see ``time_features``)."""
 
     def __init__(self, series: list[Series], windows: list[tuple[int, int]], lookback: int, pred_len: int,
                  clip: float) -> None:

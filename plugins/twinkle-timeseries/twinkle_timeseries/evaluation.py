@@ -38,7 +38,7 @@ class Windows:
 
     @classmethod
     def from_dataset(cls, dataset: Any, close_index: int) -> Windows:
-        """Collect the close column of every window of a :class:`~twinkle_timeseries.data.WindowDataset`."""
+        """Collect the close column of every window of a ``WindowDataset``."""
         past, future, symbols, anchors = [], [], [], []
         for i, (s, start) in enumerate(dataset.windows):
             p, f = dataset.raw(i)

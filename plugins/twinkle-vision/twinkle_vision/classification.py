@@ -3,7 +3,7 @@
 Models are built from timm's configurations with random initialisation — nothing is downloaded. Pretrained
 weights come only from ``weights=`` (a path or URI of a state dict). Input channels and classes come from the
 data; the model's data config (timm's pretrained cfg: input size, minimum side from its stride, mean and
-standard deviation, interpolation, crop) goes to the data processor through :meth:`TimmClassifier.model_input`,
+standard deviation, interpolation, crop) goes to the data processor through ``TimmClassifier.model_input``,
 and the normalisation becomes the model's first layer, so the trained and exported models take raw pixel
 values in [0, 1]. Augmentation is the data processor's (timm's transforms, per sample).
 """
@@ -48,7 +48,7 @@ def load_weights(net: nn.Module, uri: str) -> list[str]:
     """Load a state dict from ``uri`` (``weights_only``) into ``net``; returns the keys skipped for shape.
 
     Keys whose shapes differ (a classifier head for another number of classes, another input-channel stem)
-    are skipped and reported; anything else that does not fit is a :class:`TwinkleError`.
+    are skipped and reported; anything else that does not fit is a ``TwinkleError``.
     """
     state = load_torch_file(uri, "weights")  # weights_only, with our named errors
     state = state.get("state_dict", state) if isinstance(state, dict) else state
@@ -103,7 +103,7 @@ class TimmClassifier(Algorithm):
         self.skipped_weights: list[str] = []
 
     def model_input(self) -> ModelInput:
-        """timm's data config for :attr:`model_name`: input size, minimum side (its stride), mean and standard
+        """timm's data config for ``model_name``: input size, minimum side (its stride), mean and standard
         deviation, interpolation, centre-crop share and whether the size is fixed (ViTs)."""
         cfg = get_pretrained_cfg(self.model_name)
         if cfg is None:

@@ -1,8 +1,8 @@
 """Image files as users have them: any Pillow format and mode, EXIF orientation, damaged files found early.
 
-:func:`decode_image` turns the bytes of one file into a square ``C × S × S`` uint8 array: EXIF orientation
+``decode_image`` turns the bytes of one file into a square ``C × S × S`` uint8 array: EXIF orientation
 applied, transparency composited on white, palette / 16-bit / CMYK images converted, the shorter side resized
-to ``S`` and the centre cropped. :func:`survey` opens every file once before training, collecting sizes
+to ``S`` and the centre cropped. ``survey`` opens every file once before training, collecting sizes
 and modes and finding files that cannot be decoded (an error naming the first, or skipped and listed).
 """
 
@@ -133,8 +133,8 @@ class Survey:
 def survey(fs: Any, paths: list[str], bad_files: BadFiles = "error", full_decode: bool = False) -> Survey:
     """Open every file of ``paths`` once: its size and mode, and whether it decodes.
 
-    Non-image suffixes and files Pillow cannot read are a :class:`CorruptImageError` naming the first
-    (``bad_files="error"``) or are left out and listed in :attr:`Survey.skipped` (``"skip"``). With
+    Non-image suffixes and files Pillow cannot read are a ``CorruptImageError`` naming the first
+    (``bad_files="error"``) or are left out and listed in ``Survey.skipped`` (``"skip"``). With
     ``full_decode`` every pixel is decoded (a truncated JPEG is found too); otherwise only headers are read
     and Pillow's ``verify`` is run.
     """

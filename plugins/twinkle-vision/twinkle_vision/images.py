@@ -1,11 +1,11 @@
-""":class:`ImageFolderProcessor`: image classification data laid out as one folder per class, at any URI.
+"""``ImageFolderProcessor``: image classification data laid out as one folder per class, at any URI.
 
 ``root/<class>/<image>`` (split with a seed; nested folders below a class are fine), or ``root/train/<class>/``
 plus ``root/val/<class>/`` as ImageNet ships them. Images come as they are found — any size, mode (grey, RGB,
-RGBA, palette, 16-bit) and Pillow format, with EXIF orientation — see :mod:`twinkle_vision.imagefiles`.
+RGBA, palette, 16-bit) and Pillow format, with EXIF orientation — see ``twinkle_vision.imagefiles``.
 
 The input size comes from ``image_size``, else from the model's data config and the images' resolution
-(:func:`twinkle_vision.transforms.choose_size`; the plan says why). Every image is stored square at timm's
+(``twinkle_vision.transforms.choose_size``; the plan says why). Every image is stored square at timm's
 pre-crop size; training applies timm's transforms (random-resized-crop, flips, colour jitter or a
 RandAugment-style ``auto_augment`` policy), validation the centre crop. ``use_mmap=True`` decodes every
 image once into an index file (cached under the run store, keyed by the data's fingerprint and the chosen
@@ -128,7 +128,7 @@ class ImageFolderProcessor(DataProcessor):
 
         Args:
             image_size: the network's input side (default: chosen from the model and the images; see
-                :func:`twinkle_vision.transforms.choose_size`).
+                ``twinkle_vision.transforms.choose_size``).
             val_fraction: the share held out for validation when there is no ``val/`` folder.
             use_mmap: decode once into a memory-mapped index (see the module docstring).
             channels: 1 or 3 (default: 1 when every image is greyscale, else 3).

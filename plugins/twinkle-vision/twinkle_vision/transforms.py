@@ -1,10 +1,10 @@
 """Input size and per-sample transforms for image classification.
 
-:func:`choose_size` picks the network's input side from the user's ``image_size``, the model's data config
-(:class:`~twinkle_core.data.ModelInput`: timm's ``input_size``, its minimum side, a fixed size) and the images'
+``choose_size`` picks the network's input side from the user's ``image_size``, the model's data config
+(``ModelInput``: timm's ``input_size``, its minimum side, a fixed size) and the images'
 own resolution, and says why. Images are stored square at ``store_side(size, crop_pct)`` (timm's resize before
-its centre crop); :class:`TrainTransform` applies timm's training transforms (random-resized-crop, flips,
-colour jitter, RandAugment-style policies) and :class:`EvalTransform` the centre crop. Both return floats in
+its centre crop); ``TrainTransform`` applies timm's training transforms (random-resized-crop, flips,
+colour jitter, RandAugment-style policies) and ``EvalTransform`` the centre crop. Both return floats in
 [0, 1]: normalisation is part of the model, so exported models take raw pixels.
 """
 
@@ -23,7 +23,7 @@ DEFAULT_MIN_SIDE = 32
 
 
 def choose_size(image_size: int | None, model: ModelInput | None, median_side: int, described: str) -> Decision:
-    """The input side and the reason, as a plan :class:`~twinkle_core.planning.Decision` named ``input_size``.
+    """The input side and the reason, as a plan ``Decision`` named ``input_size``.
 
     ``image_size`` (the user's) wins; a model with a fixed size gets it; otherwise the images' median shorter
     side, raised to the network's minimum (small images are upsampled) and capped at the model's own size

@@ -1,5 +1,5 @@
-"""Text front ends, offline: :func:`phonemize` turns a sentence into phones with tones and languages
-(:class:`Phonemes`) for ``zh-cn`` (cn2an, jieba, pypinyin) and ``en`` (CMU dictionary, espeak-ng)."""
+"""Text front ends, offline: ``phonemize`` turns a sentence into phones with tones and languages
+(``Phonemes``) for ``zh-cn`` (cn2an, jieba, pypinyin) and ``en`` (CMU dictionary, espeak-ng)."""
 
 from __future__ import annotations
 

@@ -18,10 +18,10 @@ class Phonemes:
 
     Attributes:
         phones: language-prefixed phone symbols (``zh:n``, ``en:HH``) and punctuation.
-        tones: one tone id per phone (see :mod:`twinkle_audio.text.symbols`).
+        tones: one tone id per phone (see ``twinkle_audio.text.symbols``).
         languages: one language per phone (``zh-cn``, ``en``; ``""`` for punctuation and pauses).
         words: the words read, in order.
-        word_of: for each phone, the index in :attr:`words` of the word it belongs to (-1 for punctuation and
+        word_of: for each phone, the index in ``words`` of the word it belongs to (-1 for punctuation and
             pauses) — how word-level features (BERT's) reach the phones.
     """
 

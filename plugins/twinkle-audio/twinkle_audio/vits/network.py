@@ -1,4 +1,4 @@
-"""The VITS-style network of :class:`~twinkle_audio.melotts.MelOTTS`, on coqui-tts's layers.
+"""The VITS-style network of ``MelOTTS``, on coqui-tts's layers.
 
 - a text encoder over phones with MeloTTS's tone and language embeddings (coqui's relative-position
   transformer, conditioned on the speaker before its third block as in VITS2), giving the prior
@@ -12,7 +12,7 @@
 - a decoder from the latent frames: to the log-magnitude spectrogram (``vocoder="griffin-lim"``, inverted with
   Griffin-Lim: the fast path for CPUs and CI), or straight to the waveform with coqui's HiFi-GAN generator
   (``vocoder="hifigan"``, VITS proper: trained on random latent segments against coqui's multi-period
-  discriminator, see :class:`~twinkle_audio.melotts.MelOTTS`).
+  discriminator, see ``MelOTTS``).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _text_encoder_class() -> type:
 
         def _encode(self, x: torch.Tensor, x_mask: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
             """coqui's relative-position transformer, layer by layer, with the speaker vector ``g`` ``[B, C, 1]``
-            added before block :attr:`speaker_layer` (VITS2's speaker-conditioned text encoder)."""
+            added before block ``speaker_layer`` (VITS2's speaker-conditioned text encoder)."""
             encoder = self.encoder
             attn_mask = x_mask.unsqueeze(2) * x_mask.unsqueeze(-1)
             for i in range(encoder.num_layers):
@@ -197,14 +197,14 @@ class DurationDiscriminator(nn.Module):
 
 
 class VitsMel(nn.Module):
-    """The whole network; :meth:`forward` returns the training losses, :meth:`infer` a spectrogram."""
+    """The whole network; ``forward`` returns the training losses, ``infer`` a spectrogram."""
 
     def __init__(self, n_vocab: int, n_tones: int, n_languages: int, n_speakers: int, bins: int, hidden: int = 96,
                  inter: int = 96, ffn: int = 256, heads: int = 2, encoder_layers: int = 3, posterior_layers: int = 8,
                  flows: int = 4, decoder_layers: int = 6, speaker_channels: int = 64, dropout: float = 0.1,
                  vocoder: str = "griffin-lim", hop: int = 256, generator_channels: int = 128,
                  transformer_flow: bool = True, speaker_text_encoder: bool = True, bert_channels: int = 0) -> None:
-        """Build every part (sizes: see :data:`twinkle_audio.melotts.SIZES`); ``hop`` and
+        """Build every part (sizes: see ``twinkle_audio.melotts.SIZES``); ``hop`` and
         ``generator_channels`` size the HiFi-GAN generator when ``vocoder="hifigan"``;
         ``transformer_flow`` and ``speaker_text_encoder`` are VITS2's (off: VITS's); ``bert_channels`` adds
         MeloTTS's per-phone BERT features to the text encoder's input."""
@@ -231,7 +231,7 @@ class VitsMel(nn.Module):
         """The ``kl`` and ``duration`` losses of one batch and the frames' ``mask``, with — for the spectrogram
         decoder — the predicted spectrogram ``spec_hat``, or — for HiFi-GAN — the waveform ``wave_hat`` of a
         random segment of ``segment_frames`` latent frames per clip starting at frame ``segment_starts``.
-        ``prior_weight`` weighs the alignment prior (:func:`log_alignment_prior`) in the alignment search;
+        ``prior_weight`` weighs the alignment prior (``log_alignment_prior``) in the alignment search;
         ``mas_noise`` is VITS2's noise-scaled alignment search (Gaussian noise of that many standard deviations
         of the scores added to them, so early alignments explore); ``bert`` are per-phone BERT features
         ``[B, L, C]`` when the network takes them."""

@@ -1,4 +1,4 @@
-""":class:`RKNNSession` and :func:`to_rknn`: an ONNX model to a ``.rknn`` for a Rockchip target, float or INT8
+"""``RKNNSession`` and ``to_rknn``: an ONNX model to a ``.rknn`` for a Rockchip target, float or INT8
 (rknn-toolkit2's own quantizer, calibrated on real samples), then held in rknn's simulator to run inputs — from
 the training environment, through the converter venv's worker (JSON lines over a pipe)."""
 
@@ -83,8 +83,8 @@ def check_request(onnx_path: str, target: str, quantize: bool, calibration: np.n
 class RKNNSession:
     """rknn-toolkit2's worker, started in its converter venv, holding one built model in its simulator.
 
-    Use it as a context manager (or call :meth:`close`): :meth:`build` converts, :meth:`run` runs samples in
-    the simulator, :meth:`analyse` writes rknn's per-layer accuracy analysis. The worker's log is kept in the
+    Use it as a context manager (or call ``close``): ``build`` converts, ``run`` runs samples in
+    the simulator, ``analyse`` writes rknn's per-layer accuracy analysis. The worker's log is kept in the
     session's folder and quoted in errors.
 
     Raises:
@@ -145,7 +145,7 @@ class RKNNSession:
         """Convert ``onnx_path`` (opset ≤ 19, a fixed batch of one) to ``output`` and load it in the simulator.
 
         Args:
-            target: a platform of :data:`RKNN_TARGETS`.
+            target: a platform of ``RKNN_TARGETS``.
             quantize: INT8 with rknn's quantizer (``calibration`` needed: N × the ONNX input's shape), else float.
 
         Returns:
@@ -172,7 +172,7 @@ class RKNNSession:
     def build_module(self, module: Any, example: Any, output: str, target: str = "rk3588", quantize: bool = True,
                      calibration: np.ndarray | None = None, opset_version: int = 17) -> dict[str, Any]:
         """Export the PyTorch ``module`` to ONNX with the fixed shapes of ``example`` (rknn needs them), then
-        :meth:`build` it. The ONNX file stays in the session's folder (``onnx`` in the answer)."""
+        ``build`` it. The ONNX file stays in the session's folder (``onnx`` in the answer)."""
         import torch
 
         check_opset(opset_version)
@@ -247,7 +247,7 @@ def to_rknn(onnx_path: str, output: str, target: str = "rk3588", quantize: bool 
             timeout: float = 1800) -> dict[str, Any]:
     """Convert ``onnx_path`` to ``output`` (``.rknn``) and run ``inputs`` in rknn's simulator, in one go.
 
-    Args: as :meth:`RKNNSession.build`; ``inputs``: samples to run (default: the first calibration sample).
+    Args: as ``RKNNSession.build``; ``inputs``: samples to run (default: the first calibration sample).
 
     Returns:
         ``rknn_bytes``, ``seconds`` per step, ``outputs`` (the first model output, one flattened row per input)

@@ -22,7 +22,7 @@ from twinkle_core.errors import TwinkleError
 RKNN_TOOLKIT = "rknn-toolkit2==2.5.0"
 """The converter release the worker is written for."""
 VENV_ENV = "TWINKLE_RKNN_VENV"
-"""Environment variable naming the converter venv (default: see :func:`venv_dir`)."""
+"""Environment variable naming the converter venv (default: see ``venv_dir``)."""
 REQUIREMENTS = Path(__file__).with_name("requirements.txt")
 
 
@@ -67,7 +67,7 @@ installs; bytecode compiled at install as pip does) when it is installed here or
 
 
 def _installer(installer: str, interpreter: Path) -> list[str]:
-    """The install command of ``installer`` (one of :data:`INSTALLERS`) for the venv of ``interpreter``."""
+    """The install command of ``installer`` (one of ``INSTALLERS``) for the venv of ``interpreter``."""
     if installer == "pip":
         return [str(interpreter), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")

@@ -38,7 +38,7 @@ class StepError(Exception):
 
 
 def step(name: str, call: Callable[[], Any], seconds: dict[str, float]) -> Any:
-    """Run one rknn call, timing it and turning each of rknn's ways of failing into :class:`StepError`."""
+    """Run one rknn call, timing it and turning each of rknn's ways of failing into ``StepError``."""
     start = time.perf_counter()
     try:
         value = call()

@@ -1,6 +1,6 @@
 """Kronos for K-lines (arXiv 2508.02739), written from the paper: BSQ tokenizer, hierarchical predictor.
 
-:class:`KronosModel` is the Twinkle algorithm (two-stage training, :meth:`~KronosModel.predict`);
+``KronosModel`` is the Twinkle algorithm (two-stage training, ``predict``);
 ``KronosTiny``/``KronosMini``/``KronosSmall``/``KronosBase`` are its registered sizes.
 """
 

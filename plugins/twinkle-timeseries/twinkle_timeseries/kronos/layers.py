@@ -50,7 +50,7 @@ KVCache = list
 class Attention(nn.Module):
     """Multi-head causal attention with rotary positions (self-attention, or queries from another stream).
 
-    With a :data:`KVCache`, a first call (any length) fills it and later calls take one new position each,
+    With a ``KVCache``, a first call (any length) fills it and later calls take one new position each,
     attending to everything cached — the cost of sampling one more step no longer grows with the context.
     """
 
@@ -129,7 +129,7 @@ class Stack(nn.Module):
         self.checkpointing = False
 
     def forward(self, x: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
-        """(B, T, D) → (B, T, D); ``caches`` holds one :data:`KVCache` per block."""
+        """(B, T, D) → (B, T, D); ``caches`` holds one ``KVCache`` per block."""
         for i, block in enumerate(self.blocks):
             if self.checkpointing and self.training:
                 x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)

@@ -1,4 +1,4 @@
-""":class:`KronosModel`: Kronos as a Twinkle algorithm — two training stages in one ``Trainer.fit``.
+"""``KronosModel``: Kronos as a Twinkle algorithm — two training stages in one ``Trainer.fit``.
 
 Epochs ``0 … tokenizer_epochs-1`` train the tokenizer (reconstruction + BSQ loss); the remaining epochs train
 the predictor on the frozen tokenizer's tokens (mean of the coarse and fine cross-entropies). Each stage has its
@@ -15,8 +15,8 @@ best checkpoint. Intraday bars carry timestamp embeddings (minute, hour, weekday
 ``time_embeddings`` hyperparameter turns them on or off for any timeframe).
 
 Training windows are ``lookback_window + pred_len`` bars z-scored with the look-back's statistics (the
-:class:`~twinkle_timeseries.FinancialDataProcessor` windows); forecasting samples tokens after a context and
-decodes them (:meth:`KronosModel.predict`).
+``FinancialDataProcessor`` windows); forecasting samples tokens after a context and
+decodes them (``KronosModel.predict``).
 
 Subclass it like any algorithm::
 
@@ -51,7 +51,7 @@ class KronosModel(Algorithm):
     """Kronos (arXiv 2508.02739): a BSQ tokenizer for K-lines and a decoder-only predictor of its tokens.
 
     The defaults are the ``kronos-mini`` sizes; ``kronos-tiny``, ``kronos-small`` and ``kronos-base`` are
-    subclasses with other defaults (see :data:`SIZES`).
+    subclasses with other defaults (see ``SIZES``).
     """
 
     task = "time_series_forecasting"
@@ -141,7 +141,7 @@ class KronosModel(Algorithm):
 
     @property
     def network(self) -> KronosNetwork:
-        """The tokenizer and predictor (after :meth:`configure_data`)."""
+        """The tokenizer and predictor (after ``configure_data``)."""
         if not isinstance(self.model, KronosNetwork):
             raise TwinkleError(f"{type(self).__name__} has seen no data yet; fit it or call configure_data(spec)")
         return self.model
@@ -292,7 +292,7 @@ class KronosModel(Algorithm):
         """Forecast z-scored windows ``x`` (B, lookback, F): the mean of ``sample_count`` sampled paths.
 
         ``stamps`` (B, lookback + pred_len, 5) are the calendar fields of the look-back's and the future's bars
-        (:func:`twinkle_timeseries.data.time_features`); without them no timestamp embedding is added.
+        (``twinkle_timeseries.data.time_features``); without them no timestamp embedding is added.
         Returns (B, pred_len, F) in the same z-units (``pred_len`` defaults to the trained horizon).
         """
         pred_len = pred_len or self._trained_pred_len()
@@ -371,10 +371,10 @@ SIZES: dict[str, dict[str, Any]] = {
     "base": {"n_heads": 16, "d_model": 832, "n_layers": 12, "ff_dim": 2048, "tokenizer_d_model": 256,
              "tokenizer_ff_dim": 512, "max_context": 512},
 }
-"""Defaults of each registered size (``mini`` is :class:`KronosModel`'s own)."""
+"""Defaults of each registered size (``mini`` is ``KronosModel``'s own)."""
 
 OPTIMIZER_DEFAULTS: dict[str, dict[str, Any]] = {"tiny": {"lr": 2e-3}}
-"""Optimizer defaults that differ from :class:`KronosModel`'s, per size (small models take larger steps)."""
+"""Optimizer defaults that differ from ``KronosModel``'s, per size (small models take larger steps)."""
 
 
 def _sized(size: str) -> type[KronosModel]:
@@ -395,7 +395,7 @@ def _sized(size: str) -> type[KronosModel]:
     return type(name, (KronosModel,), {
         "__init__": __init__, "__module__": __name__,
         "optimizer_defaults": {**KronosModel.optimizer_defaults, **OPTIMIZER_DEFAULTS.get(size, {})},
-        "__doc__": f"``kronos-{size}``: :class:`KronosModel` with the {size} sizes."})
+        "__doc__": f"``kronos-{size}``: ``KronosModel`` with the {size} sizes."})
 
 
 KronosTiny = _sized("tiny")

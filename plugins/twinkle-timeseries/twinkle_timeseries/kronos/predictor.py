@@ -42,7 +42,7 @@ class TemporalEmbedding(nn.Module):
     SIZES = (60, 24, 7, 32, 13)
 
     def __init__(self, d_model: int) -> None:
-        """One table per calendar field (:data:`twinkle_timeseries.data.TIME_FEATURES`)."""
+        """One table per calendar field (``twinkle_timeseries.data.TIME_FEATURES``)."""
         super().__init__()
         self.tables = nn.ModuleList(nn.Embedding(n, d_model) for n in self.SIZES)
         for table in self.tables:
@@ -138,7 +138,7 @@ class KronosPredictor(nn.Module):
     def _generate_windowed(self, coarse: torch.Tensor, fine: torch.Tensor, steps: int, temperature: float,
                            top_p: float, max_context: int, generator: torch.Generator | None,
                            stamps: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`generate` re-reading the last ``max_context`` tokens at every step (no cache)."""
+        """``generate`` re-reading the last ``max_context`` tokens at every step (no cache)."""
         new_coarse, new_fine = [], []
         for _ in range(steps):
             c, f = coarse[:, -max_context:], fine[:, -max_context:]

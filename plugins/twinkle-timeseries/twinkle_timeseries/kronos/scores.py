@@ -1,9 +1,9 @@
-""":class:`ForecastScores`: forecast error of the close over many validation windows, in z-units.
+"""``ForecastScores``: forecast error of the close over many validation windows, in z-units.
 
 Totals are kept as one float64 tensor (so ranks can sum theirs with a single reduction) and turned into
 figures at the end of the epoch: MAE, MASE (MAE over the mean absolute one-bar change inside the look-backs,
 Hyndman's scale), the persistence forecast's MASE on the same windows, and directional accuracy (over the
-steps where both the forecast and the close move, as :mod:`twinkle_timeseries.evaluation` counts it).
+steps where both the forecast and the close move, as ``twinkle_timeseries.evaluation`` counts it).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """YOLO in a form edge tools can prune and quantize.
 
-- :class:`C2fSplit`: ultralytics' C2f (and C3k2) computes its first 1×1 convolution once and ``chunk``s it in
+- ``C2fSplit``: ultralytics' C2f (and C3k2) computes its first 1×1 convolution once and ``chunk``s it in
   two; torch-pruning cannot follow a chunk, so the block is rewritten with two convolutions holding the two
   halves — the same outputs, and each half free to lose channels on its own.
-- :func:`raw_head`: the detection head's raw per-scale box (DFL bins) and class maps instead of decoded boxes
+- ``raw_head``: the detection head's raw per-scale box (DFL bins) and class maps instead of decoded boxes
   and scores — an INT8 NPU keeps the maps (each in its own range) where the concatenated decoded output, boxes
-  in pixels beside scores in [0, 1], collapses — and :func:`decoder`, the CPU step back to the decoded output.
+  in pixels beside scores in [0, 1], collapses — and ``decoder``, the CPU step back to the decoded output.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class C2fSplit(nn.Module):
 
 
 def split_c2f(model: nn.Module) -> int:
-    """Rewrite every C2f-style block of an ultralytics model in place as :class:`C2fSplit` (already split blocks
+    """Rewrite every C2f-style block of an ultralytics model in place as ``C2fSplit`` (already split blocks
     stay as they are); returns how many were split."""
     from ultralytics.nn.modules import C2f
 
@@ -76,7 +76,7 @@ def _raw_maps(detect: nn.Module, x: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def raw_head(model: nn.Module) -> nn.Module:
-    """``model`` (an exportable detection model) with its head returning :func:`_raw_maps`, in place.
+    """``model`` (an exportable detection model) with its head returning ``_raw_maps``, in place.
 
     Raises:
         TwinkleError: an end-to-end (NMS-free) head.
@@ -93,7 +93,7 @@ def raw_head(model: nn.Module) -> nn.Module:
 
 
 def decoder(model: nn.Module) -> Callable[[list[torch.Tensor]], torch.Tensor]:
-    """The CPU step from :func:`raw_head`'s maps to the decoded ``(B, 4 + nc, anchors)`` output, using a copy of
+    """The CPU step from ``raw_head``'s maps to the decoded ``(B, 4 + nc, anchors)`` output, using a copy of
     ``model``'s head (its strides, anchors and DFL)."""
     from ultralytics.nn.modules import Detect
 

@@ -1,4 +1,4 @@
-""":class:`YoloDataProcessor`: object-detection data in YOLO format (``data.yaml``, images, labels) at any URI.
+"""``YoloDataProcessor``: object-detection data in YOLO format (``data.yaml``, images, labels) at any URI.
 
 The URI names the dataset folder (holding ``data.yaml``) or the ``data.yaml`` itself. Remote data (``s3://``,
 ``nas://``, ...) is staged once into the run store's cache, keyed by its fingerprint. Every label file is

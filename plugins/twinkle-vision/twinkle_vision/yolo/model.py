@@ -284,7 +284,7 @@ class YoloDetector(Algorithm):
         return images.float() / 255 if images.dtype == torch.uint8 else images
 
     def export_metrics(self, outputs: torch.Tensor, batch: Any) -> dict[str, torch.Tensor]:
-        """mAP is not a mean over batches: :meth:`export_evaluate` computes it over all of them."""
+        """mAP is not a mean over batches: ``export_evaluate`` computes it over all of them."""
         return {}
 
     def export_evaluate(self, pairs: Iterable[tuple[Any, torch.Tensor]]) -> dict[str, float]:
@@ -302,7 +302,7 @@ class YoloDetector(Algorithm):
     # ---------------------------------------------------------------- edge
     def prunable_network(self) -> tuple[nn.Module, list[nn.Module]]:
         """The detection model with the moving average's weights (what is deployed), its C2f blocks split in
-        two convolutions (:class:`~twinkle_vision.yolo.compression.C2fSplit`), the detection head kept."""
+        two convolutions (``C2fSplit``), the detection head kept."""
         from ultralytics.nn.modules import Detect
 
         from twinkle_vision.yolo.compression import split_c2f
@@ -320,7 +320,7 @@ class YoloDetector(Algorithm):
 
     def quantizable_export(self) -> tuple[nn.Module, Callable[[list[torch.Tensor]], torch.Tensor]]:
         """The export module with its head returning raw per-scale box and class maps, and the CPU decoding
-        back to boxes and scores (:mod:`twinkle_vision.yolo.compression`)."""
+        back to boxes and scores (``twinkle_vision.yolo.compression``)."""
         from twinkle_vision.yolo.compression import decoder, raw_head
 
         model = self.export_module()

@@ -1,6 +1,6 @@
 """Keep ultralytics offline: no font download, no update checks, no telemetry, no pip installs.
 
-Call :func:`prepare` before importing ultralytics. It sets (unless already set) ``YOLO_OFFLINE=1``,
+Call ``prepare`` before importing ultralytics. It sets (unless already set) ``YOLO_OFFLINE=1``,
 ``YOLO_AUTOINSTALL=0`` and ``YOLO_CONFIG_DIR`` (under ``$XDG_CACHE_HOME/twinkle/ultralytics``), and places
 matplotlib's DejaVuSans where ultralytics looks for ``Arial.ttf`` and ``Arial.Unicode.ttf``.
 """

@@ -1,0 +1,487 @@
+"""``Session``: one training in this process — the algorithm and task chosen, the hyperparameters checked and
+routed to their owners, the data prepared, a checkpoint continued, the plan made, the engine run and the run stored.
+
+``Trainer`` is the facade over it (it adds what leaves the process: Ray, supervised workers,
+exports, tuning); the jobs layer builds a session from a ``Job``. One fit flows::
+
+    Session(...)            selection and hyperparameter checking (engine.selection, engine.settings)
+      .prepare(uri)         the processor reads the data; the algorithm is built for it  -> Prepared
+      .plan(data)           measured model and data, hardware, history -> Plan (planning)
+      .fit(data)            rank 0 records the run (store), the engine trains it (engine.run) -> FitResult
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import lightning as L
+from torch.utils.data import IterableDataset
+
+from twinkle_core.algorithm import Algorithm
+from twinkle_core.components import Component
+from twinkle_core.data.processor import DataProcessor, PreparedData
+from twinkle_core.data.spec import DataSpec, ModelInput
+from twinkle_core.engine import continuation as cont
+from twinkle_core.engine.checkpoints import TWINKLE_KEY, load_checkpoint
+from twinkle_core.engine.curves import keep_history
+from twinkle_core.engine.ranks import is_global_zero
+from twinkle_core.engine.record import CheckpointRecord, class_path, restore_algorithm, restore_processor
+from twinkle_core.engine.reshape import reshape_to_state
+from twinkle_core.engine.result import FitResult
+from twinkle_core.engine.run import RunSetup, run_lightning
+from twinkle_core.engine.selection import choose_processor, choose_strategy, resolve_algorithm, resolve_task
+from twinkle_core.engine.settings import Routed, TrainerSettings, check_names, route, trainer_settings
+from twinkle_core.errors import HyperparameterError, TwinkleError
+from twinkle_core.hyperparams import coerce
+from twinkle_core.lookup import list_components
+from twinkle_core.ops.budget import BudgetConfig
+from twinkle_core.ops.memory import scale_batch
+from twinkle_core.ops.monitor import MonitorConfig
+from twinkle_core.ops.verify import save_data_manifest
+from twinkle_core.planning import DataLoadingDecider, Hardware, Plan, PlanContext, PlanningError, measure_example
+from twinkle_core.store.runs import RunStore
+from twinkle_core.uris import filesystem, join, size_of
+
+
+@dataclass
+class Prepared:
+    """What ``Session.prepare`` made of one data URI.
+
+    Attributes:
+        uri: the data's URI, resolved.
+        data: the processor's ``PreparedData`` (splits, spec, fingerprint).
+        algorithm: the algorithm, configured for the data (and holding the continued checkpoint's weights).
+        component: the data processor's registration (``None``: a processor instance the user configured).
+        routed: the hyperparameters split by owner (algorithm, processor, trainer).
+    """
+
+    uri: str
+    data: PreparedData
+    algorithm: Algorithm
+    component: Component | None
+    routed: Routed
+
+
+class Session:
+    """One training in this process (see the module's description); the arguments are
+    ``Trainer``'s, plus the monitor and budget settings ``Trainer.monitor`` and
+    ``Trainer.set_budget_alert`` make.
+
+    Raises:
+        UnknownComponentError: an unknown algorithm, task, processor or strategy name.
+        HyperparameterError: an unknown hyperparameter name or a badly typed value (before anything runs).
+    """
+
+    def __init__(
+        self,
+        algorithm: str | type[Algorithm],
+        task: str | None = None,
+        hyperparams: dict[str, Any] | None = None,
+        *,
+        data_processor: str | DataProcessor | None = None,
+        resource_strategy: str | None = None,
+        user: str | None = None,
+        project: str | None = None,
+        home: str | None = None,
+        verbose: bool = True,
+        callbacks: list[L.Callback] | None = None,
+        monitor: MonitorConfig | None = None,
+        budget: BudgetConfig | None = None,
+        **options: Any,
+    ) -> None:
+        """Resolve the algorithm and task and check every hyperparameter name and type now."""
+        self.algorithm_ref = algorithm
+        self.choice = resolve_algorithm(algorithm)
+        self.task = resolve_task(self.choice, task)
+        keyword = self.choice.cls.data_keyword
+        given_data = options.pop(keyword, None) if keyword else None  # Session(MelOTTS, voice_samples=URI)
+        if "steps" in options:  # the article's name for the step budget
+            options["max_steps"] = options.pop("steps")
+        self.hyperparams = {**self.choice.defaults, **(hyperparams or {}), **options}
+        self.data_processor = data_processor
+        self.resource_strategy = resource_strategy
+        self.user, self.project = user, project
+        self.store = RunStore(home)
+        self.verbose = verbose
+        self.callbacks = list(callbacks or [])
+        self.continuation: cont.Continuation | None = None
+        self.new_data: str | None = given_data
+        self.algorithm: Algorithm | None = None
+        self.result: FitResult | None = None
+        self.prepared: PreparedData | None = None
+        """The data the last ``fit`` trained on."""
+        self.shared_data: dict[tuple[Any, ...], PreparedData] | None = None
+        """Prepared data kept for reuse by this session's variants (a tuning study prepares its data once)."""
+        self._detected: Hardware | None = None
+        self.reuse_run: str | None = None
+        """A run to train into instead of creating one (a job restarted before its first checkpoint)."""
+        self.run_created: Callable[[str], None] | None = None
+        """Called with the run's URI as soon as rank 0 has created or reopened it."""
+        self.monitor_config, self.budget_config = monitor, budget
+        self.settings = self._check_hyperparameters()
+
+    def variant(self, hyperparams: dict[str, Any], **kwargs: Any) -> Session:
+        """A new session like this one with ``hyperparams`` merged over its own (monitor, budget and shared data
+        kept)."""
+        options = {"data_processor": self.data_processor, "resource_strategy": self.resource_strategy,
+                   "user": self.user, "project": self.project, "home": self.store.home, "verbose": self.verbose,
+                   "callbacks": self.callbacks, "monitor": self.monitor_config, "budget": self.budget_config, **kwargs}
+        other = Session(self.algorithm_ref, self.task, {**self.hyperparams, **hyperparams}, **options)
+        other.shared_data = self.shared_data
+        other.new_data = self.new_data  # data named by keyword (voice_samples=...) or by from_checkpoint
+        return other
+
+    def valid_hyperparameters(self) -> set[str]:
+        """Every name ``hyperparams`` accepts: the algorithm's, the data processors' and the trainer's."""
+        return {*self.choice.cls.hyperparameters(), *self._data_parameters(), *TrainerSettings.parameters()}
+
+    # ------------------------------------------------------------ components
+    def _data_parameters(self) -> dict[str, Any]:
+        """The parameters of every processor that may read this session's data (before the URI is known)."""
+        params: dict[str, Any] = {}
+        for candidate in self._data_candidates():
+            params.update(candidate)
+        return params
+
+    def _data_candidates(self) -> list[dict[str, Any]]:
+        """Each processor's parameters, for every processor that may read this session's data."""
+        if isinstance(self.data_processor, DataProcessor):
+            return []  # a configured processor takes no hyperparameters
+        if self.data_processor:
+            return [dict(choose_processor(self.task, None, self.data_processor).load().parameters())]
+        candidates = list_components("data_processor", task=self.task)
+        if not candidates:
+            choose_processor(self.task, None, None)  # the named error: no processor serves the task
+        return [dict(_processor_class(component).parameters()) for component in candidates]
+
+    def _check_hyperparameters(self) -> TrainerSettings:
+        """Refuse unknown names and type every value now — the algorithm's and its optimizer's, the data
+        processors' (a value any processor that may read the data accepts), the trainer's — so that a bad value
+        fails in ``Trainer(...)`` (and at a service's submit), never later in ``fit``. Values are typed again, once,
+        when ``fit`` routes them."""
+        candidates = self._data_candidates()
+        algorithm, data = self.choice.cls.hyperparameters(), {k: v for c in candidates for k, v in c.items()}
+        check_names(self.hyperparams, algorithm, data)
+        for key, value in self.hyperparams.items():
+            if key in algorithm:
+                coerce(algorithm[key], value)
+            elif key in data:
+                errors = []
+                for params in (c for c in candidates if key in c):
+                    try:
+                        coerce(params[key], value)
+                        break
+                    except HyperparameterError as err:
+                        errors.append(err)
+                else:
+                    raise errors[0]
+        return trainer_settings(self.hyperparams, algorithm, data)
+
+    def _route(self, uri: str) -> tuple[Any, Any]:
+        """Route the hyperparameters once, to the processor that reads ``uri``."""
+        if isinstance(self.data_processor, DataProcessor):  # configured by the user: no data hyperparameters
+            return None, route(self.hyperparams, self.choice.cls.hyperparameters(), {}, trainer=self.settings)
+        component = choose_processor(self.task, uri, self.data_processor)
+        processor_cls = _processor_class(component)
+        return component, route(self.hyperparams, self.choice.cls.hyperparameters(), processor_cls.parameters(),
+                                trainer=self.settings)
+
+    def prepare(self, uri: str) -> Prepared:
+        """Read ``uri`` with the chosen processor and build the algorithm for it (weights from the continuation,
+        when there is one); nothing is trained or stored."""
+        component, routed = self._route(uri)
+        if component is None:
+            processor = self.data_processor
+            if processor.task != self.task:  # type: ignore[union-attr]
+                raise TwinkleError(f"{type(processor).__name__} serves {processor.task}, not {self.task}")  # type: ignore[union-attr]
+            routed.data = {name: getattr(processor, name) for name in processor.parameters() if hasattr(processor, name)}  # type: ignore[union-attr]
+        else:
+            processor = component.load().from_params(routed.data, task=self.task, typed=True)
+        processor.home = self.store.home  # derived data is cached in the store this session uses
+        source_bytes = _source_bytes(uri)
+        processor.sharded = DataLoadingDecider.needs_shards(  # data larger than memory: stream it in shards
+            source_bytes, self.hardware().memory_bytes, self.settings.memory_limit_bytes)
+        algorithm = self.choice.cls.from_hyperparams(routed.algorithm, task=self.task, typed=True)
+        processor.model_input = self._model_input(algorithm)
+        key = (uri, component.qualified_name if component else id(processor), repr(sorted(routed.data.items())),
+               self.settings.seed, repr(processor.model_input))
+        prepared = self.shared_data.get(key) if self.shared_data is not None else None
+        if prepared is None:
+            prepared = processor.prepare(uri, seed=self.settings.seed)
+            if self.shared_data is not None:
+                self.shared_data[key] = prepared
+        prepared.size_bytes = max(prepared.size_bytes, source_bytes)  # what the loading decision was made on
+        if self.continuation is not None:
+            self.continuation.check_data(prepared.fingerprint, uri)
+        L.seed_everything(self.settings.seed, workers=True, verbose=False)
+        algorithm.configure_data(prepared.spec)
+        if self.settings.gradient_checkpointing:
+            algorithm.enable_gradient_checkpointing()
+        if self.continuation is not None and self.continuation.record.structure:  # a pruned network: its form
+            algorithm.prunable_network()  # and its shapes, from the tensors (nothing pickled)
+            reshape_to_state(algorithm, self.continuation.state_dict)
+        if self.continuation is not None and self.continuation.mode != "resume":
+            spec = self.continuation.record.data_spec
+            state = algorithm.adapt_checkpoint(self.continuation.state_dict,
+                                               DataSpec.from_dict(spec) if spec else None, prepared.spec)
+            cont.check_compatible(state, algorithm.state_dict(), self.continuation.checkpoint_uri)
+            algorithm.load_state_dict(state)
+        return Prepared(uri, prepared, algorithm, component, routed)
+
+    def _model_input(self, algorithm: Algorithm) -> ModelInput | None:
+        """What the model wants from its input; a continued run keeps the input size its parent trained at."""
+        wanted = algorithm.model_input()
+        spec = self.continuation.record.data_spec if self.continuation is not None else None
+        if wanted is None or not spec or len(spec.get("input_shape", ())) != 3:
+            return wanted
+        height, width = (int(v) for v in spec["input_shape"][1:])
+        parent = self.continuation.parent_run or self.continuation.checkpoint_uri  # type: ignore[union-attr]
+        return replace(wanted, size=(height, width), fixed=True,
+                       reason=f"the size {parent} was trained at ({self.continuation.mode})")  # type: ignore[union-attr]
+
+    def hardware(self) -> Hardware:
+        """This machine (and the launcher's world), detected once per session."""
+        if self._detected is None:
+            self._detected = Hardware.detect()
+        return self._detected
+
+    def _plan(self, ready: Prepared) -> Plan:
+        prepared, algorithm = ready.data, ready.algorithm
+        hardware = self.hardware()
+        facts = measure_example(algorithm)
+        history = self.store.history(self.choice.name, prepared.fingerprint, hardware.key)
+        context = PlanContext(
+            algorithm_name=self.choice.name,
+            task=self.task,
+            facts=facts,
+            data_bytes=prepared.size_bytes,
+            train_samples=len(prepared.train),
+            batch_size=self.settings.batch_size,
+            effective_batch_size=self.settings.effective_batch_size,
+            max_epochs=self.settings.max_epochs,
+            hardware=hardware,
+            history=[r.to_dict() for r in history],
+            overrides=self.settings.overrides(),
+            supports_mixed_precision=algorithm.supports_mixed_precision,
+            memory_limit_bytes=self.settings.memory_limit_bytes,
+            data_sharded=isinstance(prepared.train, IterableDataset),
+        )
+        strategy = choose_strategy(self.task, self.resource_strategy).load()()
+        plan = strategy.plan(context)
+        plan.decisions.extend(prepared.decisions)  # the data processor's choices (an input size, say)
+        return plan
+
+    # ----------------------------------------------------------------- public
+    def plan(self, data: str | None = None) -> Plan:
+        """Measure the model and data and return the resource plan (nothing is trained or stored)."""
+        return self._plan(self.prepare(self.data_uri(data)))
+
+    def fit(self, data: str | None = None) -> FitResult:
+        """Train on ``data`` (any URI; default: ``new_data``) in this process, as a new run — or, continuing
+        with ``same_run`` or ``reuse_run``, in that run."""
+        ready = self.prepare(self.data_uri(data))
+        uri, prepared, algorithm, component, routed = ready.uri, ready.data, ready.algorithm, ready.component, ready.routed
+        plan = self._plan(ready)
+        if self.settings.auto_batch_scaling:
+            scale_batch(plan, algorithm, prepared.train, self.settings.memory_limit_bytes, prepared.collate_fn)
+        if plan.num_nodes > 1 and not self.hardware().launcher and not os.environ.get("MASTER_ADDR"):
+            raise PlanningError(f"num_nodes={plan.num_nodes} needs the processes of every node started together: run "
+                                "`twinkle launch ... --nodes N` and start its command on each node (or set "
+                                "MASTER_ADDR, MASTER_PORT and NODE_RANK on each)")
+        if plan.strategy == "pipeline" and not self.hardware().launcher and int(os.environ.get("WORLD_SIZE", "1")) < 2:
+            raise PlanningError("strategy='pipeline' runs one stage per process, and this job has one process: start "
+                                "it with `twinkle launch ALGORITHM --devices N --hp strategy=pipeline --run`")
+        lead = is_global_zero()  # one run per job: rank 0 creates it and writes everything
+        if self.verbose and lead:
+            print(plan.explain(), flush=True)
+        record = self._record_run(uri, prepared, plan, routed) if lead else None
+        checkpoint_record = CheckpointRecord(
+            algorithm=self.choice.name,
+            target=class_path(self.choice.cls),
+            task=self.task,
+            hyperparams=dict(routed.algorithm),
+            data_processor=component.qualified_name if component is not None else None,
+            data_processor_class=None if component is not None else class_path(type(self.data_processor)),
+            data_params=dict(routed.data),
+            trainer=self.settings.to_dict(),
+            data_spec=prepared.spec.to_dict(),
+            data_uri=uri,
+            data_fingerprint=prepared.fingerprint,
+            run=record.uri if record is not None else None,
+            structure=self.continuation.record.structure if self.continuation is not None else None,
+        )
+        setup = RunSetup(
+            store=self.store, record=record, algorithm=algorithm, prepared=prepared, plan=plan,
+            settings=self.settings, checkpoint_record=checkpoint_record, continuation=self.continuation,
+            verbose=self.verbose, callbacks=self.callbacks, monitor=self.monitor_config, budget=self.budget_config,
+        )
+        self.result = run_lightning(setup)
+        self.algorithm, self.prepared = algorithm, prepared
+        return self.result
+
+    def _record_run(self, uri: str, prepared: PreparedData, plan: Plan, routed: Any) -> Any:
+        """Create the run's catalogue row and write its plan, data record and data manifest (rank 0); a restart
+        reopens its own run instead; ``run_created`` hears of it (a job's worker names it in ``run.json``)."""
+        same = self.continuation.parent_run if self.continuation is not None and self.continuation.same_run else None
+        reopen = same or self.reuse_run
+        record = self._reopen_run(reopen, plan) if reopen else self._create_run(uri, prepared, plan, routed)
+        if self.run_created is not None:
+            self.run_created(record.uri)
+        return record
+
+    def _reopen_run(self, run: str, plan: Plan) -> Any:
+        """The run ``run``, running again: earlier metric rows kept (up to the checkpoint), the new plan stored."""
+        record = self.store.get(run)
+        step = self.continuation.global_step if self.continuation is not None else 0
+        logs = self.store.path(record.id, "logs")
+        if self.continuation is None:  # restarted before any checkpoint: nothing logged so far is kept
+            fs, path = filesystem(join(logs, "metrics.csv"))
+            if fs.exists(path):
+                fs.rm(path)
+        else:
+            keep_history(logs, step)
+        self.store.write_json(record.id, "plan.json", plan.to_dict())
+        return self.store.update(record.id, status="running", error=None, finished=None, plan=plan.to_dict())
+
+    def _create_run(self, uri: str, prepared: PreparedData, plan: Plan, routed: Any) -> Any:
+        parent = self.continuation.parent_run if self.continuation else None
+        record = self.store.create_run(
+            self.user,
+            self.project,
+            algorithm=self.choice.name,
+            task=self.task,
+            hyperparams={**routed.algorithm, **routed.data, **self.settings.to_dict()},
+            plan=plan.to_dict(),
+            data_uri=uri,
+            data_fingerprint=prepared.fingerprint,
+            hardware=plan.estimates.get("hardware") or self.hardware().key,
+            parent=parent.removeprefix("twinkle://") if parent else None,
+            mode=self.continuation.mode if self.continuation else None,
+        )
+        self.store.write_json(record.id, "plan.json", plan.to_dict())
+        save_data_manifest(self.store.home, uri, prepared)
+        self.store.write_json(record.id, "data.json", {"uri": uri, "fingerprint": prepared.fingerprint,
+                                                        "spec": prepared.spec.to_dict(), **prepared.details})
+        return record
+
+    # ---------------------------------------------------------- continuation
+    @classmethod
+    def from_checkpoint(
+        cls,
+        checkpoint: str,
+        new_data: str | None = None,
+        mode: str = "continue",
+        hyperparams: dict[str, Any] | None = None,
+        *,
+        algorithm: str | type[Algorithm] | None = None,
+        same_run: bool = False,
+        **options: Any,
+    ) -> Session:
+        """A session that continues from a run or checkpoint; the arguments are
+        ``Trainer.from_checkpoint``'s."""
+        if mode not in cont.MODES:
+            raise TwinkleError(f"unknown mode '{mode}'; choose one of {', '.join(cont.MODES)}")
+        if same_run and mode != "resume":
+            raise TwinkleError(f"same_run=True resumes the run exactly; it does not combine with mode='{mode}'")
+        trainer_keys = {"user", "project", "home", "verbose", "data_processor", "resource_strategy", "callbacks",
+                        "monitor", "budget"}
+        kwargs = {k: options.pop(k) for k in list(options) if k in trainer_keys}
+        store = RunStore(kwargs.get("home"))
+        uri = _checkpoint_uri(store, checkpoint, mode)
+        ckpt = load_checkpoint(uri)
+        record = CheckpointRecord.from_dict(ckpt.get(TWINKLE_KEY), uri)
+        target = restore_algorithm(record, uri, algorithm)  # nothing named in the checkpoint is imported
+        processor = restore_processor(record, uri, kwargs.get("data_processor"))
+        if record.run:
+            parent_user, parent_project, _ = store.run_id(record.run).split("/")
+            kwargs.setdefault("user", parent_user)
+            kwargs.setdefault("project", parent_project)
+        data_params = dict(record.data_params)
+        if isinstance(processor, DataProcessor):  # a processor the user configured: rebuilt with its values
+            kwargs["data_processor"] = processor
+            data_params = {}
+        values = {**record.hyperparams, **data_params, **record.trainer}
+        if mode != "resume":
+            values = {k: v for k, v in values.items() if v is not None}
+        session = cls(target, record.task, {**values, **(hyperparams or {}), **options}, **kwargs)
+        session.continuation = cont.Continuation(
+            mode=mode,
+            checkpoint_uri=uri,
+            record=record,
+            state_dict=ckpt["state_dict"],
+            optimizer_states=ckpt.get("optimizer_states", []) if mode == "continue" else [],
+            global_step=int(ckpt.get("global_step", 0)),
+            same_run=same_run,
+        )
+        if same_run and not record.run:
+            raise TwinkleError(f"checkpoint '{uri}' names no run to resume into; drop same_run=True")
+        session.new_data = new_data or record.data_uri
+        return session
+
+    def data_uri(self, data: str | None) -> str:
+        """The URI ``data`` names (default: ``new_data``), resolved in this session's store."""
+        uri = data or self.new_data
+        if uri is None:
+            raise TwinkleError("no data: pass fit(data='path or URI')")
+        return self.store.resolve(str(uri))  # twinkle:// data lives in this session's store
+
+    def model_for_export(self) -> tuple[Algorithm, PreparedData, str | None, str | None]:
+        """The model to export (best checkpoint's weights), its data, its run URI and checkpoint URI."""
+        if self.result is not None and self.algorithm is not None and self.prepared is not None:
+            model = _copy_model(self.algorithm)
+            best = self.result.best_checkpoint or self.result.last_checkpoint
+            if best:
+                model.load_state_dict(load_checkpoint(best)["state_dict"])
+            return model, self.prepared, self.result.run_uri, best
+        if self.continuation is not None:
+            ready = self.prepare(str(self.continuation.record.data_uri))
+            ready.algorithm.load_state_dict(self.continuation.state_dict)
+            return ready.algorithm, ready.data, self.continuation.parent_run, self.continuation.checkpoint_uri
+        raise TwinkleError("nothing to export yet: call fit() first, or use Trainer.from_checkpoint(...)")
+
+
+def _source_bytes(uri: str) -> int:
+    """The data's size from storage listings, or 0 when the URI is one only its processor understands."""
+    try:
+        return size_of(uri)
+    except (TwinkleError, OSError, ValueError):
+        return 0
+
+
+def _processor_class(component: Any) -> type[DataProcessor]:
+    cls = component.load()
+    if not (isinstance(cls, type) and issubclass(cls, DataProcessor)):
+        raise TwinkleError(f"data processor '{component.qualified_name}' is not a DataProcessor subclass")
+    return cls
+
+
+def _checkpoint_uri(store: RunStore, ref: str, mode: str) -> str:
+    if ref.endswith(".ckpt") or not ref.startswith("twinkle://"):
+        return store.resolve(ref)  # a twinkle://models/... file lives in this store
+    record = store.get(ref)
+    last = store.path(record.id, "checkpoints", "last.ckpt")
+    if mode == "finetune" and record.best_checkpoint:
+        return record.best_checkpoint
+    return last
+
+
+def _copy_model(algorithm: Algorithm) -> Algorithm:
+    """A deep copy of a trained algorithm.
+
+    Tensors a module computes from its parameters and keeps as plain attributes — ``torch.nn.utils.weight_norm``'s
+    ``weight`` after a training step — are not graph leaves, and ``copy.deepcopy`` refuses them; they are
+    recomputed before every forward, so they are detached first.
+    """
+    import torch
+
+    for module in algorithm.modules():
+        for name, value in list(vars(module).items()):
+            if isinstance(value, torch.Tensor) and not value.is_leaf:
+                setattr(module, name, value.detach())
+    return copy.deepcopy(algorithm)
+
+
+__all__ = ["Prepared", "Session"]
