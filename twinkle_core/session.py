@@ -43,7 +43,7 @@ from twinkle_core.ops.monitor import MonitorConfig
 from twinkle_core.ops.verify import save_data_manifest
 from twinkle_core.planning import DataLoadingDecider, Hardware, Plan, PlanContext, PlanningError, measure_example
 from twinkle_core.store.runs import RunStore
-from twinkle_core.uris import filesystem, join, size_of
+from twinkle_core.uris import filesystem, is_store_uri, join, size_of
 
 
 @dataclass
@@ -358,7 +358,7 @@ class Session:
             data_uri=uri,
             data_fingerprint=prepared.fingerprint,
             hardware=plan.estimates.get("hardware") or self.hardware().key,
-            parent=parent.removeprefix("twinkle://") if parent else None,
+            parent=self.store.run_id(parent) if parent else None,
             mode=self.continuation.mode if self.continuation else None,
         )
         self.store.write_json(record.id, "plan.json", plan.to_dict())
@@ -459,7 +459,7 @@ def _processor_class(component: Any) -> type[DataProcessor]:
 
 
 def _checkpoint_uri(store: RunStore, ref: str, mode: str) -> str:
-    if ref.endswith(".ckpt") or not ref.startswith("twinkle://"):
+    if ref.endswith(".ckpt") or not is_store_uri(ref):
         return store.resolve(ref)  # a twinkle://models/... file lives in this store
     record = store.get(ref)
     last = store.path(record.id, "checkpoints", "last.ckpt")

@@ -1,4 +1,5 @@
-"""Hyperparameter types with their ranges, for the typed keywords of ``__init__`` (public API).
+"""Value types (public API): hyperparameter types with their ranges, for the typed keywords of ``__init__``, and
+``TextEnum`` for closed sets of names (run status, job state).
 
 A range is an ``annotated_types`` constraint inside ``typing.Annotated`` — the convention pydantic uses — so
 an algorithm or processor declares it where it declares the type::
@@ -18,6 +19,7 @@ before any run is created.
 from __future__ import annotations
 
 import math
+from enum import Enum
 from typing import Annotated
 
 from annotated_types import Ge, Gt, Interval, Le, Lt
@@ -40,5 +42,16 @@ Probability = Annotated[float, Interval(ge=0, lt=1)]
 Fraction = Annotated[float, Interval(gt=0, lt=1)]
 """A share in (0, 1), neither end (a validation fraction)."""
 
+
+
+class TextEnum(str, Enum):
+    """A closed set of names, each stored, sent and shown as its text: a member equals its text
+    (``RunStatus.FINISHED == "finished"``), and ``str()``, f-strings and JSON give the text."""
+
+    def __str__(self) -> str:
+        """The member's text."""
+        return str(self.value)
+
+
 __all__ = ["Fraction", "Ge", "Gt", "Interval", "Le", "Lt", "NonNegativeFloat", "NonNegativeInt", "PositiveFloat",
-           "PositiveInt", "Probability"]
+           "PositiveInt", "Probability", "TextEnum"]

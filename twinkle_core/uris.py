@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+from dataclasses import dataclass
 from typing import Any
 
 import fsspec
@@ -31,21 +32,84 @@ def twinkle_home() -> str:
     return home.rstrip("/") or "/"
 
 
-def store_parts(uri: str) -> list[str]:
-    """The path segments of a ``twinkle://`` URI, refusing anything that could escape the store.
+STORE_SCHEME = "twinkle://"
+"""The scheme of paths inside the run store."""
 
-    Raises:
-        StorePathError: empty, absolute, ``..``, ``.`` or backslash segments; the message names the URI.
+
+def is_store_uri(uri: Any) -> bool:
+    """Whether ``uri`` is a ``twinkle://`` path."""
+    return str(uri).startswith(STORE_SCHEME)
+
+
+@dataclass(frozen=True)
+class StoreURI:
+    """A ``twinkle://`` path, parsed once: ``twinkle://USER/PROJECT[/RUN[/FILE...]]`` (the article's
+    ``twinkle://USER/projects/PROJECT/RUN`` too) or ``twinkle://models/NAME[/FILE...]``.
+
+    Attributes:
+        parts: the path's segments, the ``projects`` alias folded away.
     """
-    rest = uri[len("twinkle://") :]
-    if not rest or rest.startswith("/") or "\\" in rest:
-        raise StorePathError(
-            f"'{uri}' is not a store path: write twinkle://USER/PROJECT/RUN or twinkle://models/NAME"
-        )
-    parts = rest.rstrip("/").split("/")
-    if any(part in ("", ".", "..") for part in parts):
-        raise StorePathError(f"'{uri}' would leave the run store ('..', '.' or empty segments are not allowed)")
-    return parts
+
+    parts: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, uri: str) -> StoreURI:
+        """Parse ``uri`` (``twinkle://...``, or a bare ``user/project/runN`` id), refusing anything that could
+        escape the store.
+
+        Raises:
+            StorePathError: empty, absolute, ``..``, ``.`` or backslash segments; the message names the URI.
+        """
+        uri = str(uri) if is_store_uri(uri) else STORE_SCHEME + str(uri)
+        rest = uri[len(STORE_SCHEME):]
+        if not rest or rest.startswith("/") or "\\" in rest:
+            raise StorePathError(
+                f"'{uri}' is not a store path: write twinkle://USER/PROJECT/RUN or twinkle://models/NAME"
+            )
+        parts = rest.rstrip("/").split("/")
+        if any(part in ("", ".", "..") for part in parts):
+            raise StorePathError(f"'{uri}' would leave the run store ('..', '.' or empty segments are not allowed)")
+        if parts[0] != "models" and len(parts) >= 4 and parts[1] == "projects":  # twinkle://user/projects/x/run23
+            parts = [parts[0], *parts[2:]]
+        return cls(tuple(parts))
+
+    @property
+    def is_model(self) -> bool:
+        """Whether it names a published model (``twinkle://models/...``)."""
+        return self.parts[0] == "models"
+
+    @property
+    def owner(self) -> str | None:
+        """The user a run path belongs to (``None`` for a published model)."""
+        return None if self.is_model else self.parts[0]
+
+    @property
+    def run_id(self) -> str | None:
+        """``user/project/runN`` when the path names exactly a run, else ``None``."""
+        return "/".join(self.parts) if not self.is_model and len(self.parts) == 3 else None
+
+    def layout(self) -> list[str]:
+        """Its segments inside the store's folder (``runs/...`` or ``models/...``).
+
+        Raises:
+            StorePathError: a model without a name, or a run path without a project.
+        """
+        if self.is_model:
+            if len(self.parts) < 2:
+                raise StorePathError("twinkle://models/ needs a model name: twinkle://models/NAME")
+            return list(self.parts)
+        if len(self.parts) < 2:
+            raise StorePathError("a store path names at least a user and a project: twinkle://USER/PROJECT[/RUN]")
+        return ["runs", *self.parts]
+
+    def __str__(self) -> str:
+        """``twinkle://`` and the segments."""
+        return STORE_SCHEME + "/".join(self.parts)
+
+
+def run_uri(run_id: str) -> str:
+    """The ``twinkle://`` URI of the run ``user/project/runN``."""
+    return STORE_SCHEME + run_id
 
 
 def join(base: str, *parts: str) -> str:
@@ -73,21 +137,9 @@ def resolve(uri: str, home: str | None = None) -> str:
         if ".." in rel.split("/"):
             raise TwinkleError(f"'{uri}' would leave TWINKLE_NAS_ROOT; remove the '..' segments")
         return join(root, rel)
-    if uri.startswith("twinkle://"):
-        return join(home or twinkle_home(), *_store_layout(store_parts(uri)))
+    if is_store_uri(uri):
+        return join(home or twinkle_home(), *StoreURI.parse(uri).layout())
     return uri
-
-
-def _store_layout(parts: list[str]) -> list[str]:
-    if parts[0] == "models":
-        if len(parts) < 2:
-            raise StorePathError("twinkle://models/ needs a model name: twinkle://models/NAME")
-        return ["models", *parts[1:]]
-    if len(parts) >= 4 and parts[1] == "projects":  # the article's twinkle://user/projects/x/run23
-        parts = [parts[0], *parts[2:]]
-    if len(parts) < 2:
-        raise StorePathError("a store path names at least a user and a project: twinkle://USER/PROJECT[/RUN]")
-    return ["runs", *parts]
 
 
 def is_local(fs: Any) -> bool:

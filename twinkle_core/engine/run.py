@@ -49,7 +49,7 @@ from twinkle_core.planning import Decision, Plan
 from twinkle_core.processes import inside_ray_worker
 from twinkle_core.store.catalogue import RunRecord
 from twinkle_core.store.runs import RunStore
-from twinkle_core.uris import filesystem, join
+from twinkle_core.uris import filesystem, join, run_uri
 
 
 @dataclass
@@ -266,7 +266,7 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Any) -> tuple[L
     torch.set_num_threads(plan.torch_threads)
     ckpt_path = continuation.checkpoint_uri if continuation and continuation.mode == "resume" else None
     if record is not None and continuation is not None and continuation.mode == "resume" and continuation.parent_run:
-        parent = store.catalogue.get(continuation.parent_run.removeprefix("twinkle://"))
+        parent = store.catalogue.get(store.run_id(continuation.parent_run))
         if parent is not None and parent.status == "running" and parent.id != record.id:
             store.update(parent.id, status="interrupted")
     while True:
@@ -365,7 +365,7 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: dict[str, Any]) -> FitRe
     return FitResult(
         run_uri=record.uri, status=final.status, metrics=metrics, best_metric=best_score, monitor=metric,
         best_checkpoint=best_path, last_checkpoint=last_path, plan=plan, data_fingerprint=prepared.fingerprint,
-        run_dir=store.run_dir(record.id), parent=f"twinkle://{record.parent}" if record.parent else None,
+        run_dir=store.run_dir(record.id), parent=run_uri(record.parent) if record.parent else None,
         alerts=final.alerts, stop_reason=stopped["message"] if stopped else None,
     )
 

@@ -4,7 +4,7 @@ published models, algorithms, the audit log."""
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi import Path as PathParam
@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from twinkle_core.serve.accounts import User
 from twinkle_core.serve.deps import Service, client_address, current_user, json_safe, service
-from twinkle_core.serve.queue import JobRow
+from twinkle_core.serve.queue import JobRow, JobState
 from twinkle_core.serve.records import (UnsafePathError, list_files, metric_rows, owner_of_run, published_models,
                                         read_log, safe_file)
 from twinkle_core.serve.streams import job_events
@@ -48,7 +48,6 @@ Caller = Annotated[User, Depends(current_user)]
 UploadName = Annotated[str, PathParam(pattern=UPLOAD_NAME.pattern,
                                       description="letters, digits, '.', '_' and '-' (an archive: .zip, .tar, .tgz)")]
 Svc = Annotated[Service, Depends(service)]
-JobState = Literal["queued", "running", "finished", "failed", "cancelled", "stopped"]
 
 
 def job_views(svc: Service, jobs: list[JobRow]) -> list[JobRow]:

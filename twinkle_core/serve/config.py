@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from twinkle_core.errors import TwinkleError
+from twinkle_core.uris import StorePathError, StoreURI, is_store_uri
 
 
 class DataAccessError(TwinkleError, PermissionError):
@@ -156,7 +157,7 @@ def check_hyperparameter_uris(hyperparams: dict[str, Any], config: ServerConfig,
         for item in value if isinstance(value, list) else value.values() if isinstance(value, dict) else [value]:
             if not isinstance(item, str) or not _looks_like_a_path(item):
                 continue
-            if item.startswith("twinkle://"):
+            if is_store_uri(item):
                 if _own_store_uri(item, config, user):
                     continue
                 raise DataAccessError(f"hyperparameter {key}={item!r} is not a run or model of yours; a job reads only "
@@ -175,18 +176,22 @@ def _own_store_uri(uri: str, config: ServerConfig, user: str) -> bool:
     """Whether ``twinkle://user/...`` is ``user``'s run, or ``twinkle://models/NAME`` a model of one of them."""
     import json
 
-    parts = [p for p in uri.removeprefix("twinkle://").split("/") if p]
-    if any(p in (".", "..") for p in parts) or not parts:
+    try:
+        parsed = StoreURI.parse(uri)
+    except StorePathError:
         return False
-    if parts[0] != "models":
-        return parts[0] == user
-    info = os.path.join(os.path.realpath(config.home), "models", *parts[1:], "model.json")
+    if not parsed.is_model:
+        return parsed.owner == user
+    info = os.path.join(os.path.realpath(config.home), *parsed.parts, "model.json")
     try:
         with open(info, encoding="utf-8") as handle:
             run = json.load(handle).get("run", "")
     except (OSError, ValueError):
         return False
-    return str(run).removeprefix("twinkle://").split("/")[0] == user
+    try:
+        return StoreURI.parse(str(run)).owner == user
+    except StorePathError:
+        return False
 
 
 def _inside(path: str, root: str) -> bool:

@@ -32,6 +32,7 @@ from twinkle_core.serve.queue import STATES
 from twinkle_core.serve.records import list_files
 from twinkle_core.serve.streams import job_events
 from twinkle_core.serve.submission import JobRequest
+from twinkle_core.uris import run_uri
 
 HERE = os.path.dirname(__file__)
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -269,7 +270,7 @@ def run_page(owner: str, project: str, run: str, request: Request, svc: Svc, use
     """One run: metrics, curves, plan, alerts, files."""
     if not user.admin and owner != user.name:
         raise HTTPException(404, "no such run")
-    details = _run_details(svc, f"twinkle://{owner}/{project}/{run}")
+    details = _run_details(svc, run_uri(f"{owner}/{project}/{run}"))
     if details is None:
         raise HTTPException(404, "no such run")
     return _render(request, "run.html", user, run=details)

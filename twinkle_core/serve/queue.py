@@ -20,7 +20,7 @@ import socket
 import sqlite3
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 from pydantic_core import from_json
@@ -28,10 +28,22 @@ from pydantic_core import from_json
 from twinkle_core.errors import TwinkleError
 from twinkle_core.processes import DEFAULT_MAX_RESTARTS
 from twinkle_core.store.sqlite import Database
+from twinkle_core.types import TextEnum
 
-STATES: tuple[str, ...] = ("queued", "running", "finished", "failed", "cancelled", "stopped")
-"""Every job state; the last four are final."""
-FINAL_STATES = frozenset(("finished", "failed", "cancelled", "stopped"))
+class JobState(TextEnum):
+    """Where a service job is: waiting, training, or ended one of four ways."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STOPPED = "stopped"
+
+
+STATES: tuple[str, ...] = tuple(state.value for state in JobState)
+"""Every job state, as text; the last four are final."""
+FINAL_STATES = frozenset((JobState.FINISHED, JobState.FAILED, JobState.CANCELLED, JobState.STOPPED))
 """States a job never leaves."""
 
 _SCHEMA = """
@@ -110,7 +122,7 @@ class JobRow(BaseModel):
     id: str
     seq: int
     user: str
-    state: Literal["queued", "running", "finished", "failed", "cancelled", "stopped"]
+    state: JobState
     priority: int
     request: dict[str, Any]
     created: float

@@ -11,6 +11,7 @@ from typing import Any
 from twinkle_core.engine.curves import HISTORY
 from twinkle_core.jobs.folder import JobFolder
 from twinkle_core.jobs.spec import job_dir
+from twinkle_core.uris import StorePathError, StoreURI, is_store_uri
 
 
 class UnsafePathError(ValueError):
@@ -122,6 +123,9 @@ def published_models(home: str) -> list[dict[str, Any]]:
 
 def owner_of_run(run_uri: str | None) -> str | None:
     """The user a ``twinkle://user/project/runN`` belongs to."""
-    if not run_uri or not run_uri.startswith("twinkle://"):
+    if not run_uri or not is_store_uri(run_uri):
         return None
-    return run_uri.removeprefix("twinkle://").split("/")[0]
+    try:
+        return StoreURI.parse(run_uri).owner
+    except StorePathError:
+        return None

@@ -10,6 +10,8 @@ from typing import Any, Iterator
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.store.sqlite import Database
+from twinkle_core.types import TextEnum
+from twinkle_core.uris import run_uri
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -42,10 +44,21 @@ CREATE INDEX IF NOT EXISTS runs_history ON runs (algorithm, data_fingerprint, ha
 """
 
 _JSON = ("hyperparams", "plan", "metrics", "measured", "exports", "alerts")
-STATUSES = ("running", "finished", "failed", "stopped", "interrupted", "recovered")
-"""Run states: ``running`` (or killed while running), ``finished``, ``failed`` (an error), ``stopped``
-(an alert or budget rule stopped it; resumable), ``interrupted`` (killed, then resumed as another run),
-``recovered`` (rebuilt from its folder by ``twinkle runs repair``)."""
+class RunStatus(TextEnum):
+    """Where a run is: ``running`` (or killed while running), ``finished``, ``failed`` (an error), ``stopped``
+    (an alert or budget rule stopped it; resumable), ``interrupted`` (killed, then resumed as another run),
+    ``recovered`` (rebuilt from its folder by ``twinkle runs repair``)."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    INTERRUPTED = "interrupted"
+    RECOVERED = "recovered"
+
+
+STATUSES = tuple(status.value for status in RunStatus)
+"""Every run status, as text."""
 
 
 @dataclass
@@ -59,7 +72,7 @@ class RunRecord:
     seq: int
     algorithm: str
     task: str
-    status: str
+    status: RunStatus
     created: float
     updated: float
     hyperparams: dict[str, Any] = field(default_factory=dict)
@@ -80,7 +93,7 @@ class RunRecord:
     @property
     def uri(self) -> str:
         """``twinkle://user/project/runN``."""
-        return f"twinkle://{self.id}"
+        return run_uri(self.id)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values, with ``uri``."""
@@ -173,4 +186,4 @@ class Catalogue:
 
 def _record(row: sqlite3.Row) -> RunRecord:
     values = {k: (json.loads(row[k]) if k in _JSON and row[k] is not None else row[k]) for k in row.keys()}
-    return RunRecord(**values)
+    return RunRecord(**{**values, "status": RunStatus(values["status"])})

@@ -22,7 +22,7 @@ from typing import Any
 from twinkle_core.errors import TwinkleError
 from twinkle_core.store.atomic import atomic_write_text
 from twinkle_core.store.catalogue import Catalogue, RunRecord
-from twinkle_core.uris import filesystem, is_local, join, local_cache_dir, resolve, store_parts, twinkle_home
+from twinkle_core.uris import StoreURI, filesystem, is_local, is_store_uri, join, local_cache_dir, resolve, twinkle_home
 
 
 class RunNotFoundError(TwinkleError, LookupError):
@@ -56,7 +56,7 @@ class RunStore:
 
     def resolve(self, uri: str) -> str:
         """``uri`` with a ``twinkle://`` path mapped into this store (other URIs unchanged)."""
-        return resolve(uri, self.home) if str(uri).startswith("twinkle://") else str(uri)
+        return resolve(uri, self.home) if is_store_uri(uri) else str(uri)
 
     # ------------------------------------------------------------------ runs
     def create_run(self, user: str | None, project: str | None, **values: Any) -> RunRecord:
@@ -109,12 +109,10 @@ class RunStore:
 
     def run_id(self, ref: str) -> str:
         """``user/project/runN`` from a run URI or id (refusing paths that escape the store)."""
-        parts = store_parts(ref if ref.startswith("twinkle://") else "twinkle://" + ref)
-        if len(parts) == 4 and parts[1] == "projects":  # the article's twinkle://user/projects/x/run23
-            parts = [parts[0], *parts[2:]]
-        if len(parts) != 3 or parts[0] == "models":
+        run_id = StoreURI.parse(ref).run_id
+        if run_id is None:
             raise RunNotFoundError(f"'{ref}' does not name a run: write twinkle://USER/PROJECT/RUN")
-        return "/".join(parts)
+        return run_id
 
     def list(self, user: str | None = None, project: str | None = None) -> list[RunRecord]:
         """Runs, newest first, optionally of one user and project."""
@@ -133,7 +131,7 @@ class RunStore:
         record = self.get(ref)
         if not record.best_checkpoint:
             raise TwinkleError(f"run {record.uri} has no checkpoint to publish; train it to the end first")
-        target = join(self.home, "models", *store_parts(f"twinkle://models/{name}")[1:])
+        target = join(self.home, *StoreURI.parse(f"models/{name}").layout())
         fs, path = filesystem(target)
         fs.makedirs(path, exist_ok=True)
         src_fs, src = filesystem(record.best_checkpoint)
@@ -143,4 +141,4 @@ class RunStore:
             json.dumps({"run": record.uri, "algorithm": record.algorithm, "task": record.task,
                         "metrics": record.metrics, "exports": record.exports}, indent=2),
         )
-        return f"twinkle://models/{name}"
+        return str(StoreURI.parse(f"models/{name}"))
