@@ -47,7 +47,7 @@ from twinkle_core.ops.monitor import Monitor, MonitorConfig
 from twinkle_core.ops.notify import run_notifier
 from twinkle_core.planning import Decision, Plan
 from twinkle_core.processes import inside_ray_worker
-from twinkle_core.store.catalogue import RunRecord
+from twinkle_core.store.catalogue import RunRecord, RunStatus
 from twinkle_core.store.runs import RunStore
 from twinkle_core.uris import filesystem, join, run_uri
 
@@ -211,8 +211,7 @@ def run_lightning(setup: RunSetup) -> FitResult:
             return run_pipeline(setup)
         except BaseException as err:
             if setup.record is not None:
-                setup.store.update(setup.record.id, status="failed", error=f"{type(err).__name__}: {err}",
-                                   finished=time.time())
+                setup.store.end_run(setup.record.id, RunStatus.FAILED, err)
             raise
     if setup.plan.strategy in ("ddp", "fsdp2"):  # a torchrun restart joins on a store prefix of its own
         init_elastic_group("nccl" if setup.plan.accelerator == "cuda" else "gloo")
@@ -234,15 +233,15 @@ def run_lightning(setup: RunSetup) -> FitResult:
         with _quiet(setup.verbose):
             trainer, roles = _train(setup, store.run_dir(record.id), store.path(record.id, "checkpoints"), notify)
     except StoppedBySignal as err:  # asked to stop: resumable from the checkpoint it just saved
-        store.update(record.id, status="stopped", error=str(err), finished=time.time())
+        store.end_run(record.id, RunStatus.STOPPED, str(err))
         raise
     except BaseException as err:
-        store.update(record.id, status="failed", error=f"{type(err).__name__}: {err}", finished=time.time())
+        store.end_run(record.id, RunStatus.FAILED, err)
         raise
     try:
         result = _finish(setup, trainer, roles)
     except BaseException as err:  # every other rank waits for the result: tell them
-        store.update(record.id, status="failed", error=f"{type(err).__name__}: {err}", finished=time.time())
+        store.end_run(record.id, RunStatus.FAILED, err)
         broadcast(f"{type(err).__name__}: {err}")
         close_group()
         raise
@@ -268,7 +267,7 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Any) -> tuple[L
     if record is not None and continuation is not None and continuation.mode == "resume" and continuation.parent_run:
         parent = store.catalogue.get(store.run_id(continuation.parent_run))
         if parent is not None and parent.status == "running" and parent.id != record.id:
-            store.update(parent.id, status="interrupted")
+            store.update(parent.id, status=RunStatus.INTERRUPTED)
     while True:
         trainer = _lightning_trainer(setup, roles["all"], run_dir)
         loaders = (
@@ -330,7 +329,7 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: dict[str, Any]) -> FitRe
     metric = setup.algorithm.monitor[0]
     stopped = next((r.stopped_by for r in (roles.get("monitor"), roles.get("budget")) if r and r.stopped_by), None)
     if trainer.interrupted:
-        store.update(record.id, status="failed", error="interrupted", finished=time.time())
+        store.end_run(record.id, RunStatus.FAILED, "interrupted")
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
     best, meter = roles["best"], roles["utilisation"]
     best_path = _uri(best.best_model_path, ckpt_dir)

@@ -24,6 +24,7 @@ from twinkle_core.jobs.launcher import WORKER_MODULE, signal_group
 from twinkle_core.jobs.restarts import record_restart, resume_source
 from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir
 from twinkle_core.processes import EXIT_OK
+from twinkle_core.store.catalogue import RunStatus
 from twinkle_core.store.runs import RunStore
 
 
@@ -61,7 +62,7 @@ def supervise(job: Job, folder: str | None = None, verbose: bool = True, backoff
         if restarts >= job.max_restarts:
             message = f"the training process {cause}; gave up after {restarts} restart(s) (max_restarts)"
             record_restart(store, record.uri, message, action="give up", attempt=restarts)
-            store.update(record.id, status="failed", error=message, finished=time.time())
+            store.end_run(record.id, RunStatus.FAILED, message)
             raise TwinkleError(f"{record.uri}: {message}")
         restarts += 1
         source = resume_source(store, record.uri)

@@ -35,6 +35,7 @@ from twinkle_core.jobs.spec import JOB_DIR_ENV, job_dir
 from twinkle_core.serve.config import ServerConfig
 from twinkle_core.serve.queue import JobQueue, JobRow
 from twinkle_core.serve.submission import JobRequest
+from twinkle_core.store.catalogue import RunStatus
 from twinkle_core.store.runs import RunStore
 
 
@@ -152,23 +153,23 @@ class Worker:
             self._release(job, state, reason, used, result, run)
         elif why == "cancel":
             current = self.queue.get(job.id, transitions=False)
-            self._end_run(store, run, "stopped", f"cancelled by {current.cancel_requested if current else '?'}")
+            _end_run(store, run, RunStatus.STOPPED, f"cancelled by {current.cancel_requested if current else '?'}")
             self._release(job, "cancelled", f"cancelled by {current.cancel_requested if current else '?'}{saved}",
                           used, None, run)
         elif why == "wall-clock":
             message = f"its wall-clock limit was reached{saved}; resume it with 'twinkle resume {run}'"
-            self._end_run(store, run, "stopped", message)
+            _end_run(store, run, RunStatus.STOPPED, message)
             self._release(job, "stopped", message, used, None, run)
         elif why == "shutdown":
             self._release(job, "queued", f"the server stopped{saved}; it resumes when a worker is free", used, None,
                           run)
         elif outcome.kind == "raised":  # the training raised: it would fail the same way again
             message = outcome.error_message
-            self._end_run(store, run, "failed", message)
+            _end_run(store, run, RunStatus.FAILED, message)
             self._release(job, "failed", message, used, {"error": outcome.error}, run)
         elif job.restarts >= request.max_restarts:
             message = f"the training process {outcome.cause}; gave up after {job.restarts} restart(s)"
-            self._end_run(store, run, "failed", message)
+            _end_run(store, run, RunStatus.FAILED, message)
             self._release(job, "failed", message, used, None, run)
         else:
             self._release(job, "queued", f"the training process {outcome.cause}; it resumes from its last checkpoint",
@@ -179,21 +180,18 @@ class Worker:
         self.queue.release(job.id, self.name, state, reason, used_seconds=used, result=result, run=run,
                            crashed=crashed)
 
-    @staticmethod
-    def _end_run(store: Any, run: str | None, status: str, message: str) -> None:
-        """Never leave a run ``running`` when its job has ended."""
-        if not run:
-            return
-        record = store.get(run)
-        if record.status == "running":
-            store.update(record.id, status=status, error=message, finished=time.time())
-
     def _restart_alert(self, run: str, job: JobRow) -> None:
         """Record in the run why this attempt resumes it (the job's last transition back to the queue)."""
         store = RunStore(self.config.home)
         back = next((t for t in reversed(self.queue.get(job.id).transitions) if t["state"] == "queued"), None)  # type: ignore[union-attr]
         record_restart(store, run, f"{back['reason'] if back else 'requeued'} — attempt {job.attempts} on {self.name} "
                                    f"resumes from {resume_source(store, run)}", attempt=job.attempts)
+
+
+def _end_run(store: RunStore, run: str | None, status: RunStatus, message: str) -> None:
+    """Never leave a run ``running`` when its job has ended."""
+    if run:
+        store.end_run(store.run_id(run), status, message, only_running=True)
 
 
 def _sleep(seconds: float, stop: Any) -> None:

@@ -17,11 +17,12 @@ import getpass
 import hashlib
 import json
 import os
+import time
 from typing import Any
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.store.atomic import atomic_write_text
-from twinkle_core.store.catalogue import Catalogue, RunRecord
+from twinkle_core.store.catalogue import Catalogue, RunRecord, RunStatus
 from twinkle_core.uris import StoreURI, filesystem, is_local, is_store_uri, join, local_cache_dir, resolve, twinkle_home
 
 
@@ -69,6 +70,18 @@ class RunStore:
     def update(self, run_id: str, **values: Any) -> RunRecord:
         """Update catalogue columns of ``run_id``."""
         return self.catalogue.update(run_id, **values)
+
+    def end_run(self, run_id: str, status: RunStatus, error: str | BaseException | None = None,
+                only_running: bool = False) -> RunRecord | None:
+        """End the run ``run_id`` as ``status`` (``failed``, ``stopped``, ...) now, with ``error`` — an exception is
+        written ``Type: message``. With ``only_running``, a run that is not running is left as it is (``None``)."""
+        if only_running:
+            current = self.catalogue.get(run_id)
+            if current is None or current.status != RunStatus.RUNNING:
+                return None
+        if isinstance(error, BaseException):
+            error = f"{type(error).__name__}: {error}"
+        return self.update(run_id, status=status, error=error, finished=time.time())
 
     def run_dir(self, run_id: str) -> str:
         """The fsspec URL of a run's folder."""
