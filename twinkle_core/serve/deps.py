@@ -1,21 +1,25 @@
 """What a request of the service is given (FastAPI dependencies): the ``Service`` — configuration, queue,
 accounts and run store, opened once per app — and who asks: a Bearer token (clients, the CLI) or, for reading only,
-the dashboard's session cookie. The API's routes (``twinkle_core.serve.api``) and the dashboard's pages
+the dashboard's session cookie. The API's routes (``twinkle_core.serve.api``, one router per resource) and the dashboard's pages
 (``twinkle_core.serve.dashboard``) take them as annotated parameters.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
+from fastapi.responses import FileResponse
 from fastapi.security import HTTPBearer
 
+from twinkle_core.errors import TwinkleError
 from twinkle_core.serve.accounts import Accounts, User
 from twinkle_core.serve.config import ServerConfig, check_data_uri, check_hyperparameter_uris
-from twinkle_core.serve.queue import JobQueue, finite
+from twinkle_core.serve.queue import JobQueue, JobRow, finite
+from twinkle_core.serve.records import UnsafePathError, metric_rows, safe_file
 from twinkle_core.serve.submission import check_request
 from twinkle_core.store.runs import RunStore, default_user
 
@@ -49,6 +53,12 @@ class Service:
                                 request.priority, self.config.max_queued_per_user)
         self.accounts.audit(user.name, "submit", job.id, client, algorithm=request.algorithm, data=data, **audit)
         return job
+
+    def run_metric_rows(self, run: str | None) -> list[dict[str, Any]]:
+        """The metric rows of ``run`` (none before it exists)."""
+        if not run:
+            return []
+        return metric_rows(self.store.path(self.store.run_id(run), "logs"))
 
     def workers_alive(self) -> int:
         """Workers that beat within the lease time."""
@@ -111,3 +121,55 @@ def client_address(request: Request) -> str | None:
 def json_safe(value: Any) -> Any:
     """``value`` with anything JSON cannot hold turned into text (objects, NaN and infinite floats)."""
     return json.loads(json.dumps(finite(value), default=str, allow_nan=False))
+
+
+Caller = Annotated[User, Depends(current_user)]
+"""The logged-in caller (401 without credentials)."""
+Svc = Annotated[Service, Depends(service)]
+"""The app's :class:`Service`."""
+
+
+def job_views(svc: Service, jobs: list[JobRow]) -> list[JobRow]:
+    """Each job with why it waits (when queued)."""
+    return svc.queue.explain(jobs, svc.workers_alive())
+
+
+def job_view(svc: Service, job: JobRow) -> JobRow:
+    """``job`` with why it waits (when queued)."""
+    return job_views(svc, [job])[0]
+
+
+def owned_job(svc: Service, user: User, job_id: str) -> JobRow:
+    """The job ``job_id`` when ``user`` may see it; 404 otherwise (another user's job does not exist for them)."""
+    job = svc.queue.get(job_id) if len(job_id) <= 64 else None
+    if job is None or (job.user != user.name and not user.admin):
+        raise HTTPException(404, f"no job '{job_id}'")
+    return job
+
+
+def visible_job(job_id: str, user: Caller, svc: Svc) -> JobRow:
+    """The path's job, when the caller may see it (404 otherwise)."""
+    return owned_job(svc, user, job_id)
+
+
+OwnedJob = Annotated[JobRow, Depends(visible_job)]
+"""The job ``{job_id}`` names, the caller's (or any, for an admin)."""
+
+
+def owned_run(svc: Service, user: User, user_part: str, project: str, run: str) -> Any:
+    """The run ``user_part/project/run`` when the caller may see it; 404 otherwise."""
+    if not user.admin and user_part != user.name:
+        raise HTTPException(404, f"no run '{user_part}/{project}/{run}'")
+    try:
+        return svc.store.get(f"{user_part}/{project}/{run}")
+    except TwinkleError:
+        raise HTTPException(404, f"no run '{user_part}/{project}/{run}'") from None
+
+
+def download(folder: str, path: str) -> FileResponse:
+    """The file ``path`` inside ``folder``, as a download; 404 for anything else (a path that leaves it too)."""
+    try:
+        target = safe_file(folder, path)
+    except (UnsafePathError, FileNotFoundError, OSError):
+        raise HTTPException(404, f"no file '{path}'") from None
+    return FileResponse(target, filename=os.path.basename(target))
