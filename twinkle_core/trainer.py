@@ -68,7 +68,6 @@ class Trainer(Operations):
         **options: more hyperparameters, merged over ``hyperparams``.
     """
 
-
     algorithm_ref = SessionAttribute()
     choice = SessionAttribute()
     task = SessionAttribute()
