@@ -112,7 +112,7 @@ def check_strategies(work: Path) -> dict:
 
 
 def check_strategies_in_a_job(work: Path) -> dict:
-    """:func:`check_strategies` in its own process: Lightning relaunches that script for each GPU."""
+    """``check_strategies`` in its own process: Lightning relaunches that script for each GPU."""
     import subprocess
 
     proc = subprocess.run([sys.executable, __file__, "strategies", str(work)], capture_output=True, text=True,

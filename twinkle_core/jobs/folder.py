@@ -1,5 +1,5 @@
 """``JobFolder``: the files a job's processes leave for whoever runs them, named once; ``Outcome``: how
-one attempt ended, read from them (the exit statuses are ``twinkle_core.processes``').
+one attempt ended, read from them (the exit statuses are named in ``twinkle_core.processes``).
 
 A job folder holds ``job.json`` (the ``Job``), ``run.json`` (the run its first attempt
 created: later attempts resume it), and what the attempt ended with — ``result.json`` (its

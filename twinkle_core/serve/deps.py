@@ -126,7 +126,7 @@ def json_safe(value: Any) -> Any:
 Caller = Annotated[User, Depends(current_user)]
 """The logged-in caller (401 without credentials)."""
 Svc = Annotated[Service, Depends(service)]
-"""The app's :class:`Service`."""
+"""The app's ``Service``."""
 
 
 def job_views(svc: Service, jobs: list[JobRow]) -> list[JobRow]:

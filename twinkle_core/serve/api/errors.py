@@ -1,4 +1,4 @@
-"""The error answers every API operation may give (documented in the OpenAPI schema with :class:`ErrorBody`), and
+"""The error answers every API operation may give (documented in the OpenAPI schema with ``ErrorBody``), and
 the router each resource's routes hang on."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class ErrorBody(BaseModel):
 
 
 def error_response(meaning: str) -> dict[str, Any]:
-    """An error answer's OpenAPI entry: ``meaning`` and :class:`ErrorBody`, as JSON whatever the operation's own
+    """An error answer's OpenAPI entry: ``meaning`` and ``ErrorBody``, as JSON whatever the operation's own
     answers are (the event stream's are text/event-stream)."""
     return {"description": meaning, "content": {"application/json": {"schema": ErrorBody.model_json_schema()}}}
 
@@ -34,5 +34,5 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def resource_router() -> APIRouter:
-    """A router for one resource's routes: strict JSON bodies, and :data:`ERRORS` documented on each."""
+    """A router for one resource's routes: strict JSON bodies, and ``ERRORS`` documented on each."""
     return APIRouter(route_class=StrictJSONRoute, responses=ERRORS)
