@@ -1,7 +1,7 @@
 """What a request of the service is given (FastAPI dependencies): the ``Service`` — configuration, queue,
 accounts and run store, opened once per app — and who asks: a Bearer token (clients, the CLI) or, for reading only,
-the dashboard's session cookie. The API's routes (``twinkle_core.serve.api``, one router per resource) and the dashboard's pages
-(``twinkle_core.serve.dashboard``) take them as annotated parameters.
+the dashboard's session cookie. The API's routes (``twinkle_core.serve.api``, one router per resource) and the
+dashboard's pages (``twinkle_core.serve.dashboard``) take them as annotated parameters.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ class Service:
     store: RunStore
 
     def accept(self, user: User, request: Any, client: str | None, **audit: Any) -> Any:
-        """Check a ``JobRequest`` as ``Trainer`` would (its data and every
-        file-naming hyperparameter against the user's roots), queue it and audit it; returns the job.
+        """Check a ``JobRequest`` as ``Trainer`` would (its data and every file-naming hyperparameter against the
+        user's roots), queue it and audit it; returns the job.
 
         Raises:
             DataAccessError: data or a hyperparameter outside what the user may read.
