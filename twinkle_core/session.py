@@ -283,7 +283,8 @@ class Session:
         """Train on ``data`` (any URI; default: ``new_data``) in this process, as a new run — or, continuing
         with ``same_run`` or ``reuse_run``, in that run."""
         ready = self.prepare(self.data_uri(data))
-        uri, prepared, algorithm, component, routed = ready.uri, ready.data, ready.algorithm, ready.component, ready.routed
+        uri, prepared, algorithm = ready.uri, ready.data, ready.algorithm
+        component, routed = ready.component, ready.routed
         plan = self._plan(ready)
         if self.settings.auto_batch_scaling:
             scale_batch(plan, algorithm, prepared.train, self.settings.memory_limit_bytes, prepared.collate_fn)

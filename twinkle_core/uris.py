@@ -107,6 +107,17 @@ class StoreURI:
         return STORE_SCHEME + "/".join(self.parts)
 
 
+def store_owner(uri: Any) -> str | None:
+    """The user a ``twinkle://`` run path belongs to; ``None`` for a published model, another scheme or a path that
+    does not parse (access checks treat all three as nobody's)."""
+    if not is_store_uri(uri):
+        return None
+    try:
+        return StoreURI.parse(str(uri)).owner
+    except StorePathError:
+        return None
+
+
 def run_uri(run_id: str) -> str:
     """The ``twinkle://`` URI of the run ``user/project/runN``."""
     return STORE_SCHEME + run_id

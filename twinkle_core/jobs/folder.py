@@ -84,6 +84,10 @@ class JobFolder:
                 pass
 
 
+OutcomeKind = Literal["finished", "stopped", "raised", "died"]
+"""How an attempt ended (see ``Outcome``)."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How one attempt of a job ended.
@@ -96,7 +100,7 @@ class Outcome:
         result, error, stopped: what the attempt wrote (``None``: nothing).
     """
 
-    kind: Literal["finished", "stopped", "raised", "died"]
+    kind: OutcomeKind
     returncode: int
     run: str | None
     result: dict[str, Any] | None
@@ -107,7 +111,7 @@ class Outcome:
     def read(cls, folder: JobFolder, returncode: int) -> Outcome:
         """The outcome of the attempt that just ended with ``returncode`` in ``folder``."""
         result, error, stopped = (folder.read(name) for name in JobFolder.OUTCOMES)
-        kind: Literal["finished", "stopped", "raised", "died"] = (
+        kind: OutcomeKind = (
             "finished" if returncode == EXIT_OK and result is not None else "raised" if error is not None
             else "stopped" if stopped is not None else "died")
         return cls(kind, returncode, folder.run(), result, error, stopped)

@@ -37,7 +37,8 @@ class Job(BaseModel):
     user: str | None = None
     project: str | None = None
     home: str | None = None
-    max_restarts: int = Field(default=DEFAULT_MAX_RESTARTS, ge=0, description="restarts from the last checkpoint after a crash")
+    max_restarts: int = Field(default=DEFAULT_MAX_RESTARTS, ge=0,
+                              description="restarts from the last checkpoint after a crash")
     monitor: dict[str, Any] | None = Field(default=None, description="Trainer.monitor(**monitor)")
     budget: dict[str, Any] | None = Field(default=None, description="Trainer.set_budget_alert(**budget)")
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.uris import StorePathError, StoreURI, is_store_uri
+from twinkle_core.uris import StorePathError, StoreURI, is_store_uri, store_owner
 
 
 class DataAccessError(TwinkleError, PermissionError):
@@ -188,10 +188,7 @@ def _own_store_uri(uri: str, config: ServerConfig, user: str) -> bool:
             run = json.load(handle).get("run", "")
     except (OSError, ValueError):
         return False
-    try:
-        return StoreURI.parse(str(run)).owner == user
-    except StorePathError:
-        return False
+    return store_owner(run) == user
 
 
 def _inside(path: str, root: str) -> bool:

@@ -11,7 +11,6 @@ from typing import Any
 from twinkle_core.engine.curves import HISTORY
 from twinkle_core.jobs.folder import JobFolder
 from twinkle_core.jobs.spec import job_dir
-from twinkle_core.uris import StorePathError, StoreURI, is_store_uri
 
 
 class UnsafePathError(ValueError):
@@ -119,13 +118,3 @@ def published_models(home: str) -> list[dict[str, Any]]:
                 continue
             models.append({"name": os.path.relpath(base, root).replace(os.sep, "/"), **info})
     return sorted(models, key=lambda m: m["name"])
-
-
-def owner_of_run(run_uri: str | None) -> str | None:
-    """The user a ``twinkle://user/project/runN`` belongs to."""
-    if not run_uri or not is_store_uri(run_uri):
-        return None
-    try:
-        return StoreURI.parse(run_uri).owner
-    except StorePathError:
-        return None

@@ -11,13 +11,14 @@ from fastapi.responses import FileResponse
 from twinkle_core.serve.accounts import User
 from twinkle_core.serve.api.errors import resource_router
 from twinkle_core.serve.deps import Caller, Service, Svc, download, json_safe
-from twinkle_core.serve.records import list_files, owner_of_run, published_models
+from twinkle_core.serve.records import list_files, published_models
+from twinkle_core.uris import store_owner
 
 router = resource_router()
 
 
 def _models(svc: Service, user: User) -> list[dict[str, Any]]:
-    return [m for m in published_models(svc.config.home) if user.admin or owner_of_run(m.get("run")) == user.name]
+    return [m for m in published_models(svc.config.home) if user.admin or store_owner(m.get("run")) == user.name]
 
 
 @router.get("/models", summary="Published models")
