@@ -13,9 +13,7 @@ The recognisers come with ``twinkle-audio[quality]``.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -28,17 +26,104 @@ RECOGNISER_RATE = 16000
 """Both recognisers hear 16 kHz audio (clips at other rates are resampled)."""
 
 
-def mcd_dtw(reference: np.ndarray, other: np.ndarray, rate: int) -> float:
-    """MCD-DTW in dB between two mono clips at ``rate`` (lower is closer; 0 for the same clip)."""
-    import soundfile
-    from mel_cepstral_distance import compare_audio_files
+MCD_SETTINGS = {"n_fft": 32, "win_len": 32, "hop_len": 8, "M": 20, "s": 1, "D": 16, "dtw_radius": 10}
+"""``mel-cepstral-distance``'s defaults, which ``mcd_dtw`` follows: 32 ms Hann windows every 8 ms, 20 mel bands,
+cepstral coefficients 1-15, frames aligned on the mel spectrogram by FastDTW with radius 10."""
 
-    with tempfile.TemporaryDirectory(prefix="twinkle-mcd-") as folder:
-        paths = [os.path.join(folder, f"{name}.wav") for name in ("reference", "other")]
-        for path, samples in zip(paths, (reference, other)):
-            soundfile.write(path, np.asarray(samples, dtype=np.float32), rate, subtype="FLOAT")
-        distance, _ = compare_audio_files(paths[0], paths[1], sample_rate=rate, aligning="dtw")
+
+def mcd_dtw(reference: np.ndarray, other: np.ndarray, rate: int) -> float:
+    """MCD-DTW in dB between two mono clips at ``rate`` (lower is closer; 0 for the same clip).
+
+    The figure ``mel_cepstral_distance.compare_audio_files(..., aligning="dtw")`` gives for the two clips written
+    as WAV files at ``rate``: its spectrogram and cepstrum functions, with the frames aligned by ``fastdtw_path``
+    (the same FastDTW path, 4-5 times sooner than the library's pure-Python FastDTW with SciPy's per-pair
+    distance).
+    """
+    from mel_cepstral_distance import compare_mel_spectrograms
+    from mel_cepstral_distance.computation import get_w_n_m, get_X_km, get_X_kn
+    from mel_cepstral_distance.helper import ms_to_samples, norm_audio_signal
+
+    n_fft, win_len, hop = (ms_to_samples(MCD_SETTINGS[k], rate) for k in ("n_fft", "win_len", "hop_len"))
+    bank = get_w_n_m(rate, n_fft, MCD_SETTINGS["M"], 0, rate // 2)
+    mels = [get_X_kn(get_X_km(norm_audio_signal(np.asarray(clip, dtype=np.float32)), n_fft, win_len, hop, "hanning"),
+                     bank) for clip in (reference, other)]
+    if any(len(mel) == 0 for mel in mels):
+        return float("nan")  # a clip shorter than one window, as the library answers it
+    path = np.asarray(fastdtw_path(mels[0], mels[1], MCD_SETTINGS["dtw_radius"]))
+    distance, _ = compare_mel_spectrograms(mels[0][path[:, 0]], mels[1][path[:, 1]], s=MCD_SETTINGS["s"],
+                                           D=MCD_SETTINGS["D"], aligning="pad", align_target="mel")
     return float(distance)
+
+
+def fastdtw_path(x: np.ndarray, y: np.ndarray, radius: int) -> list[tuple[int, int]]:
+    """The warping path FastDTW (Salvador and Chan; the ``fastdtw`` package's algorithm) finds between the frames
+    of ``x`` and ``y`` (rows; Euclidean distance) with ``radius``: the same path ``fastdtw.fastdtw`` returns, with
+    each level's distances computed at once instead of one Python call per pair of frames.
+
+    Written here because ``mel-cepstral-distance`` calls ``fastdtw``'s pure-Python module with SciPy's
+    ``euclidean`` for every pair of frames: about a second per pair of clips, a quarter of a small voice's
+    training time when every validation scores its held-out sentences.
+    """
+    if len(x) < radius + 2 or len(y) < radius + 2:
+        return _dtw_path(x, y, [(i, j) for i in range(len(x)) for j in range(len(y))])
+    coarse = fastdtw_path(_halved(x), _halved(y), radius)
+    return _dtw_path(x, y, _window(coarse, len(x), len(y), radius))
+
+
+def _halved(frames: np.ndarray) -> np.ndarray:
+    """Each pair of neighbouring frames averaged (an odd last frame dropped), as FastDTW coarsens."""
+    even = len(frames) - len(frames) % 2
+    return (frames[0:even:2] + frames[1:even:2]) / 2
+
+
+def _window(path: list[tuple[int, int]], rows: int, columns: int, radius: int) -> list[tuple[int, int]]:
+    """The cells of the finer level to search: the coarse path widened by ``radius``, each cell split in four, then
+    per row the first run of cells from where the previous row's run started (FastDTW's window, row by row)."""
+    coarse = np.zeros(((rows + 1) // 2 + 1, (columns + 1) // 2 + 1), dtype=bool)
+    for i, j in path:
+        coarse[max(i - radius, 0):i + radius + 1, max(j - radius, 0):j + radius + 1] = True
+    fine = coarse.repeat(2, axis=0).repeat(2, axis=1)[:rows, :columns]
+    cells: list[tuple[int, int]] = []
+    start = 0
+    for i in range(rows):
+        row = fine[i, start:]
+        if not row.any():
+            continue  # no cell in this row: the next row's run starts where this one would have
+        first = start + int(row.argmax())
+        gap = ~fine[i, first:]
+        end = first + (int(gap.argmax()) if gap.any() else len(gap))
+        cells.extend((i, j) for j in range(first, end))
+        start = first
+    return cells
+
+
+def _dtw_path(x: np.ndarray, y: np.ndarray, cells: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Dynamic time warping restricted to ``cells`` (in row order); ties go to the step from above, then from the
+    left, then the diagonal, as in ``fastdtw``."""
+    rows = np.fromiter((c[0] for c in cells), dtype=np.int64, count=len(cells))
+    columns = np.fromiter((c[1] for c in cells), dtype=np.int64, count=len(cells))
+    diff = np.asarray(x, dtype=np.float64)[rows] - np.asarray(y, dtype=np.float64)[columns]
+    distances = np.sqrt(np.einsum("ij,ij->i", diff, diff)).tolist()
+    inf = float("inf")
+    cost = [[inf] * (len(y) + 1) for _ in range(len(x) + 1)]  # cost[i][j]: the cheapest path to frames i-1, j-1
+    step: dict[tuple[int, int], tuple[int, int]] = {}  # where that path came from
+    cost[0][0] = 0.0
+    for i, j, d in zip((rows + 1).tolist(), (columns + 1).tolist(), distances):
+        above, here = cost[i - 1], cost[i]
+        up, left, diagonal = above[j] + d, here[j - 1] + d, above[j - 1] + d
+        if up <= left and up <= diagonal:
+            here[j], step[i, j] = up, (i - 1, j)
+        elif left <= diagonal:
+            here[j], step[i, j] = left, (i, j - 1)
+        else:
+            here[j], step[i, j] = diagonal, (i - 1, j - 1)
+    path = []
+    i, j = len(x), len(y)
+    while i or j:
+        path.append((i - 1, j - 1))
+        i, j = step[i, j]
+    path.reverse()
+    return path
 
 
 def white_noise(reference: np.ndarray, seed: int = 0) -> np.ndarray:
