@@ -22,9 +22,11 @@ import ctypes
 import io
 import multiprocessing
 import os
+import select
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -47,10 +49,11 @@ class WorkerProcess(Protocol):
 
 
 class ForkedWorker:
-    """A worker forked from the template (a ``multiprocessing`` process) behind ``Popen``'s interface."""
+    """A process forked from the template (a ``multiprocessing`` process) behind ``Popen``'s interface."""
 
     def __init__(self, process: Any, folder: str) -> None:
-        """Wrap a started ``multiprocessing`` process that runs the job in ``folder``."""
+        """Wrap a started ``multiprocessing`` process that runs the job in ``folder`` (or, for a service worker,
+        what it is named by)."""
         self.process, self.folder = process, folder
         self.pid: int = process.pid
         self.returncode: int | None = None
@@ -63,9 +66,28 @@ class ForkedWorker:
         self.returncode = self.process.exitcode
         return self.returncode
 
+    def poll(self) -> int | None:
+        """Its exit status if it has ended, else ``None`` (``Popen.poll``)."""
+        try:
+            return self.wait(timeout=0)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def send_signal(self, signum: int) -> None:
+        """Send ``signum`` to it unless it has ended (``Popen.send_signal``)."""
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        """SIGKILL it (``Popen.kill``)."""
+        self.send_signal(signal.SIGKILL)
+
 
 def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_with_parent: bool = False,
-                 fresh: bool = False) -> WorkerProcess:
+                 fresh: bool = False, here: bool = False) -> WorkerProcess:
     """Start the worker process of the job in ``folder``.
 
     Args:
@@ -73,8 +95,11 @@ def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_w
         env: the worker's whole environment.
         log: a file its output is appended to (``None``: this process's own stdout and stderr).
         die_with_parent: the worker is killed (SIGKILL) when its parent goes away — the template, which ends with
-            the launching process, or the launching process itself when ``fresh``.
+            the launching process, or the launching process itself when ``fresh`` or ``here``.
         fresh: a new interpreter instead of a fork of the template.
+        here: forked from this process, which must be a warm one itself — forked from a template, one thread,
+            nothing of the job's imported yet (a service worker, ``twinkle_core.serve.worker``): it already holds
+            what a template would, so it starts no template of its own.
     """
     if fresh:
         out = open(log, "ab") if log else None  # noqa: SIM115 — the child holds it; closed here once started
@@ -86,8 +111,9 @@ def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_w
         finally:
             if out:
                 out.close()
-    process = template().Process(target=_forked_main, args=(folder, env, log, die_with_parent), daemon=False,
-                                  name=f"twinkle-job-{os.path.basename(folder)}")
+    context = multiprocessing.get_context("fork") if here else template()
+    process = context.Process(target=_forked_main, args=(folder, env, log, die_with_parent), daemon=False,
+                              name=f"twinkle-job-{os.path.basename(folder)}")
     process.start()
     return ForkedWorker(process, folder)
 
@@ -120,6 +146,25 @@ def die_with_parent_now(signum: int = signal.SIGKILL) -> None:
         pass
 
 
+def signal_when_gone(pid: int, signum: int = signal.SIGTERM) -> None:
+    """This process gets ``signum`` when process ``pid`` ends — at once if it has ended already. What
+    ``die_with_parent_now`` does for a parent, for a process that is not this one's parent (a service worker forked
+    from its server's template watches the server): a daemon thread waits on a Linux pidfd; elsewhere nothing."""
+    try:
+        handle = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os.kill(os.getpid(), signum)
+        return
+    except (AttributeError, OSError):
+        return
+
+    def watch() -> None:
+        select.select([handle], [], [])
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=watch, name=f"twinkle-watch-{pid}", daemon=True).start()
+
+
 def signal_group(pid: int, signum: int) -> None:
     """Send ``signum`` to the process group ``pid`` leads (a worker and the ranks it started); gone is fine."""
     try:
@@ -139,6 +184,8 @@ def become_fresh(env: dict[str, str], stdout: str | None, stderr: str | None, cw
     """
     if new_session:
         os.setsid()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # what a fresh interpreter starts with, whatever the process it
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # was forked from had set (a service worker's stop)
     if die_with_parent:
         die_with_parent_now()
     os.environ.clear()

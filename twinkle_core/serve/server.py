@@ -6,6 +6,11 @@ worker of a previous server has let go of its job (they hold ``workers.lock`` sh
 SIGKILL takes its workers with it, each stopping its job at a checkpoint first), put the jobs those workers
 held back in the queue, then start new workers. On SIGTERM/SIGINT the API stops, then the workers stop their
 jobs (SIGTERM, a checkpoint, back in the queue) and exit.
+
+The workers are forked from one template process of the server's that imported the Trainer once
+(``twinkle_core.jobs.launcher.template``), and each forks its jobs' training processes from itself: the pool
+pays Lightning's import (10-15 s of CPU on a small machine) once, not once per worker, and a worker that dies is
+replaced in well under a second. ``--fresh-processes`` starts new interpreters instead (they see upgraded code).
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ import time
 from typing import Any
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.jobs.launcher import signal_group
+from twinkle_core.jobs.launcher import ForkedWorker, signal_group, template
 from twinkle_core.processes import describe_exit
 from twinkle_core.serve.config import ServerConfig
 from twinkle_core.serve.queue import JobQueue
+from twinkle_core.serve.worker import forked_main as worker_main
 
 
 def default_workers() -> tuple[int, str]:
@@ -51,7 +57,7 @@ class WorkerPool:
     def __init__(self, config: ServerConfig, count: int, config_path: str) -> None:
         """Nothing starts before ``start``."""
         self.config, self.count, self.config_path = config, count, config_path
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.processes: dict[str, subprocess.Popen[bytes] | ForkedWorker] = {}
         self.slots: dict[str, int] = {}
         self.queue = JobQueue(config.db_path, config.max_running_per_user)
         self._started = 0
@@ -60,9 +66,8 @@ class WorkerPool:
         self._gpus = _gpu_count()
 
     def start(self) -> None:
-        """Start the workers and the thread that keeps them at strength."""
-        for index in range(self.count):
-            self._spawn(index)
+        """Start the thread that starts the workers, then keeps them at strength (the first start waits for the
+        template's imports: the API does not)."""
         self._thread = threading.Thread(target=self._keep, name="twinkle-workers", daemon=True)
         self._thread.start()
 
@@ -72,14 +77,23 @@ class WorkerPool:
         env = dict(os.environ)
         if self._gpus and self.count <= self._gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(index)  # one GPU per worker
-        log = open(os.path.join(self.config.state_dir, f"worker-{index + 1}.log"), "ab")  # noqa: SIM115
-        self.processes[name] = subprocess.Popen(
-            [sys.executable, "-m", "twinkle_core.serve.worker", self.config_path, name],
-            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log = os.path.join(self.config.state_dir, f"worker-{index + 1}.log")
+        if self.config.fresh_processes:
+            with open(log, "ab") as out:
+                self.processes[name] = subprocess.Popen(
+                    [sys.executable, "-m", "twinkle_core.serve.worker", self.config_path, name],
+                    env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        else:  # forked from this server's template, which imported the Trainer once for every worker and job
+            process = template().Process(target=worker_main, args=(self.config_path, name, env, log, os.getpid()),
+                                         name=f"twinkle-worker-{name}", daemon=False)
+            process.start()
+            self.processes[name] = ForkedWorker(process, name)
         self.slots[name] = index
-        log.close()
 
     def _keep(self) -> None:
+        for index in range(self.count):
+            if not self._stop.is_set():
+                self._spawn(index)
         while not self._stop.wait(1.0):
             for name, process in list(self.processes.items()):
                 if process.poll() is not None and not self._stop.is_set():
@@ -107,6 +121,8 @@ class WorkerPool:
     def stop(self) -> None:
         """SIGTERM every worker (each stops its job at a checkpoint and requeues it), wait, then SIGKILL."""
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=120)  # a worker being started is in self.processes once it has started
         for process in self.processes.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -171,27 +187,27 @@ def serve(config: ServerConfig, announce: Any = print) -> None:
     from twinkle_core.serve.app import create_app
 
     lock, _queue = prepare(config)
-    # a submission is checked by building its Trainer: import it now, before the first request and before the
-    # workers' templates import it too, not during a request (10-15 s of CPU on a small machine)
-    import_heavy("twinkle_core.trainer")
     count, why = (config.workers, "--workers") if config.workers is not None else default_workers()
     config_path = os.path.join(config.state_dir, "config.json")
     with open(config_path, "w", encoding="utf-8") as handle:
         handle.write(config.model_dump_json(indent=2))
     pool = WorkerPool(config, count, config_path)
-    app = create_app(config)
-    # what is loaded now lives as long as the server: out of the collector's sight, a full collection does not
-    # walk its half a million objects (about 0.3 s on a small machine) in the middle of requests
-    gc.freeze()
-    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
-                                           timeout_graceful_shutdown=3, access_log=False))
-    received: list[int] = []
-    for signum in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal it shut down on: let it land here
-        signal.signal(signum, lambda sig, frame: received.append(sig))
-    pool.start()
-    announce(f"Twinkle serves http://{config.host}:{config.port}/ (API /api/v1, docs /docs) with {count} "
-             f"worker(s) — {why}; auth {'on' if config.auth else 'off'}; store {config.home}")
+    pool.start()  # the workers' template imports the Trainer meanwhile, on the other core
     try:
+        # a submission is checked by building its Trainer: import it now, before the first request, not during
+        # one (10-15 s of CPU on a small machine)
+        import_heavy("twinkle_core.trainer")
+        app = create_app(config)
+        # what is loaded now lives as long as the server: out of the collector's sight, a full collection does not
+        # walk its half a million objects (about 0.3 s on a small machine) in the middle of requests
+        gc.freeze()
+        server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
+                                               timeout_graceful_shutdown=3, access_log=False))
+        received: list[int] = []
+        for signum in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal it shut down on: land here
+            signal.signal(signum, lambda sig, frame: received.append(sig))
+        announce(f"Twinkle serves http://{config.host}:{config.port}/ (API /api/v1, docs /docs) with {count} "
+                 f"worker(s) — {why}; auth {'on' if config.auth else 'off'}; store {config.home}")
         server.run()
     finally:
         announce("Twinkle: stopping the workers (running jobs save a checkpoint and go back to the queue)")

@@ -1,4 +1,5 @@
-"""A service worker: ``python -m twinkle_core.serve.worker CONFIG_JSON NAME`` (started by ``twinkle serve``).
+"""A service worker: ``python -m twinkle_core.serve.worker CONFIG_JSON NAME``, or the same forked from the server's
+template (how ``twinkle serve`` starts them unless ``--fresh-processes``).
 
 It claims a job from the queue under a lease, runs it in a training process of its own process group (the job
 folder's ``twinkle_core.jobs.worker``, forked from a template that imported the Trainer once —
@@ -24,8 +25,11 @@ from typing import Any
 
 from twinkle_core.jobs.launcher import (
     WorkerProcess,
+    become_fresh,
     die_with_parent_now,
+    run_exit_handlers,
     signal_group,
+    signal_when_gone,
     start_worker,
     warm_template,
 )
@@ -42,9 +46,10 @@ from twinkle_core.store.runs import RunStore
 class Worker:
     """One worker process's loop (see the module's description)."""
 
-    def __init__(self, config: ServerConfig, name: str) -> None:
-        """Open the queue as worker ``name``."""
-        self.config, self.name = config, name
+    def __init__(self, config: ServerConfig, name: str, warm: bool = False) -> None:
+        """Open the queue as worker ``name``; ``warm``: this process was forked from the server's template, and
+        forks its jobs' training processes from itself."""
+        self.config, self.name, self.warm = config, name, warm
         self.queue = JobQueue(config.db_path, config.max_running_per_user)
         self.stopping = False
         self.beat_every = max(0.2, min(config.lease_seconds / 3, config.poll_seconds))
@@ -56,7 +61,7 @@ class Worker:
         """Claim and run jobs until SIGTERM/SIGINT."""
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
-        if not self.config.fresh_processes:
+        if not self.config.fresh_processes and not self.warm:
             warm_template()  # before the first claim: a job's lease must not run while the template imports
         while not self.stopping:
             self.queue.worker_beat(self.name, None, os.getpid())
@@ -90,7 +95,7 @@ class Worker:
             handle.write(f"--- attempt {job.attempts} on {self.name} at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n"
                          .encode())
         process = start_worker(folder, self._env(folder, request), log=log, die_with_parent=True,
-                               fresh=self.config.fresh_processes)
+                               fresh=self.config.fresh_processes, here=self.warm and not self.config.fresh_processes)
         self.queue.set_process(job.id, self.name, process.pid)
         why = self._watch(job, process, limit - job.used_seconds, started, files, run)
         used = time.time() - started
@@ -206,14 +211,36 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         sys.stderr.write("usage: python -m twinkle_core.serve.worker CONFIG_JSON NAME\n")
         return 2
-    with open(argv[0], encoding="utf-8") as handle:
+    return work(argv[0], argv[1])
+
+
+def work(config_path: str, name: str, server: int | None = None) -> int:
+    """Be service worker ``name`` of the server whose configuration is at ``config_path`` until told to stop;
+    ``server``: the server's process id when this process was forked from its template (not its child)."""
+    with open(config_path, encoding="utf-8") as handle:
         config = ServerConfig.model_validate_json(handle.read())
-    die_with_parent_now(signal.SIGTERM)  # a worker does not outlive its server
+    if server is None:
+        die_with_parent_now(signal.SIGTERM)  # a worker does not outlive its server
+    else:
+        signal_when_gone(server, signal.SIGTERM)  # its parent is the template, which lives as long as its forks
     os.nice(config.training_nice)  # its training (forked from here) inherits it: the API keeps a core's worth
     with open(os.path.join(config.state_dir, "workers.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_SH)  # a new server waits until every old worker has let go of its job
-        Worker(config, argv[1]).loop()
+        Worker(config, name, warm=server is not None).loop()
     return 0
+
+
+def forked_main(config_path: str, name: str, env: dict[str, str], log: str, server: int) -> None:
+    """A service worker forked from the server's template (``WorkerPool``): set up as ``python -m
+    twinkle_core.serve.worker CONFIG_JSON NAME`` started with ``env`` would be (in the server's process group, its
+    output appended to ``log``), then work until told to stop or until the server (process ``server``) is gone; its
+    jobs' training processes are forked from it."""
+    become_fresh(env, log, log, new_session=False)
+    try:
+        code = work(config_path, name, server=server)
+    finally:
+        run_exit_handlers()
+    sys.exit(code)
 
 
 def _has_checkpoint(store: Any, run: str | None) -> bool:
