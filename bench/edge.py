@@ -70,8 +70,8 @@ def main() -> int:
         shapes = write_shapes(work / "shapes", train=240, val=40, size=128, seed=0).parent
         start = time.perf_counter()
         trained = Trainer("yolov8n", verbose=False, progress_bar=False,
-                          hyperparams={"imgsz": 128, "batch_size": 16, "effective_batch_size": 16, "max_epochs": 20,
-                                       "close_mosaic": 3}).fit(str(shapes))
+                          hyperparams={"image_size": 128, "batch_size": 16, "effective_batch_size": 16,
+                                       "max_epochs": 20, "close_mosaic": 3}).fit(str(shapes))
         RunStore().publish(trained.run_uri, "yolov8n")
         results["yolov8n_shapes"] = {"train_seconds": round(time.perf_counter() - start, 1),
                                      "rk3588": _report("twinkle://models/yolov8n", "rk3588")}

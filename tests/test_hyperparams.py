@@ -53,3 +53,35 @@ def test_coerce_accepts(key, value, expected) -> None:
 def test_coerce_rejects_with_named_error(key, value, fragment) -> None:
     with pytest.raises(HyperparameterError, match=fragment):
         coerce(HPS[key], value)
+
+
+def test_renamed_names_keep_working_for_a_release_with_a_warning_naming_the_new_one() -> None:
+    """Issue 25, point 6: the names that meant several things were renamed — the Ray Train workers setting
+    (``workers`` → ``ray_workers``, in ``Trainer`` and in a service job's ``resources``), a plan's process count
+    (``PlanDraft.workers`` → ``world_size``) and the loader-workers concern (``workers`` → ``loader_workers``).
+    Each old name still works, with a ``DeprecationWarning`` that names the new one; an old name given beside
+    its new one is refused."""
+    from twinkle_core import Trainer
+    from twinkle_core.planning import DefaultStrategy, LoaderWorkersDecider, PlanDraft
+    from twinkle_core.serve.submission import JobRequest
+
+    with pytest.warns(DeprecationWarning, match="'workers' is renamed 'ray_workers'"):
+        trainer = Trainer("tabular-mlp", hyperparams={"workers": 3, "backend": "ray"})
+    assert trainer.settings.ray_workers == 3 and "workers" not in trainer.hyperparams
+    with pytest.raises(HyperparameterError, match=r"'workers' is the old name of 'ray_workers' \(trainer\); both"):
+        Trainer("tabular-mlp", hyperparams={"workers": 3, "ray_workers": 2})
+    job = JobRequest.model_validate({"algorithm": "tabular-mlp", "data": "d.csv", "resources": {"workers": 2}})
+    assert job.resources.ray_workers == 2 and job.trainer_hyperparams() == {"ray_workers": 2}
+    with pytest.raises(ValueError, match="pass only ray_workers"):
+        JobRequest.model_validate({"algorithm": "a", "data": "d", "resources": {"workers": 2, "ray_workers": 2}})
+
+    draft = PlanDraft(context=None, values={"devices": 2, "num_nodes": 3})  # type: ignore[arg-type] — a count needs no context
+    with pytest.warns(DeprecationWarning, match="PlanDraft.workers is renamed PlanDraft.world_size"):
+        assert draft.workers == draft.world_size == 6
+    mine = LoaderWorkersDecider()
+    with pytest.warns(DeprecationWarning, match="'workers' is renamed 'loader_workers'"):
+        deciders = DefaultStrategy.replacing(workers=mine)
+    assert mine in deciders and sum(d.concern == "loader_workers" for d in deciders) == 1
+    with pytest.warns(DeprecationWarning, match="WorkersDecider is renamed LoaderWorkersDecider"):
+        from twinkle_core.planning import WorkersDecider
+    assert WorkersDecider is LoaderWorkersDecider

@@ -64,7 +64,7 @@ def test_ray_workers_train_one_run_and_recover_from_a_killed_worker(tmp_path, ca
     killer = threading.Thread(target=_kill_worker_once, args=(home, killed, stop), daemon=True)
     killer.start()
     try:
-        hp = {"backend": "ray", "workers": 2, "max_epochs": 10, "batch_size": 16, "checkpoint_every_n_steps": 4,
+        hp = {"backend": "ray", "ray_workers": 2, "max_epochs": 10, "batch_size": 16, "checkpoint_every_n_steps": 4,
               "progress_bar": False, "max_restarts": 2}
         result = Trainer("tabular-mlp", hyperparams=hp, project="ray", verbose=False).fit(str(cancer_csv))
     finally:

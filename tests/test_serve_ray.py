@@ -39,7 +39,7 @@ def test_a_queued_job_trains_on_the_servers_ray_cluster(twinkle_service, cancer_
                               f"127.0.0.1:{port}")
         client = Client(f"http://127.0.0.1:{server_port}", tokens["alice"])
         job = client.submit("tabular-mlp", data, {"max_epochs": 3, "batch_size": 16, "progress_bar": False},
-                            resources={"backend": "ray", "workers": 2}, project="ray")
+                            resources={"backend": "ray", "ray_workers": 2}, project="ray")
         state = job.wait(timeout=600, poll=1.0)
         log = (home / "jobs" / job.id / "log.txt").read_text(errors="replace")
         assert state == "finished", job.data["reason"] + log[-3000:]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.hookspecs import Register, hookimpl
+from twinkle_core.hyperparams import with_new_names
 from twinkle_core.imports import import_heavy
 from twinkle_core.lookup import (
     get_component,
@@ -87,5 +88,6 @@ __all__ = [
     "list_exporters",
     "list_resource_strategies",
     "load_component",
+    "with_new_names",
     *_LAZY,
 ]

@@ -29,7 +29,7 @@ from torch.nn import functional as F
 
 from twinkle_core.data.spec import DataSpec, ModelInput
 from twinkle_core.errors import TwinkleError
-from twinkle_core.hyperparams import Hyperparameter, declared, validate
+from twinkle_core.hyperparams import Hyperparameter, declared, validate, with_new_names
 from twinkle_core.tasks import Task, get_task
 from twinkle_core.types import NonNegativeFloat, PositiveFloat, Probability
 
@@ -75,11 +75,14 @@ class Algorithm(L.LightningModule):
         supports_mixed_precision: ``False`` keeps the planner from choosing 16-bit precision.
         data_keyword: a keyword ``Trainer(...)`` takes as the data's URI for this algorithm, so that ``fit()``
             needs no argument (MelOTTS: ``Trainer(algorithm=MelOTTS, voice_samples="s3://...")``).
+        renamed_hyperparameters: old names of hyperparameters (old → new), still accepted for a release with a
+            ``DeprecationWarning`` that names the new one.
     """
 
     task: str | None = None
     optimizer_defaults: ClassVar[dict[str, Any]] = {}
     data_keyword: ClassVar[str | None] = None
+    renamed_hyperparameters: ClassVar[dict[str, str]] = {}
     supports_mixed_precision: ClassVar[bool] = True
     """Whether the algorithm trains safely in 16-bit (the planner keeps fp32 when not)."""
 
@@ -120,7 +123,8 @@ class Algorithm(L.LightningModule):
             HyperparameterError: an unknown key (the message lists the valid ones) or a badly typed value.
         """
         declared_hps = cls.hyperparameters()
-        values = validate(declared_hps, hyperparams, cls.__name__, typed=typed)
+        given = with_new_names(hyperparams or {}, cls.renamed_hyperparameters, cls.__name__)
+        values = validate(declared_hps, given, cls.__name__, typed=typed)
         own = {k: v for k, v in values.items() if declared_hps[k].owner == "algorithm"}
         if task is not None and "task" in inspect.signature(cls.__init__).parameters:
             own["task"] = task

@@ -16,6 +16,8 @@ import inspect
 import math
 import types
 import typing
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
@@ -90,6 +92,28 @@ def validate(declared_params: dict[str, Hyperparameter], given: Any, owner: str,
     if typed:
         return values
     return {name: coerce(declared_params[name], value) for name, value in values.items()}
+
+
+def with_new_names(values: Mapping[str, Any], renames: Mapping[str, str], owner: str = "") -> dict[str, Any]:
+    """``values`` with each old name of ``renames`` (old → new) replaced by its new one, each with a
+    ``DeprecationWarning`` that names the new one — the way a hyperparameter (or another keyword) keeps working
+    for a release after it is renamed. ``owner`` (what takes the name) is named in the messages.
+
+    Raises:
+        HyperparameterError: an old name and its new one both given.
+    """
+    out = dict(values)
+    whose = f" ({owner})" if owner else ""
+    for old, new in renames.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise HyperparameterError(f"'{old}' is the old name of '{new}'{whose}; both are given: pass only {new}")
+        value = out.pop(old)
+        out[new] = value
+        warnings.warn(f"'{old}' is renamed '{new}'{whose}: pass {new}={value!r} (the old name is accepted until the "
+                      "next minor release)", DeprecationWarning, stacklevel=3)
+    return out
 
 
 def coerce(hp: Hyperparameter, value: Any) -> Any:

@@ -35,7 +35,7 @@ from twinkle_core.engine.run import RunSetup, run_lightning
 from twinkle_core.engine.selection import choose_processor, choose_strategy, resolve_algorithm, resolve_task
 from twinkle_core.engine.settings import Routed, TrainerSettings, check_names, route, trainer_settings
 from twinkle_core.errors import HyperparameterError, TwinkleError
-from twinkle_core.hyperparams import coerce
+from twinkle_core.hyperparams import coerce, with_new_names
 from twinkle_core.lookup import list_components
 from twinkle_core.ops.budget import BudgetConfig
 from twinkle_core.ops.memory import scale_batch
@@ -100,8 +100,8 @@ class Session:
         given_data = options.pop(keyword, None) if keyword else None  # Session(MelOTTS, voice_samples=URI)
         if "steps" in options:  # the article's name for the step budget
             options["max_steps"] = options.pop("steps")
-        self.hyperparams = {**self.choice.defaults, **(hyperparams or {}), **options}
         self.data_processor = data_processor
+        self.hyperparams = self._renamed({**self.choice.defaults, **(hyperparams or {}), **options})
         self.resource_strategy = resource_strategy
         self.user, self.project = user, project
         self.store = RunStore(home)
@@ -148,14 +148,27 @@ class Session:
 
     def _data_candidates(self) -> list[dict[str, Any]]:
         """Each processor's parameters, for every processor that may read this session's data."""
+        return [dict(cls.parameters()) for cls in self._data_classes()]
+
+    def _data_classes(self) -> list[type[DataProcessor]]:
+        """Every processor class that may read this session's data (none when the user configured one)."""
         if isinstance(self.data_processor, DataProcessor):
             return []  # a configured processor takes no hyperparameters
         if self.data_processor:
-            return [dict(choose_processor(self.task, None, self.data_processor).load().parameters())]
+            return [choose_processor(self.task, None, self.data_processor).load()]
         candidates = list_components("data_processor", task=self.task)
         if not candidates:
             choose_processor(self.task, None, None)  # the named error: no processor serves the task
-        return [dict(_processor_class(component).parameters()) for component in candidates]
+        return [_processor_class(component) for component in candidates]
+
+    def _renamed(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` under the current names: an old name the trainer, the algorithm or a data processor that may
+        read the data still accepts becomes its new one, with a ``DeprecationWarning`` naming it."""
+        values = with_new_names(values, TrainerSettings.RENAMED, "trainer")
+        values = with_new_names(values, self.choice.cls.renamed_hyperparameters, self.choice.cls.__name__)
+        for cls in self._data_classes():
+            values = with_new_names(values, cls.renamed_parameters, cls.__name__)
+        return values
 
     def _check_hyperparameters(self) -> TrainerSettings:
         """Refuse unknown names and type every value now — the algorithm's and its optimizer's, the data

@@ -134,7 +134,7 @@ class Trainer(Operations):
                                "backend='local' (a Ray job that loses a worker resumes by itself)")
         if self._on_ray():
             self.result = run_on_ray(self._job(data, self.settings.max_restarts, "backend='ray'"),
-                                     self.settings.workers or 2, ray_train_loop)
+                                     self.settings.ray_workers or 2, ray_train_loop)
             return self.result
         return self.session.fit(data)
 

@@ -16,7 +16,7 @@ import numpy as np
 from twinkle_core.data.errors import UnsupportedFormatError
 from twinkle_core.data.spec import DataSpec, ModelInput
 from twinkle_core.errors import TwinkleError
-from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, declared, validate
+from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, declared, validate, with_new_names
 from twinkle_core.planning.plan import Decision
 from twinkle_core.tasks import check_task
 from twinkle_core.uris import join, suffix, twinkle_home
@@ -63,6 +63,9 @@ class DataProcessor(ABC):
 
     task: str | None = None
     formats: ClassVar[tuple[str, ...]] = ()
+    renamed_parameters: ClassVar[dict[str, str]] = {}
+    """Old names of ``__init__`` parameters (old → new), still accepted as hyperparameters for a release with a
+    ``DeprecationWarning`` that names the new one."""
     home: str | None = None
     """The root of the run store the run uses (``Trainer(home=...)``), set by the engine before ``prepare``."""
     sharded: bool = False
@@ -92,7 +95,8 @@ class DataProcessor(ABC):
         Raises:
             HyperparameterError: an unknown name (listing the valid ones) or a badly typed value.
         """
-        values = validate(cls.parameters(), params, cls.__name__, typed=typed)
+        given = with_new_names(params or {}, cls.renamed_parameters, cls.__name__)
+        values = validate(cls.parameters(), given, cls.__name__, typed=typed)
         if task is not None and "task" in inspect.signature(cls.__init__).parameters:
             values["task"] = task
         return cls(**values)

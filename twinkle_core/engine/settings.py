@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, ClassVar, Literal, Mapping
 
 from annotated_types import Ge
 
@@ -45,7 +45,8 @@ class TrainerSettings:
             (default: the plan's — PowerSGD across nodes); see ``twinkle_core.engine.compression``.
         backend: ``"local"`` (this machine's processes) or ``"ray"`` (Ray Train workers, the
             ``twinkle-core[ray]`` extra; default when ``RAY_ADDRESS`` names a cluster).
-        workers: Ray Train workers (``backend="ray"``; default 2).
+        ray_workers: Ray Train workers (``backend="ray"``; default 2). Its old name ``workers`` is accepted for
+            this release, with a ``DeprecationWarning``.
         max_restarts: restarts from the last checkpoint when a process of a Ray job dies (Ray's
             ``FailureConfig``); ``twinkle train --max-restarts`` and ``twinkle launch`` take the same.
     """
@@ -72,8 +73,11 @@ class TrainerSettings:
     memory_limit_bytes: PositiveInt | None = None
     gradient_compression: Literal["none", "powersgd", "bf16", "fp16", "1bit-adam"] | None = None
     backend: Literal["local", "ray"] | None = None
-    workers: PositiveInt | None = None
+    ray_workers: PositiveInt | None = None
     max_restarts: NonNegativeInt = DEFAULT_MAX_RESTARTS
+
+    RENAMED: ClassVar[dict[str, str]] = {"workers": "ray_workers"}
+    """Old names of settings (old → new), accepted for one release with a ``DeprecationWarning``."""
 
     def __post_init__(self) -> None:
         """Refuse limits that would train nothing or forever.

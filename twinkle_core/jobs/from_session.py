@@ -28,7 +28,7 @@ def job_of(session: Session, data: str | None, max_restarts: int, caller: str) -
         raise TwinkleError(f"{caller} runs the job in other processes from data only, but this trainer holds "
                            f"{', '.join(held)}; register the algorithm and pass names and hyperparameters, "
                            "or train in this process (backend='local')")
-    hyperparams = {k: v for k, v in session.hyperparams.items() if k not in ("backend", "workers")}
+    hyperparams = {k: v for k, v in session.hyperparams.items() if k not in ("backend", "ray_workers")}
     return Job(algorithm=str(session.algorithm_ref), data=session.data_uri(data), task=session.task,
                hyperparams=hyperparams, data_processor=session.data_processor,  # type: ignore[arg-type]
                resource_strategy=session.resource_strategy, user=session.user, project=session.project,

@@ -1,4 +1,4 @@
-"""Ray Train as the scale-out engine (``Trainer(backend="ray", workers=N)``; the ``twinkle-core[ray]`` extra).
+"""Ray Train as the scale-out engine (``Trainer(backend="ray", ray_workers=N)``; the ``twinkle-core[ray]`` extra).
 
 ``run_on_ray`` hands a ``Job`` to Ray Train's ``TorchTrainer``: ``N`` workers, each
 running the job's worker (``twinkle_core.jobs.worker``) inside Ray's torch process group, with Lightning on

@@ -57,7 +57,7 @@ def run(folder: str) -> int:
         session = Session(job.algorithm, job.task, job.hyperparams, **options)
         if goes_to_ray(session.settings):  # a Ray driver: Ray Train's workers resume the folder's run themselves
             result = run_on_ray(job_of(session, job.data, session.settings.max_restarts, "backend='ray'"),
-                                session.settings.workers or 2, ray_train_loop)
+                                session.settings.ray_workers or 2, ray_train_loop)
         elif existing and store.last_checkpoint(store.get(existing).id):
             session = Session.from_checkpoint(existing, mode="resume", same_run=True, home=job.home, **rules)
             session.run_created = files.record_run

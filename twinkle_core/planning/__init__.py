@@ -1,6 +1,9 @@
 """Resource planning (public API): measure the model and data, look at the hardware and history, choose how
 to train. A strategy is a sequence of deciders, one per concern; a plugin replaces or adjusts one of them."""
 
+import warnings
+from typing import Any
+
 from twinkle_core.planning.deciders import (
     BatchingDecider,
     CompressionDecider,
@@ -11,8 +14,8 @@ from twinkle_core.planning.deciders import (
     LayoutDecider,
     PlanContext,
     PlanDraft,
+    LoaderWorkersDecider,
     PrecisionDecider,
-    WorkersDecider,
 )
 from twinkle_core.planning.estimate import ModelFacts, PlanningError, measure, measure_example
 from twinkle_core.planning.hardware import Hardware
@@ -39,8 +42,16 @@ __all__ = [
     "PlanningError",
     "PrecisionDecider",
     "ResourceStrategy",
-    "WorkersDecider",
+    "LoaderWorkersDecider",
     "measure",
     "measure_example",
     "plan_layout",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Old names kept for a release: ``WorkersDecider`` is ``LoaderWorkersDecider`` (a ``DeprecationWarning``)."""
+    if name == "WorkersDecider":
+        warnings.warn("twinkle_core.planning.WorkersDecider is renamed LoaderWorkersDecider", DeprecationWarning, stacklevel=2)
+        return LoaderWorkersDecider
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

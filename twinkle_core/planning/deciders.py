@@ -10,7 +10,7 @@ Each ``Decider`` looks at the ``PlanContext`` and the decisions made before it (
 ``strategy``    the distribution: ``auto``, ``ddp``, ``fsdp2``, DeepSpeed ZeRO
 ``batching``    micro-batch and gradient accumulation
 ``data``        ``in-memory`` or ``sharded`` loading
-``workers``     loader worker processes and torch threads
+``loader_workers``  data-loader worker processes and torch threads
 ==============  ==========================================================
 
 A plugin strategy replaces or adjusts one of them (see ``DefaultStrategy.replacing``).
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -117,9 +118,15 @@ class PlanDraft:
         return self.values[name]
 
     @property
-    def workers(self) -> int:
+    def world_size(self) -> int:
         """Processes taking part: devices × nodes."""
         return int(self.values.get("devices", 1)) * int(self.values.get("num_nodes", 1))
+
+    @property
+    def workers(self) -> int:
+        """The old name of ``world_size`` (a ``DeprecationWarning``; accepted for this release)."""
+        warnings.warn("PlanDraft.workers is renamed PlanDraft.world_size", DeprecationWarning, stacklevel=2)
+        return self.world_size
 
 
 class Decider(ABC):
@@ -195,7 +202,7 @@ class DistributionDecider(Decider):
 
     def decide(self, draft: PlanDraft) -> None:
         """Decide ``strategy``."""
-        draft.decide("strategy", *self.choose(draft.context, draft.workers))
+        draft.decide("strategy", *self.choose(draft.context, draft.world_size))
 
     @staticmethod
     def choose(c: PlanContext, workers: int) -> tuple[str, str]:
@@ -249,14 +256,14 @@ class LayoutDecider(Decider):
         from twinkle_core.planning.layout import plan_layout
 
         c, hw = draft.context, draft.context.hardware
-        if c.facts.state_bytes < 0.8 * hw.device_memory_bytes or draft.workers <= 1:
+        if c.facts.state_bytes < 0.8 * hw.device_memory_bytes or draft.world_size <= 1:
             return
         mixed = str(draft.values.get("precision", "32-true")).endswith("mixed")
-        global_batch = c.effective_batch_size or c.batch_size * draft.workers
+        global_batch = c.effective_batch_size or c.batch_size * draft.world_size
         layout = plan_layout(c.facts.parameters, c.facts.activation_bytes_per_sample, c.facts.flops_per_sample,
                              hw, global_batch, int(draft.values.get("micro_batch_size", 1)), mixed)
         if layout is None:
-            draft.decide("layout", "none fits", f"no data × tensor × pipeline layout of {draft.workers} devices "
+            draft.decide("layout", "none fits", f"no data × tensor × pipeline layout of {draft.world_size} devices "
                                                 f"fits {nbytes(hw.device_memory_bytes)} each; add devices")
             return
         draft.layout = layout
@@ -277,7 +284,7 @@ class BatchingDecider(Decider):
 
     def decide(self, draft: PlanDraft) -> None:
         """Decide ``micro_batch_size`` and ``accumulate_grad_batches``."""
-        c, workers = draft.context, draft.workers
+        c, workers = draft.context, draft.world_size
         effective = c.effective_batch_size or c.batch_size * workers
         sharded = str(draft.values.get("strategy", "")).startswith(("fsdp", "deepspeed"))
         state = c.facts.state_bytes / (workers if sharded else 1)
@@ -325,10 +332,10 @@ class DataLoadingDecider(Decider):
         return data_bytes > SHARDED_FRACTION * max(limit, 1)
 
 
-class WorkersDecider(Decider):
-    """Loader workers and torch threads from the cores (and ``OMP_NUM_THREADS``)."""
+class LoaderWorkersDecider(Decider):
+    """Data-loader workers and torch threads from the cores (and ``OMP_NUM_THREADS``)."""
 
-    concern = "workers"
+    concern = "loader_workers"
 
     def decide(self, draft: PlanDraft) -> None:
         """Decide ``num_workers`` and ``torch_threads``."""
@@ -372,3 +379,11 @@ def nbytes(n: float) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{int(n)} B"
+
+
+def __getattr__(name: str) -> Any:
+    """Old names kept for a release: ``WorkersDecider`` is ``LoaderWorkersDecider`` (a ``DeprecationWarning``)."""
+    if name == "WorkersDecider":
+        warnings.warn("twinkle_core.planning.deciders.WorkersDecider is renamed LoaderWorkersDecider", DeprecationWarning, stacklevel=2)
+        return LoaderWorkersDecider
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,6 +20,8 @@ import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
+from twinkle_core.hyperparams import with_new_names
+
 from twinkle_core.planning.deciders import (
     BatchingDecider,
     CompressionDecider,
@@ -31,9 +33,12 @@ from twinkle_core.planning.deciders import (
     PlanContext,
     PlanDraft,
     PrecisionDecider,
-    WorkersDecider,
+    LoaderWorkersDecider,
 )
 from twinkle_core.planning.plan import Plan
+
+RENAMED_CONCERNS = {"workers": "loader_workers"}
+"""Old names of concerns (old → new) that ``replacing`` still accepts for a release, with a ``DeprecationWarning``."""
 
 _CPU_FLOPS_PER_CORE = 2e10  # a conservative fp32 throughput guess for time estimates without history
 
@@ -62,7 +67,7 @@ class DefaultStrategy(ResourceStrategy):
         BatchingDecider(),
         LayoutDecider(),
         DataLoadingDecider(),
-        WorkersDecider(),
+        LoaderWorkersDecider(),
     )
     """The deciders, in the order they run; each sees the decisions of those before it."""
 
@@ -73,6 +78,7 @@ class DefaultStrategy(ResourceStrategy):
         Raises:
             KeyError: a concern no decider has; the message lists the concerns.
         """
+        by_concern = with_new_names(by_concern, RENAMED_CONCERNS, f"{cls.__name__}.replacing")
         concerns = {d.concern for d in cls.deciders}
         unknown = sorted(set(by_concern) - concerns)
         if unknown:
@@ -85,7 +91,7 @@ class DefaultStrategy(ResourceStrategy):
         for decider in self.deciders:
             decider.decide(draft)
         v = draft.values
-        workers = draft.workers
+        workers = draft.world_size
         micro, accumulate = int(v["micro_batch_size"]), int(v["accumulate_grad_batches"])
         steps_per_epoch = math.ceil(context.train_samples / max(micro * workers, 1) / accumulate)
         estimates = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.jobs.spec import Job
@@ -30,7 +30,19 @@ class Resources(BaseModel):
     devices: int | None = Field(default=None, ge=1, le=1024)
     num_nodes: int | None = Field(default=None, ge=1, le=1024)
     backend: Literal["local", "ray"] | None = Field(default=None, description="ray: on the server's Ray cluster")
-    workers: int | None = Field(default=None, ge=1, le=1024, description="Ray Train workers (backend='ray')")
+    ray_workers: int | None = Field(default=None, ge=1, le=1024, description="Ray Train workers (backend='ray')")
+    workers: int | None = Field(default=None, ge=1, le=1024, deprecated=True,
+                                description="the old name of ray_workers, accepted for this release")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        """``workers`` (the old name) becomes ``ray_workers``; both given is an error."""
+        if isinstance(data, dict) and data.get("workers") is not None:
+            if data.get("ray_workers") is not None:
+                raise ValueError("workers is the old name of ray_workers; both are given: pass only ray_workers")
+            data = {**{k: v for k, v in data.items() if k != "workers"}, "ray_workers": data["workers"]}
+        return data
 
 
 class MonitorRules(BaseModel):

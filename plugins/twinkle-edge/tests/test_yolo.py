@@ -24,7 +24,7 @@ def published_yolo(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     data = write_shapes(tmp_path_factory.mktemp("data") / "shapes", train=240, val=40, size=128, seed=0).parent
     # 16 epochs (about 100 s): the detector must find the shapes (mAP50 >= 0.3) before it is pruned; it ends at 0.42
     # (0.58 after 20 epochs, 0.35 after 14)
-    hyperparams = {"imgsz": 128, "batch_size": 16, "effective_batch_size": 16, "max_epochs": 16, "close_mosaic": 3}
+    hyperparams = {"image_size": 128, "batch_size": 16, "effective_batch_size": 16, "max_epochs": 16, "close_mosaic": 3}
     result = Trainer("yolov8n", hyperparams=hyperparams, progress_bar=False, verbose=False).fit(str(data))
     RunStore().publish(result.run_uri, "yolov8n")
     yield home, result

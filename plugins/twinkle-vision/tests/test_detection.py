@@ -17,7 +17,7 @@ from twinkle_vision.samples import write_shapes
 from twinkle_vision.yolo.data import LabelError, YoloDataProcessor
 from twinkle_vision.yolo.strategy import DetectionStrategy
 
-HP = {"imgsz": 96, "batch_size": 8}
+HP = {"image_size": 96, "batch_size": 8}
 
 
 @pytest.fixture(scope="module")
@@ -114,17 +114,17 @@ def test_bad_labels_are_named(shapes, tmp_path, line, error, message) -> None:
     label = root / "labels" / "train" / "0005.txt"
     label.write_text(label.read_text() + line + "\n")
     with pytest.raises(error, match=f"label '.*0005.txt' line \\d+ {message}"):
-        YoloDataProcessor(imgsz=96).prepare(str(root))
+        YoloDataProcessor(image_size=96).prepare(str(root))
 
 
 def test_missing_split_is_named(shapes, tmp_path) -> None:
     root = _copy(shapes, tmp_path)
     shutil.rmtree(root / "images" / "val")
     with pytest.raises(DataError, match="the val split 'images/val' of .*data.yaml' does not exist"):
-        YoloDataProcessor(imgsz=96).prepare(str(root))
+        YoloDataProcessor(image_size=96).prepare(str(root))
     (root / "data.yaml").write_text("path: .\ntrain: images/train\nnames: [a, b, c]\n")
     with pytest.raises(MissingColumnError, match="has no 'val:' entry"):
-        YoloDataProcessor(imgsz=96).prepare(str(root))
+        YoloDataProcessor(image_size=96).prepare(str(root))
 
 
 def test_operations_work_on_yolo(twinkle_home, shapes) -> None:
@@ -164,7 +164,7 @@ def test_yolo_layout_and_yaml_errors_are_named(shapes, tmp_path, change, message
         shutil.move(root / "images" / "val", root / "val")
         (root / "data.yaml").write_text("train: train\nval: val\nnames: [a, b, c]\n")
     with pytest.raises(DataError, match=message):
-        YoloDataProcessor(imgsz=96).prepare(str(root))
+        YoloDataProcessor(image_size=96).prepare(str(root))
 
 
 def test_training_makes_no_network_connection_and_writes_only_into_the_store(twinkle_home, shapes, monkeypatch,
@@ -199,18 +199,35 @@ def test_remote_dataset_is_staged_locally(twinkle_home, shapes) -> None:
     for path in shapes.rglob("*"):
         if path.is_file() and not path.name.endswith(".cache"):
             memory.pipe(f"/remote-shapes/{path.relative_to(shapes).as_posix()}", path.read_bytes())
-    prepared = YoloDataProcessor(imgsz=96).prepare("memory://remote-shapes")
+    prepared = YoloDataProcessor(image_size=96).prepare("memory://remote-shapes")
     staged = Path(prepared.spec.extra["data_yaml"])
     assert staged.is_relative_to(twinkle_home / "cache" / "datasets") and staged.exists()
     assert prepared.details["train_images"] == 48 and len(prepared.train) == 48
-    local = YoloDataProcessor(imgsz=96).prepare(str(shapes))
+    local = YoloDataProcessor(image_size=96).prepare(str(shapes))
     assert prepared.details == local.details
 
 
 def test_fingerprint_ignores_ultralytics_label_cache(shapes) -> None:
-    first = YoloDataProcessor(imgsz=96).local_yaml(str(shapes))[1]
+    first = YoloDataProcessor(image_size=96).local_yaml(str(shapes))[1]
     (shapes / "labels" / "extra.cache").write_bytes(b"written by ultralytics")
     try:
-        assert YoloDataProcessor(imgsz=96).local_yaml(str(shapes))[1] == first
+        assert YoloDataProcessor(image_size=96).local_yaml(str(shapes))[1] == first
     finally:
         (shapes / "labels" / "extra.cache").unlink()
+
+
+def test_image_size_is_one_name_and_ultralytics_imgsz_still_works_with_a_warning() -> None:
+    """Classification and detection take the input side under one name, ``image_size``; YOLO's old ``imgsz``
+    (ultralytics' name) is accepted for this release — as a hyperparameter and as the processor's keyword —
+    with a ``DeprecationWarning`` naming ``image_size``; both at once is refused."""
+    from twinkle_core.errors import HyperparameterError
+
+    with pytest.warns(DeprecationWarning, match="'imgsz' is renamed 'image_size'"):
+        assert YoloDataProcessor(imgsz=64).image_size == 64
+    with pytest.warns(DeprecationWarning, match="'imgsz' is renamed 'image_size' \\(YoloDataProcessor\\)"):
+        trainer = Trainer("yolov8n", hyperparams={"imgsz": 64, "batch_size": 8})
+    assert trainer.hyperparams["image_size"] == 64 and "imgsz" not in trainer.hyperparams
+    with pytest.raises(HyperparameterError, match="pass only image_size"):
+        Trainer("yolov8n", hyperparams={"imgsz": 64, "image_size": 96})
+    with pytest.raises(TypeError, match="unexpected keyword argument.*imgsize"):
+        YoloDataProcessor(imgsize=64)

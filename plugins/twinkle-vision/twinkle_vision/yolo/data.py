@@ -28,6 +28,7 @@ from twinkle_core.data import (
     local_cache_dir,
     require_exists,
 )
+from twinkle_core import with_new_names
 
 IMAGE_SUFFIXES = (".bmp", ".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp")
 FINGERPRINT_EXCLUDE = ("*.cache",)
@@ -145,16 +146,26 @@ class YoloDataProcessor(DataProcessor):
     """YOLO-format detection data at any URI (see the module docstring)."""
 
     task = "object_detection"
+    renamed_parameters = {"imgsz": "image_size"}  # ultralytics' name, accepted for this release
 
-    def __init__(self, imgsz: int = 640, cache_images: bool = False) -> None:
+    def __init__(self, image_size: int = 640, cache_images: bool = False, **old_names: Any) -> None:
         """Configure the processor.
 
         Args:
-            imgsz: the training and validation image size (ultralytics letterboxes to it).
+            image_size: the training and validation image side (ultralytics' ``imgsz``: it letterboxes to it) —
+                the name classification uses too.
             cache_images: keep decoded images in memory after the first epoch (ultralytics' ``cache=ram``).
+            old_names: ``imgsz=`` (``image_size``'s old name), with a ``DeprecationWarning``.
+
+        Raises:
+            TypeError: a keyword that is neither a parameter nor an old name of one.
         """
         super().__init__()
-        self.imgsz, self.cache_images = imgsz, cache_images
+        given = with_new_names(old_names, self.renamed_parameters, type(self).__name__)
+        unknown = sorted(set(given) - {"image_size"})
+        if unknown:
+            raise TypeError(f"YoloDataProcessor() got unexpected keyword argument(s) {', '.join(unknown)}")
+        self.image_size, self.cache_images = given.get("image_size", image_size), cache_images
 
     def local_yaml(self, uri: str) -> tuple[str, str]:
         """A local path of the dataset's ``data.yaml`` (staging remote data) and the data's fingerprint."""
@@ -218,13 +229,14 @@ class YoloDataProcessor(DataProcessor):
         from ultralytics.cfg import DEFAULT_CFG, get_cfg
         from ultralytics.data import build_yolo_dataset
 
-        cfg = get_cfg(DEFAULT_CFG, {"imgsz": self.imgsz, "workers": 0, "plots": False, "amp": False,
+        cfg = get_cfg(DEFAULT_CFG, {"imgsz": self.image_size, "workers": 0, "plots": False, "amp": False,
                                      "cache": "ram" if self.cache_images else False, "seed": seed})
         train = build_yolo_dataset(cfg, data["train"], 16, data, mode="train", stride=32)
         val = build_yolo_dataset(cfg, data["val"], 16, data, mode="val", rect=False, stride=32)
         names = tuple(data["names"][i] for i in range(data["nc"]))
-        spec = DataSpec("object_detection", (3, self.imgsz, self.imgsz), num_classes=data["nc"], class_names=names,
-                        extra={"data_yaml": path, "imgsz": self.imgsz})
+        side = self.image_size
+        spec = DataSpec("object_detection", (3, side, side), num_classes=data["nc"], class_names=names,
+                        extra={"data_yaml": path, "imgsz": side})
         size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs_ in os.walk(os.path.dirname(path)) for f in fs_)
         details = {"train_images": counts["train"][0], "train_boxes": counts["train"][1],
                    "val_images": counts["val"][0], "val_boxes": counts["val"][1],

@@ -21,7 +21,7 @@ class NominalBatchDecider(BatchingDecider):
         super().decide(draft)
         if draft.context.effective_batch_size is not None:  # the default decided it from the request
             return
-        micro, workers = int(draft["micro_batch_size"]), draft.workers
+        micro, workers = int(draft["micro_batch_size"]), draft.world_size
         accumulate = max(round(NOMINAL_BATCH / (micro * workers)), 1)
         draft.decide("accumulate_grad_batches", accumulate,
                      f"YOLO: accumulate to a nominal batch of {NOMINAL_BATCH} "
