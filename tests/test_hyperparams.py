@@ -58,7 +58,8 @@ def test_coerce_rejects_with_named_error(key, value, fragment) -> None:
 def test_renamed_names_keep_working_for_a_release_with_a_warning_naming_the_new_one() -> None:
     """Issue 25, point 6: the names that meant several things were renamed — the Ray Train workers setting
     (``workers`` → ``ray_workers``, in ``Trainer`` and in a service job's ``resources``), a plan's process count
-    (``PlanDraft.workers`` → ``world_size``) and the loader-workers concern (``workers`` → ``loader_workers``).
+    (``PlanDraft.workers`` → ``world_size``) and the loader-workers concern (``workers`` → ``loader_workers``);
+    the planner's distribution concern is ``distribution``, not ``strategy`` (a resource strategy is the plugin).
     Each old name still works, with a ``DeprecationWarning`` that names the new one; an old name given beside
     its new one is refused."""
     from twinkle_core import Trainer
@@ -82,6 +83,8 @@ def test_renamed_names_keep_working_for_a_release_with_a_warning_naming_the_new_
     with pytest.warns(DeprecationWarning, match="'workers' is renamed 'loader_workers'"):
         deciders = DefaultStrategy.replacing(workers=mine)
     assert mine in deciders and sum(d.concern == "loader_workers" for d in deciders) == 1
+    with pytest.warns(DeprecationWarning, match="'strategy' is renamed 'distribution'"):
+        assert DefaultStrategy.replacing(strategy=mine)[2] is mine  # the distribution decider's place
     with pytest.warns(DeprecationWarning, match="WorkersDecider is renamed LoaderWorkersDecider"):
         from twinkle_core.planning import WorkersDecider
     assert WorkersDecider is LoaderWorkersDecider

@@ -1,19 +1,20 @@
-"""The deciders of a resource plan: one small class per concern, composed by a strategy.
+"""The deciders of a resource plan: one small class per concern, composed by a resource strategy.
 
 Each ``Decider`` looks at the ``PlanContext`` and the decisions made before it (in a
 ``PlanDraft``) and makes its own, each with a one-line reason. A choice the user fixed
-(``precision=...``, ``devices=...``, ``strategy=...``) wins and is reported as such. The concerns, in order:
+(``precision=...``, ``devices=...``, ``strategy=...``) wins and is reported as such. The concerns, in the order
+``DefaultStrategy`` decides them:
 
-==============  ==========================================================
-``devices``     accelerator, devices per node, nodes
-``precision``   the Lightning precision
-``strategy``    the distribution: ``auto``, ``ddp``, ``fsdp2``, DeepSpeed ZeRO
-``batching``    micro-batch and gradient accumulation
-``data``        ``in-memory`` or ``sharded`` loading
-``loader_workers``  data-loader worker processes and torch threads
-==============  ==========================================================
+- ``devices``: accelerator, devices per node, nodes;
+- ``precision``: the Lightning precision;
+- ``distribution``: Lightning's ``strategy`` — ``auto``, ``ddp``, ``fsdp2``, a DeepSpeed ZeRO stage;
+- ``compression``: DDP's gradient compression;
+- ``batching``: micro-batch and gradient accumulation;
+- ``layout``: a data × tensor × pipeline layout, when the model fits no single device;
+- ``data``: ``in-memory`` or ``sharded`` loading;
+- ``loader_workers``: data-loader worker processes and torch threads.
 
-A plugin strategy replaces or adjusts one of them (see ``DefaultStrategy.replacing``).
+A plugin's resource strategy replaces or adjusts one of them (see ``DefaultStrategy.replacing``).
 """
 
 from __future__ import annotations
@@ -198,7 +199,7 @@ class DistributionDecider(Decider):
     """None on one device; DDP when the training state fits one device; FSDP2 when it fits sharded; beyond
     that DeepSpeed ZeRO-3 with CPU offload where DeepSpeed is installed and CUDA present, else FSDP2."""
 
-    concern = "strategy"
+    concern = "distribution"
 
     def decide(self, draft: PlanDraft) -> None:
         """Decide ``strategy``."""

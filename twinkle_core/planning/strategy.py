@@ -37,7 +37,7 @@ from twinkle_core.planning.deciders import (
 )
 from twinkle_core.planning.plan import Plan
 
-RENAMED_CONCERNS = {"workers": "loader_workers"}
+RENAMED_CONCERNS = {"workers": "loader_workers", "strategy": "distribution"}
 """Old names of concerns (old → new) that ``replacing`` still accepts for a release, with a ``DeprecationWarning``."""
 
 _CPU_FLOPS_PER_CORE = 2e10  # a conservative fp32 throughput guess for time estimates without history
