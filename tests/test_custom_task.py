@@ -1,10 +1,13 @@
 """A third party adds a task Twinkle never heard of — text classification on token ids — using only the public
-API and docs/plugins/: it trains, is planned, exports to ONNX with int64 inputs (verified) and continues."""
+API and docs/plugins/: it trains, is planned, exports to ONNX with int64 inputs (verified) and continues. Its data
+processor is written against twinkle-core 0.2 (``prepare(uri, seed=0)``, configured by attribute): it still
+trains, with a ``DeprecationWarning`` naming ``prepare(uri, context)``."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import random
 from pathlib import Path
 
@@ -34,7 +37,7 @@ class TextCSVProcessor(DataProcessor):
         super().__init__(task)
         self.max_len, self.val_fraction, self.input_dtype = max_len, val_fraction, input_dtype
 
-    def prepare(self, uri: str, seed: int = 0) -> PreparedData:
+    def prepare(self, uri: str, seed: int = 0) -> PreparedData:  # 0.2's signature, kept on purpose
         """Read the CSV, build the vocabulary on the training split and encode every row."""
         fs, path = require_exists(uri)
         rows = list(csv.DictReader(io.StringIO(fs.cat_file(path).decode("utf-8"))))
@@ -131,8 +134,12 @@ def test_a_plugin_adds_a_task_that_trains_plans_exports_and_continues(twinkle_pl
     trainer = Trainer("text-cnn", hyperparams={"max_epochs": 6, "lr": 3e-3, "batch_size": 32}, verbose=False)
     plan = trainer.plan(data)  # the planner's test forward runs on int64 ids
     assert plan.estimates["flops_per_sample"] > 0
-    result = trainer.fit(data)
+    with pytest.warns(DeprecationWarning, match=r"TextCSVProcessor.prepare\(uri, seed\) is twinkle-core 0.2's"):
+        result = trainer.fit(data)
     assert result.monitor == "val_accuracy" and result.best_metric >= 0.9, result.metrics
+    store = RunStore()
+    data_json = json.loads(Path(store.path(store.get(result.run_uri).id, "data.json")).read_text())
+    assert (data_json["train_samples"], data_json["val_samples"]) == (320, 80)  # one name, whoever prepared it
 
     exported = trainer.export(format="onnx")
     assert exported.max_abs_diff < 1e-4 and exported.samples == 80

@@ -22,7 +22,7 @@ from torch.utils.data import IterableDataset
 
 from twinkle_core.algorithm import Algorithm
 from twinkle_core.components import Component
-from twinkle_core.data.processor import DataProcessor, PreparedData
+from twinkle_core.data.processor import DataProcessor, PrepareContext, PreparedData, prepare_data
 from twinkle_core.data.spec import DataSpec, ModelInput
 from twinkle_core.engine import continuation as cont
 from twinkle_core.engine.checkpoints import TWINKLE_KEY, load_checkpoint
@@ -213,20 +213,22 @@ class Session:
             routed.data = {name: getattr(processor, name) for name in processor.parameters() if hasattr(processor, name)}  # type: ignore[union-attr]
         else:
             processor = component.load().from_params(routed.data, task=self.task, typed=True)
-        processor.home = self.store.home  # derived data is cached in the store this session uses
         source_bytes = _source_bytes(uri)
-        processor.sharded = DataLoadingDecider.needs_shards(  # data larger than memory: stream it in shards
-            source_bytes, self.hardware().memory_bytes, self.settings.memory_limit_bytes)
         algorithm = self.choice.cls.from_hyperparams(routed.algorithm, task=self.task, typed=True)
-        processor.model_input = self._model_input(algorithm)
+        context = PrepareContext(
+            home=self.store.home,  # derived data is cached in the store this session uses
+            sharded=DataLoadingDecider.needs_shards(  # data larger than memory: stream it in shards
+                source_bytes, self.hardware().memory_bytes, self.settings.memory_limit_bytes),
+            model_input=self._model_input(algorithm), seed=self.settings.seed)
         key = (uri, component.qualified_name if component else id(processor), repr(sorted(routed.data.items())),
-               self.settings.seed, repr(processor.model_input))
+               self.settings.seed, repr(context.model_input))
         prepared = self.shared_data.get(key) if self.shared_data is not None else None
         if prepared is None:
-            prepared = processor.prepare(uri, seed=self.settings.seed)
+            prepared = prepare_data(processor, uri, context)
             if self.shared_data is not None:
                 self.shared_data[key] = prepared
         prepared.size_bytes = max(prepared.size_bytes, source_bytes)  # what the loading decision was made on
+        prepared.details = {**prepared.sample_counts(), **prepared.details}  # the same names for every processor
         if self.continuation is not None:
             self.continuation.check_data(prepared.fingerprint, uri)
         L.seed_everything(self.settings.seed, workers=True, verbose=False)

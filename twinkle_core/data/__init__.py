@@ -5,8 +5,8 @@ layer (CI holds first-party plugins to that with import-linter)::
 
     from twinkle_core.data import DataProcessor, DataSpec, PreparedData, data_fingerprint, require_exists
 
-* the contract: ``DataProcessor``, ``PreparedData``, ``DataSpec``, ``ModelInput`` (what the
-  model wants from its input: size, normalisation, interpolation);
+* the contract: ``DataProcessor``, ``PrepareContext`` (what the run tells ``prepare``), ``PreparedData``,
+  ``DataSpec``, ``ModelInput`` (what the model wants from its input: size, normalisation, interpolation);
 * paths (fsspec, with Twinkle's ``nas://`` and ``twinkle://`` schemes): ``filesystem``,
   ``require_exists``, ``join``, ``is_local``, ``suffix``;
 * fingerprints: ``data_fingerprint``, ``scan``, ``Manifest``, ``read_file`` (bytes and
@@ -14,7 +14,7 @@ layer (CI holds first-party plugins to that with import-linter)::
   ``PreparedData.manifest`` and the data is read once per fit;
 * splitting: ``split_indices``; index files: ``write_index``, ``read_index``, ``is_index``,
   ``index_header``, ``read_array``;
-* sharded loading (data larger than memory, when the engine sets ``DataProcessor.sharded``):
+* sharded loading (data larger than memory, when ``PrepareContext.sharded`` says so):
   ``ShardedRows``, ``DEFAULT_SHARD_ROWS``;
 * writing: ``atomic_write_bytes``, ``atomic_write_text`` (never a half-written file);
 * caches: ``DataProcessor.cache_dir`` (inside the store the run uses), ``local_cache_dir``;
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 _PUBLIC: dict[str, str] = {
     "DataProcessor": "twinkle_core.data.processor",
     "PreparedData": "twinkle_core.data.processor",
+    "PrepareContext": "twinkle_core.data.processor",
     "split_indices": "twinkle_core.data.processor",
     "DataSpec": "twinkle_core.data.spec",
     "ModelInput": "twinkle_core.data.spec",
@@ -75,7 +76,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from twinkle_core.data.fingerprint import Manifest, Reader, data_fingerprint, read_file, scan
     from twinkle_core.data.index import index_header, is_index, read_array, read_index, write_index
     from twinkle_core.data.shards import DEFAULT_SHARD_ROWS, ShardedRows
-    from twinkle_core.data.processor import DataProcessor, PreparedData, split_indices
+    from twinkle_core.data.processor import DataProcessor, PrepareContext, PreparedData, split_indices
     from twinkle_core.data.spec import DataSpec, ModelInput
     from twinkle_core.store.atomic import atomic_write_bytes, atomic_write_text
     from twinkle_core.uris import DataNotFoundError, filesystem, is_local, join, local_cache_dir, require_exists, suffix

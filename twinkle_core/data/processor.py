@@ -7,6 +7,7 @@ to it by name from ``Trainer(hyperparams=...)`` (``label_column``, ``val_fractio
 from __future__ import annotations
 
 import inspect
+import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
@@ -22,6 +23,30 @@ from twinkle_core.tasks import check_task
 from twinkle_core.uris import join, suffix, twinkle_home
 
 
+@dataclass(frozen=True)
+class PrepareContext:
+    """What the engine tells a processor about the run it prepares data for (``prepare(uri, context)``).
+
+    Attributes:
+        home: the root of the run store the run uses (``Trainer(home=...)``): derived data is cached there
+            (``cache_dir``); ``None``: ``$TWINKLE_HOME``.
+        sharded: the data is larger than memory: a processor that can should return streamed datasets
+            (``ShardedRows``) instead of loading.
+        model_input: what the algorithm's model wants from its input (``twinkle_core.Algorithm.model_input``:
+            input size, minimum side, normalisation); ``None`` when it states nothing.
+        seed: the split's (and any sampling's) seed.
+    """
+
+    home: str | None = None
+    sharded: bool = False
+    model_input: ModelInput | None = None
+    seed: int = 0
+
+    def cache_dir(self, *parts: str) -> str:
+        """A folder for data derived from the source, inside the store in use: ``<home>/cache/<parts...>``."""
+        return join(self.home or twinkle_home(), "cache", *parts)
+
+
 @dataclass
 class PreparedData:
     """What a processor hands the engine.
@@ -33,7 +58,9 @@ class PreparedData:
         fingerprint: the content fingerprint of the source (``md5:...``).
         source: the URI the data came from.
         size_bytes: the source's size on storage.
-        details: JSON-ready facts for the run record (row counts, class balance, ...).
+        details: JSON-ready facts for the run record (class balance, skipped files, ...). The engine adds
+            ``train_samples`` and ``val_samples`` (``sample_counts``) for every processor: the one name of those
+            counts, whatever a sample is (a row, an image, a clip, a window).
         collate_fn: how samples become a batch (default: torch's ``default_collate``).
         manifest: the per-file fingerprint of the source when the processor computed it while reading (the
             engine then stores it without reading the data again).
@@ -52,6 +79,16 @@ class PreparedData:
     manifest: Any = None
     decisions: list[Decision] = field(default_factory=list)
 
+    def sample_counts(self) -> dict[str, int]:
+        """``train_samples`` and ``val_samples``: the splits' lengths (a split without a length is left out)."""
+        counts = {}
+        for name, split in (("train_samples", self.train), ("val_samples", self.val)):
+            try:
+                counts[name] = int(len(split))
+            except TypeError:  # an iterable dataset: no length to report
+                pass
+        return counts
+
 
 class DataProcessor(ABC):
     """Base class of every data processor.
@@ -67,13 +104,11 @@ class DataProcessor(ABC):
     """Old names of ``__init__`` parameters (old → new), still accepted as hyperparameters for a release with a
     ``DeprecationWarning`` that names the new one."""
     home: str | None = None
-    """The root of the run store the run uses (``Trainer(home=...)``), set by the engine before ``prepare``."""
+    """0.2's way of passing ``PrepareContext.home`` (set before ``prepare``); still read when no context is given."""
     sharded: bool = False
-    """Set by the engine before ``prepare`` when the data is too large for memory: a processor that can
-    should then return streamed datasets (``ShardedRows``) instead of loading."""
+    """0.2's way of passing ``PrepareContext.sharded``; still read when no context is given."""
     model_input: ModelInput | None = None
-    """What the algorithm's model wants from its input (``twinkle_core.Algorithm.model_input``: input size,
-    minimum side, normalisation), set by the engine before ``prepare``; ``None`` when it states nothing."""
+    """0.2's way of passing ``PrepareContext.model_input``; still read when no context is given."""
 
     def __init__(self, task: str | None = None) -> None:
         """Set the task (checked against the known tasks)."""
@@ -102,19 +137,29 @@ class DataProcessor(ABC):
         return cls(**values)
 
     @abstractmethod
-    def prepare(self, uri: str, seed: int = 0) -> PreparedData:
-        """Open ``uri``, validate it and return train/validation datasets split with ``seed``.
+    def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
+        """Open ``uri``, validate it and return train/validation datasets split with ``context.seed``.
+
+        ``context`` says what the run needs (``PrepareContext``); ``None`` (a call outside a run):
+        ``self.context()``. A processor written for 0.2 takes ``prepare(uri, seed=0)`` and reads ``home``,
+        ``sharded`` and ``model_input`` from itself: the engine still calls it that way, with a
+        ``DeprecationWarning``.
 
         Raises:
             twinkle_core.data.errors.DataError: (and its subclasses) naming the file, row or column.
         """
 
-    def cache_dir(self, *parts: str) -> str:
-        """A folder for data derived from the source, inside the store in use: ``<home>/cache/<parts...>``.
+    def context(self, given: PrepareContext | None = None) -> PrepareContext:
+        """``given``, or — for a call without one — a context from this processor's 0.2-style attributes
+        (``home``, ``sharded``, ``model_input``; seed 0)."""
+        if given is not None:
+            return given
+        return PrepareContext(home=self.home, sharded=self.sharded, model_input=self.model_input)
 
-        ``home`` is the run's store (``Trainer(home=...)``); outside a run, ``$TWINKLE_HOME``.
-        """
-        return join(self.home or twinkle_home(), "cache", *parts)
+    def cache_dir(self, *parts: str) -> str:
+        """A folder for derived data under ``self.home`` (0.2's attribute): ``PrepareContext.cache_dir`` is the
+        one a context-taking ``prepare`` uses."""
+        return self.context().cache_dir(*parts)
 
     def write_index(self, src: str, dst: str) -> str:
         """Decode ``src`` into the index file ``dst`` (see ``twinkle_core.data.index``)."""
@@ -148,6 +193,21 @@ class DataProcessor(ABC):
                 f"{', '.join('.' + f for f in self.formats)}"
             )
         return extension
+
+
+def prepare_data(processor: DataProcessor, uri: str, context: PrepareContext) -> PreparedData:
+    """``processor.prepare(uri, context)`` — or, for a processor written against 0.2 (``prepare(uri, seed=0)``,
+    configured by attribute), its attributes set from ``context`` and ``prepare(uri, seed=context.seed)``, with a
+    ``DeprecationWarning`` naming the new signature."""
+    if "context" in inspect.signature(type(processor).prepare).parameters:
+        return processor.prepare(uri, context)
+    name = type(processor).__name__
+    warnings.warn(f"{name}.prepare(uri, seed) is twinkle-core 0.2's signature, configured by attributes: take "
+                  f"prepare(self, uri, context: PrepareContext | None = None) and read context.home, .sharded, "
+                  f".model_input and .seed (the old one is called until the next minor release)",
+                  DeprecationWarning, stacklevel=2)
+    processor.home, processor.sharded, processor.model_input = context.home, context.sharded, context.model_input
+    return processor.prepare(uri, seed=context.seed)  # type: ignore[call-arg]
 
 
 def _processor_for(src: str, task: str | None) -> type[DataProcessor]:

@@ -19,7 +19,7 @@ from twinkle_core.data.errors import (
 )
 from twinkle_core.data.fingerprint import read_file
 from twinkle_core.data.index import index_header, is_index, read_array, read_index, write_index
-from twinkle_core.data.processor import DataProcessor, PreparedData, split_indices
+from twinkle_core.data.processor import DataProcessor, PrepareContext, PreparedData, split_indices
 from twinkle_core.data.shards import DEFAULT_SHARD_ROWS, ShardedRows
 from twinkle_core.data.spec import DataSpec
 from twinkle_core.types import Fraction, PositiveInt
@@ -236,11 +236,13 @@ class TabularProcessor(DataProcessor):
             )
 
     # ------------------------------------------------------------ preparation
-    def prepare(self, uri: str, seed: int = 0) -> PreparedData:
+    def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
         """Read (or memory-map, or stream in shards) the table, validate it and split it deterministically.
 
         A CSV or Parquet file is read once: its bytes are parsed and fingerprinted from the same read.
         """
+        context = self.context(context)
+        seed = context.seed
         fs, path = require_exists(uri)
         indexed = suffix(uri) not in ("csv", "parquet", "pq") and is_index(uri)  # a table is not even peeked at
         if not indexed and fs.isdir(path):
@@ -250,8 +252,8 @@ class TabularProcessor(DataProcessor):
                             f"DataProcessor.build_index wrote): give the file's path"
                             + (f", e.g. '{uri.rstrip('/')}/{tables[0]}' (the folder holds {', '.join(tables)})"
                                if tables else ""))
-        if self.sharded:
-            return self._prepare_sharded(uri, seed, indexed)
+        if context.sharded:
+            return self._prepare_sharded(uri, context, indexed)
         manifest = None
         if indexed:
             arrays, meta = read_index(uri, mmap=self.use_mmap)
@@ -275,14 +277,15 @@ class TabularProcessor(DataProcessor):
                    "index": indexed}
         return PreparedData(train, val, spec, fingerprint, uri, int(fs.size(path)), details, manifest=manifest)
 
-    def _prepare_sharded(self, uri: str, seed: int, indexed: bool) -> PreparedData:
+    def _prepare_sharded(self, uri: str, context: PrepareContext, indexed: bool) -> PreparedData:
         """Stream the rows from an index file in shards (a CSV/Parquet source is decoded into one, once)."""
+        seed = context.seed
         manifest = None
         if indexed:
             index = uri
         else:
             data, manifest = read_file(uri)
-            index = self.cache_dir("tables", f"{manifest.md5}-{self.task}-{self.label_column or 'auto'}.idx")
+            index = context.cache_dir("tables", f"{manifest.md5}-{self.task}-{self.label_column or 'auto'}.idx")
             fs, path = filesystem(index)
             if not fs.exists(path):
                 x, y, facts = self.decode(self.read_table(uri, data), uri)

@@ -29,7 +29,15 @@ from torch.utils.data import Dataset
 from twinkle_audio.audio import BadClipError, ClipLimits, check, decode, resample
 from twinkle_audio.text import FrontEndError, phonemize
 from twinkle_audio.text.symbols import NUM_LANGUAGES, NUM_TONES, SYMBOLS
-from twinkle_core.data import DataProcessor, DataSpec, PreparedData, data_fingerprint, require_exists, split_indices
+from twinkle_core.data import (
+    DataProcessor,
+    DataSpec,
+    PrepareContext,
+    PreparedData,
+    data_fingerprint,
+    require_exists,
+    split_indices,
+)
 from twinkle_core.types import PositiveFloat, PositiveInt, Probability
 
 AUDIO_SUFFIXES = ("wav", "flac", "ogg", "mp3")
@@ -183,7 +191,7 @@ class SpeechDataProcessor(DataProcessor):
         return Clip(name, text, speaker, phonemes.phone_ids, phonemes.tones, phonemes.language_ids,
                     np.ascontiguousarray(audio, dtype=np.float32))
 
-    def prepare(self, uri: str, seed: int = 0) -> PreparedData:
+    def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
         """Read, check and phonemize every clip, then split off the validation clips."""
         fs, transcript, folder = self._transcript(uri)
         entries = self._entries(fs, transcript, folder)
@@ -205,7 +213,7 @@ class SpeechDataProcessor(DataProcessor):
             warnings.warn(f"{len(upsampled)} clip(s) (e.g. {upsampled[0]}) were recorded below {self.sample_rate} Hz "
                           "and upsampled: they hold no sound above their own Nyquist frequency", stacklevel=2)
         speakers = sorted({c.speaker for c in clips})
-        train_rows, val_rows = split_indices(len(clips), self.val_fraction, seed)
+        train_rows, val_rows = split_indices(len(clips), self.val_fraction, self.context(context).seed)
         seconds = [len(c.audio) / self.sample_rate for c in clips]
         spec = DataSpec(task=self.task, input_shape=(max(len(c.phones) for c in clips),), input_dtype="int64",
                         vocab_size=len(SYMBOLS), class_names=tuple(speakers),

@@ -35,6 +35,7 @@ from twinkle_core.data import (
     MissingColumnError,
     MissingValueError,
     NonNumericError,
+    PrepareContext,
     PreparedData,
     Reader,
 )
@@ -318,7 +319,7 @@ class FinancialDataProcessor(DataProcessor):
         return {split: WindowDataset(series, self.windows(series, split), self.lookback_window, self.pred_len,
                                      self.clip) for split in ("train", "val", "test")}
 
-    def prepare(self, uri: str, seed: int = 0) -> PreparedData:
+    def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
         """Read (each file once: parsed and fingerprinted from the same read), check, resample and window the
         bars; train and validation windows (test kept aside)."""
         reader = Reader(uri)

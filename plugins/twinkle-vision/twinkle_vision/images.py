@@ -30,6 +30,8 @@ from twinkle_core.data import (
     DataProcessor,
     DataSpec,
     EmptyDataError,
+    ModelInput,
+    PrepareContext,
     PreparedData,
     ShardedRows,
     data_fingerprint,
@@ -217,9 +219,9 @@ class ImageFolderProcessor(DataProcessor):
                                      "fix or remove it")
         return tree, entries, found
 
-    def _layout(self, found: Survey) -> tuple[dict[str, Any], list[Decision]]:
-        """The input size, stored side, channels and interpolation for these images, and the decisions."""
-        model = self.model_input
+    def _layout(self, found: Survey, model: ModelInput | None) -> tuple[dict[str, Any], list[Decision]]:
+        """The input size, stored side, channels and interpolation for these images (for ``model``'s input), and
+        the decisions."""
         decision = choose_size(self.image_size, model, found.median_side(), found.describe_sizes())
         size = int(decision.value)
         crop_pct = model.crop_pct if model is not None else 1.0
@@ -234,16 +236,17 @@ class ImageFolderProcessor(DataProcessor):
                                       f"'{found.skipped[0][0]}' ({found.skipped[0][1]}); listed in the run's data"))
         return layout, decisions
 
-    def _layout_key(self) -> str:
+    def _layout_key(self, model: ModelInput | None) -> str:
         """What the stored layout depends on besides the data (the cache key of a decoded index)."""
-        key = json.dumps([self.image_size, self.channels, self.bad_files, repr(self.model_input)])
+        key = json.dumps([self.image_size, self.channels, self.bad_files, repr(model)])
         return hashlib.md5(key.encode()).hexdigest()[:12]
 
     # --------------------------------------------------------------- decoding
-    def write_index(self, src: str, dst: str) -> str:
-        """Decode every image of ``src`` once (every pixel checked) into the index file ``dst``."""
+    def write_index(self, src: str, dst: str, model: ModelInput | None = None) -> str:
+        """Decode every image of ``src`` once (every pixel checked) into the index file ``dst``, laid out for
+        ``model``'s input (default: the 0.2-style ``model_input`` attribute, else from the images alone)."""
         tree, entries, found = self._survey(src, full_decode=True)
-        layout, decisions = self._layout(found)
+        layout, decisions = self._layout(found, model if model is not None else self.model_input)
         lookup = {c: i for i, c in enumerate(tree["classes"])}
         images = np.stack([decode_image(tree["fs"].cat_file(p), p, layout["store"], layout["channels"],
                                         layout["interpolation"]) for p, _, _ in entries])
@@ -254,11 +257,12 @@ class ImageFolderProcessor(DataProcessor):
                 "decisions": [vars(d) for d in decisions]}
         return write_index(dst, {"images": images, "labels": labels, "split": split}, meta)
 
-    def _cached_index(self, uri: str, fingerprint: str) -> str:
-        url = self.cache_dir("images", f"{fingerprint.removeprefix('md5:')}-{self._layout_key()}.idx")
+    def _cached_index(self, uri: str, fingerprint: str, context: PrepareContext) -> str:
+        model = context.model_input
+        url = context.cache_dir("images", f"{fingerprint.removeprefix('md5:')}-{self._layout_key(model)}.idx")
         fs, path = filesystem(url)
         if not fs.exists(path):
-            self.write_index(uri, url)
+            self.write_index(uri, url, model)
         return url
 
     def _from_index(self, meta: dict[str, Any], images_shape: tuple[int, ...], uri: str) -> tuple[dict[str, Any], list[Decision]]:
@@ -283,15 +287,17 @@ class ImageFolderProcessor(DataProcessor):
         return TrainTransform(layout["size"], layout["channels"], self.crop_scale, self.crop_ratio, self.hflip,
                               self.vflip, self.color_jitter, self.auto_augment, layout["interpolation"]), evaluation
 
-    def prepare(self, uri: str, seed: int = 0) -> PreparedData:
+    def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
         """List, validate, decode (or memory-map) and split the images."""
+        context = self.context(context)
+        seed = context.seed
         fs, path = require_exists(uri)
         indexed = is_index(uri)
-        if self.sharded:  # larger than memory: decoded once into an index, then streamed in shards
-            return self._prepare_sharded(uri, seed, indexed)
+        if context.sharded:  # larger than memory: decoded once into an index, then streamed in shards
+            return self._prepare_sharded(uri, context, indexed)
         if indexed or self.use_mmap:
             fingerprint = index_header(uri)[0]["meta"]["fingerprint"] if indexed else data_fingerprint(uri)
-            index = uri if indexed else self._cached_index(uri, fingerprint)
+            index = uri if indexed else self._cached_index(uri, fingerprint, context)
             arrays, meta = read_index(index, mmap=True)
             images, labels, split = arrays["images"], np.asarray(arrays["labels"]), np.asarray(arrays["split"])
             layout, decisions = self._from_index(meta, images.shape, index)
@@ -303,7 +309,7 @@ class ImageFolderProcessor(DataProcessor):
             size_bytes = int(fs.size(path)) if indexed else int(images.nbytes)
         else:
             tree, entries, found = self._survey(uri, full_decode=self.bad_files == "skip")
-            layout, decisions = self._layout(found)
+            layout, decisions = self._layout(found, context.model_input)
             classes, skipped, described = tree["classes"], found.skipped, found.describe_sizes()
             lookup = {c: i for i, c in enumerate(classes)}
             labels = np.array([lookup[c] for _, c, _ in entries], dtype=np.int64)
@@ -324,9 +330,10 @@ class ImageFolderProcessor(DataProcessor):
                    "image_sizes": described, **_skipped_details(skipped)}
         return PreparedData(train, val, spec, fingerprint, uri, size_bytes, details, decisions=decisions)
 
-    def _prepare_sharded(self, uri: str, seed: int, indexed: bool) -> PreparedData:
+    def _prepare_sharded(self, uri: str, context: PrepareContext, indexed: bool) -> PreparedData:
+        seed = context.seed
         fingerprint = index_header(uri)[0]["meta"]["fingerprint"] if indexed else data_fingerprint(uri)
-        index = uri if indexed else self._cached_index(uri, fingerprint)
+        index = uri if indexed else self._cached_index(uri, fingerprint, context)
         header, _ = index_header(index)
         meta = header["meta"]
         shape = tuple(int(v) for v in header["arrays"]["images"]["shape"])

@@ -20,6 +20,7 @@ from twinkle_core.data import (
     DataSpec,
     EmptyDataError,
     MissingColumnError,
+    PrepareContext,
     PreparedData,
     data_fingerprint,
     filesystem,
@@ -167,8 +168,10 @@ class YoloDataProcessor(DataProcessor):
             raise TypeError(f"YoloDataProcessor() got unexpected keyword argument(s) {', '.join(unknown)}")
         self.image_size, self.cache_images = given.get("image_size", image_size), cache_images
 
-    def local_yaml(self, uri: str) -> tuple[str, str]:
-        """A local path of the dataset's ``data.yaml`` (staging remote data) and the data's fingerprint."""
+    def local_yaml(self, uri: str, context: PrepareContext | None = None) -> tuple[str, str]:
+        """A local path of the dataset's ``data.yaml`` (staging remote data into ``context``'s cache) and the
+        data's fingerprint."""
+        context = self.context(context)
         fs, path = require_exists(uri)
         is_dir = fs.isdir(path)
         folder = path if is_dir else path.rsplit("/", 1)[0]
@@ -179,7 +182,7 @@ class YoloDataProcessor(DataProcessor):
         fingerprint = data_fingerprint(folder_uri, FINGERPRINT_EXCLUDE)
         if is_local(fs):
             return os.path.join(folder, yaml_name), fingerprint
-        staged = self.cache_dir("datasets", fingerprint.removeprefix("md5:"))
+        staged = context.cache_dir("datasets", fingerprint.removeprefix("md5:"))
         local_fs, local = filesystem(staged)
         if not local_fs.exists(join(local, yaml_name)):
             files = [p for p in fs.find(folder) if not p.endswith(".cache")]
@@ -189,13 +192,13 @@ class YoloDataProcessor(DataProcessor):
                 fs.get_file(remote, target)
         return os.path.join(local, yaml_name), fingerprint
 
-    def mirror(self, data: dict[str, Any], fingerprint: str) -> dict[str, Any]:
-        """``data`` with its splits pointing into a mirror of links in the run store's cache.
+    def mirror(self, data: dict[str, Any], fingerprint: str, context: PrepareContext | None = None) -> dict[str, Any]:
+        """``data`` with its splits pointing into a mirror of links in the run store's cache (``context``'s).
 
         ultralytics writes a ``labels/<split>.cache`` file next to the labels; with the mirror that file lands
         in Twinkle's cache, keyed by the data's fingerprint, and the user's dataset folder is left as it was.
         """
-        cache = self.cache_dir("datasets")
+        cache = self.context(context).cache_dir("datasets")
         base = cache if "://" not in cache else os.path.join(local_cache_dir(), "datasets")  # links are local
         root = os.path.join(base, f"{fingerprint.removeprefix('md5:')}-links")
         mirrored = dict(data)
@@ -216,15 +219,17 @@ class YoloDataProcessor(DataProcessor):
             mirrored[split] = os.path.join(target, os.path.relpath(folder, head))
         return mirrored
 
-    def prepare(self, uri: str, seed: int = 0) -> PreparedData:
+    def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
         """Check the labels, then build ultralytics' train (augmented) and val (rectangular) datasets."""
         from twinkle_vision.yolo import offline
 
-        path, fingerprint = self.local_yaml(uri)
+        context = self.context(context)
+        seed = context.seed
+        path, fingerprint = self.local_yaml(uri, context)
         data = load_yaml(path)
         counts = {split: check_labels(data[split], data["nc"]) for split in ("train", "val")}
-        if not path.startswith(self.cache_dir()):  # the user's own folder: ultralytics writes into a mirror
-            data = self.mirror(data, fingerprint)
+        if not path.startswith(context.cache_dir()):  # the user's own folder: ultralytics writes into a mirror
+            data = self.mirror(data, fingerprint, context)
         offline.prepare()
         from ultralytics.cfg import DEFAULT_CFG, get_cfg
         from ultralytics.data import build_yolo_dataset
