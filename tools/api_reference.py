@@ -101,22 +101,27 @@ PAGES = {"docs/reference/python-api.md": core_page, "docs/reference/plugins-api.
 SPHINX_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc|obj|ref|const):`[^`]*`")
 """A Sphinx role (``:class:`Name```): reST, which the Markdown site shows as typed. Docstrings name code in
 backticks instead."""
+RST_LITERAL = re.compile(r"^(?!\s*#).*\S::\s*$")
+"""A reST literal-block marker (a line ending in ``::``, then an indented block): the Markdown site shows the
+``::``. Docstrings end the line with one colon and fence the block (three backticks and a language)."""
 
 
 def sphinx_roles() -> list[str]:
-    """``file:line: role`` of every Sphinx role in core's and the plugins' code (what the pages would show raw)."""
+    """``file:line: text`` of every Sphinx role and reST literal-block marker in core's and the plugins' code
+    (what the pages would show raw)."""
     packages = [ROOT / "twinkle_core", *sorted((ROOT / "plugins").glob("*/twinkle_*"))]
-    return [f"{path.relative_to(ROOT)}:{number}: {match.group(0)}"
+    return [f"{path.relative_to(ROOT)}:{number}: {match.group(0).strip()}"
             for package in packages for path in sorted(package.rglob("*.py"))
-            for number, line in enumerate(path.read_text().splitlines(), 1) for match in SPHINX_ROLE.finditer(line)]
+            for number, line in enumerate(path.read_text().splitlines(), 1)
+            for match in [*SPHINX_ROLE.finditer(line), *RST_LITERAL.finditer(line)]]
 
 
 def main() -> int:
-    """Write (or with ``--check``, compare) the pages; either way, refuse docstrings with Sphinx roles."""
+    """Write (or with ``--check``, compare) the pages; either way, refuse docstrings with reST markup."""
     roles = sphinx_roles()
     if roles:
-        print("Sphinx roles render raw on the Markdown site; write ``Name`` instead:\n" + "\n".join(roles),
-              file=sys.stderr)
+        print("reST renders raw on the Markdown site: write ``Name`` instead of a Sphinx role, and end a line with "
+              "one colon before a fenced block instead of '::':\n" + "\n".join(roles), file=sys.stderr)
         return 1
     stale = []
     for relative, make in PAGES.items():

@@ -1,14 +1,16 @@
 """``Algorithm``: a Lightning module with a task, declared hyperparameters and sensible defaults.
 
-A user brings a model by subclassing::
+A user brings a model by subclassing:
 
-    class KronosModel(Algorithm):
-        def __init__(self, n_heads: int = 8, d_model: int = 256) -> None:
-            super().__init__(task="time_series_forecasting")
-            self.n_heads, self.d_model = n_heads, d_model
+```python
+class KronosModel(Algorithm):
+    def __init__(self, n_heads: int = 8, d_model: int = 256) -> None:
+        super().__init__(task="time_series_forecasting")
+        self.n_heads, self.d_model = n_heads, d_model
 
-        def build_model(self, spec):            # input sizes come from the data
-            return MyTransformer(spec.num_features, self.n_heads, self.d_model)
+    def build_model(self, spec):            # input sizes come from the data
+        return MyTransformer(spec.num_features, self.n_heads, self.d_model)
+```
 
 The typed keyword arguments of ``__init__`` are the algorithm's hyperparameters; ``lr``, ``optimizer``,
 ``weight_decay``, ``scheduler`` and ``momentum`` are added for every algorithm and drive the default

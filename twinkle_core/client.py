@@ -1,13 +1,15 @@
 """``Client``: submit training jobs to a ``twinkle serve`` and follow them (standard library only).
 
-Example::
+For example:
 
-    from twinkle_core.client import Client
+```python
+from twinkle_core.client import Client
 
-    client = Client("http://127.0.0.1:8765", token="tw_...")
-    job = client.submit("resnet18", data="/data/digits", hyperparams={"max_epochs": 3})
-    job.wait()                     # until finished | failed | cancelled | stopped
-    print(job.result()["run"])     # twinkle://alice/default/run1
+client = Client("http://127.0.0.1:8765", token="tw_...")
+job = client.submit("resnet18", data="/data/digits", hyperparams={"max_epochs": 3})
+job.wait()                     # until finished | failed | cancelled | stopped
+print(job.result()["run"])     # twinkle://alice/default/run1
+```
 
 ``submit`` takes ``Trainer``'s arguments (algorithm, task, hyperparams, data_processor, resource_strategy,
 project, and any other hyperparameter as a keyword) plus the job's own (priority, resources, monitor, budget,

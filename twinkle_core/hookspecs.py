@@ -2,14 +2,16 @@
 
 A plugin is a module (found through the ``twinkle`` entry-point group) or any object with functions
 decorated by ``hookimpl``. Each hook receives one ``register`` callback and calls it once per
-component::
+component:
 
-    from twinkle_core import hookimpl
+```python
+from twinkle_core import hookimpl
 
-    @hookimpl
-    def register_algorithms(register):
-        register("acme-linear", "acme_mod:AcmeLinear", task="tabular_classification",
-                 description="A linear classifier")
+@hookimpl
+def register_algorithms(register):
+    register("acme-linear", "acme_mod:AcmeLinear", task="tabular_classification",
+             description="A linear classifier")
+```
 
 ``register(name, target, **meta)`` takes ``target`` as a ``"module:attr"`` string, imported only when the
 component is first used, or as the object itself. Keep plugin modules light: import nothing heavy (torch,
@@ -56,12 +58,14 @@ def register_tasks(register: Register) -> None:
     ``other``; it gives algorithms of the task their default loss and metrics and the monitored metric
     (``monitor``/``mode`` override it). ``batch`` says in words what a batch looks like.
 
-    Example::
+    For example:
 
-        @hookimpl
-        def register_tasks(register):
-            register("text_classification", kind="classification", description="predict a class from a text",
-                     batch="(token ids int64 [B, L], class int64 [B])")
+    ```python
+    @hookimpl
+    def register_tasks(register):
+        register("text_classification", kind="classification", description="predict a class from a text",
+                 batch="(token ids int64 [B, L], class int64 [B])")
+    ```
     """
 
 
@@ -71,12 +75,14 @@ def register_algorithms(register: Register) -> None:
 
     ``meta`` must carry ``task`` (for example ``"image_classification"``) and should carry ``description``.
 
-    Example::
+    For example:
 
-        @hookimpl
-        def register_algorithms(register):
-            register("resnet50", "twinkle_vision.resnet:ResNet50", task="image_classification",
-                     description="ResNet-50 (timm), random init unless weights= is given")
+    ```python
+    @hookimpl
+    def register_algorithms(register):
+        register("resnet50", "twinkle_vision.resnet:ResNet50", task="image_classification",
+                 description="ResNet-50 (timm), random init unless weights= is given")
+    ```
     """
 
 
@@ -87,12 +93,14 @@ def register_data_processors(register: Register) -> None:
     ``meta`` must carry ``task`` and should carry ``format`` (``"csv"``, ``"imagefolder"``, ...) and
     ``description``.
 
-    Example::
+    For example:
 
-        @hookimpl
-        def register_data_processors(register):
-            register("ohlcv", "twinkle_timeseries.data:FinancialDataProcessor",
-                     task="time_series_forecasting", format="csv", description="OHLCV bars")
+    ```python
+    @hookimpl
+    def register_data_processors(register):
+        register("ohlcv", "twinkle_timeseries.data:FinancialDataProcessor",
+                 task="time_series_forecasting", format="csv", description="OHLCV bars")
+    ```
     """
 
 
@@ -102,12 +110,14 @@ def register_resource_strategies(register: Register) -> None:
 
     ``meta`` should carry ``description`` and may carry ``task`` when the strategy applies to one task only.
 
-    Example::
+    For example:
 
-        @hookimpl
-        def register_resource_strategies(register):
-            register("yolo-amp", "twinkle_vision.strategy:DetectionStrategy", task="object_detection",
-                     description="mixed precision and accumulation to a nominal batch of 64")
+    ```python
+    @hookimpl
+    def register_resource_strategies(register):
+        register("yolo-amp", "twinkle_vision.strategy:DetectionStrategy", task="object_detection",
+                 description="mixed precision and accumulation to a nominal batch of 64")
+    ```
     """
 
 
@@ -118,12 +128,14 @@ def register_exporters(register: Register) -> None:
     ``meta`` must carry ``format`` (``"torchscript"``, ``"onnx"``, ``"rknn"``, ...) and should carry
     ``description``.
 
-    Example::
+    For example:
 
-        @hookimpl
-        def register_exporters(register):
-            register("rknn", "twinkle_edge.rknn:RKNNExporter", format="rknn",
-                     description="Rockchip RK3588 NPU via rknn-toolkit2")
+    ```python
+    @hookimpl
+    def register_exporters(register):
+        register("rknn", "twinkle_edge.rknn:RKNNExporter", format="rknn",
+                 description="Rockchip RK3588 NPU via rknn-toolkit2")
+    ```
     """
 
 
@@ -133,11 +145,13 @@ def register_commands(register: Register) -> None:
 
     A command's name must not be one of core's own (``train``, ``serve``, ...): core's commands come first.
 
-    Example::
+    For example:
 
-        @hookimpl
-        def register_commands(register):
-            register("edge", "twinkle_edge.cli:edge", description="Prune, quantize and convert for edge devices")
+    ```python
+    @hookimpl
+    def register_commands(register):
+        register("edge", "twinkle_edge.cli:edge", description="Prune, quantize and convert for edge devices")
+    ```
     """
 
 

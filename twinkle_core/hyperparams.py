@@ -1,10 +1,12 @@
 """Declared hyperparameters: read from ``__init__`` signatures, validated and coerced by type.
 
-An algorithm declares its hyperparameters the plain Python way — typed keyword arguments with defaults::
+An algorithm declares its hyperparameters the plain Python way — typed keyword arguments with defaults:
 
-    class KronosModel(Algorithm):
-        def __init__(self, n_heads: int = 8, d_model: int = 256) -> None:
-            super().__init__(task="time_series_forecasting")
+```python
+class KronosModel(Algorithm):
+    def __init__(self, n_heads: int = 8, d_model: int = 256) -> None:
+        super().__init__(task="time_series_forecasting")
+```
 
 ``declared`` reads them; ``coerce`` checks a user's value against the annotation (``"8"`` from the
 CLI becomes ``8``; ``"abc"`` for an ``int`` is a ``HyperparameterError`` naming the key).

@@ -41,10 +41,12 @@ class Operations:
     ) -> T:
         """Log extra metrics and raise alerts while training.
 
-        Example::
+        For example:
 
-            trainer.monitor(metrics=["loss", "accuracy", "grad_norm"],
-                            alert_rules={"loss": "stale > 3epochs"}, webhook="http://hooks.local/alerts")
+        ```python
+        trainer.monitor(metrics=["loss", "accuracy", "grad_norm"],
+                        alert_rules={"loss": "stale > 3epochs"}, webhook="http://hooks.local/alerts")
+        ```
 
         Args:
             metrics: names to log and watch; ``grad_norm`` (total L2 norm of the gradients) and ``lr`` are
@@ -74,9 +76,11 @@ class Operations:
     ) -> T:
         """Forecast the cost before training, alert at 80 %, and stop with a checkpoint at 100 %.
 
-        Example::
+        For example:
 
-            trainer.set_budget_alert(max_gpu_hours=50, cloud_provider="aws")
+        ```python
+        trainer.set_budget_alert(max_gpu_hours=50, cloud_provider="aws")
+        ```
 
         Args:
             max_gpu_hours: GPU-hours (wall-clock hours × GPUs in use).
@@ -99,11 +103,13 @@ class Operations:
     ) -> TuneResult:
         """Search hyperparameters with Optuna's TPE (see ``twinkle_core.ops.tuning``).
 
-        Example::
+        For example:
 
-            best = trainer.tune(params_space={"lr": (1e-5, 1e-3), "batch_size": [32, 64, 128]},
-                                max_trials=20, data="cancer.csv")
-            best.trainer.fit("cancer.csv")
+        ```python
+        best = trainer.tune(params_space={"lr": (1e-5, 1e-3), "batch_size": [32, 64, 128]},
+                            max_trials=20, data="cancer.csv")
+        best.trainer.fit("cancer.csv")
+        ```
         """
         session = self.session
         uri = session.data_uri(data)

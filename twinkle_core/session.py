@@ -2,12 +2,14 @@
 routed to their owners, the data prepared, a checkpoint continued, the plan made, the engine run and the run stored.
 
 ``Trainer`` is the facade over it (it adds what leaves the process: Ray, supervised workers,
-exports, tuning); the jobs layer builds a session from a ``Job``. One fit flows::
+exports, tuning); the jobs layer builds a session from a ``Job``. One fit flows:
 
-    Session(...)            selection and hyperparameter checking (engine.selection, engine.settings)
-      .prepare(uri)         the processor reads the data; the algorithm is built for it  -> Prepared
-      .plan(data)           measured model and data, hardware, history -> Plan (planning)
-      .fit(data)            rank 0 records the run (store), the engine trains it (engine.run) -> FitResult
+```text
+Session(...)            selection and hyperparameter checking (engine.selection, engine.settings)
+  .prepare(uri)         the processor reads the data; the algorithm is built for it  -> Prepared
+  .plan(data)           measured model and data, hardware, history -> Plan (planning)
+  .fit(data)            rank 0 records the run (store), the engine trains it (engine.run) -> FitResult
+```
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """Tasks: what a model learns to do. A task is a component like any other, registered through a hook.
 
-A plugin declares a task with ``register_tasks`` (core's own tasks are registered the same way)::
+A plugin declares a task with ``register_tasks`` (core's own tasks are registered the same way):
 
-    @hookimpl
-    def register_tasks(register):
-        register("text_classification", kind="classification",
-                 description="predict a class from a text", batch="(token ids int64 [B, L], class int64 [B])")
+```python
+@hookimpl
+def register_tasks(register):
+    register("text_classification", kind="classification",
+             description="predict a class from a text", batch="(token ids int64 [B, L], class int64 [B])")
+```
 
 The task's ``kind`` gives an ``Algorithm`` its defaults (loss, metrics, the monitored
 metric); ``monitor`` and ``mode`` override the monitored metric. Nothing here imports torch.

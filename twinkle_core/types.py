@@ -2,15 +2,17 @@
 ``TextEnum`` for closed sets of names (run status, job state).
 
 A range is an ``annotated_types`` constraint inside ``typing.Annotated`` — the convention pydantic uses — so
-an algorithm or processor declares it where it declares the type::
+an algorithm or processor declares it where it declares the type:
 
-    from typing import Annotated
-    from annotated_types import Interval
-    from twinkle_core.types import PositiveFloat, Probability
+```python
+from typing import Annotated
+from annotated_types import Interval
+from twinkle_core.types import PositiveFloat, Probability
 
-    class MyNet(Algorithm):
-        def __init__(self, width: PositiveInt = 64, dropout: Probability = 0.1,
-                     temperature: Annotated[float, Interval(gt=0, le=10)] = 1.0) -> None: ...
+class MyNet(Algorithm):
+    def __init__(self, width: PositiveInt = 64, dropout: Probability = 0.1,
+                 temperature: Annotated[float, Interval(gt=0, le=10)] = 1.0) -> None: ...
+```
 
 A value outside the range is a ``HyperparameterError`` naming the key, the value and the range, raised
 before any run is created.

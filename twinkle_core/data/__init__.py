@@ -1,9 +1,11 @@
 """The public data API: what a data processor (core's or a plugin's) is written with.
 
 Everything a processor needs is importable from here, and a plugin should import nothing else of the data
-layer (CI holds first-party plugins to that with import-linter)::
+layer (CI holds first-party plugins to that with import-linter):
 
-    from twinkle_core.data import DataProcessor, DataSpec, PreparedData, data_fingerprint, require_exists
+```python
+from twinkle_core.data import DataProcessor, DataSpec, PreparedData, data_fingerprint, require_exists
+```
 
 * the contract: ``DataProcessor``, ``PrepareContext`` (what the run tells ``prepare``), ``PreparedData``,
   ``DataSpec``, ``ModelInput`` (what the model wants from its input: size, normalisation, interpolation);

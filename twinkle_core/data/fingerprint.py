@@ -52,11 +52,13 @@ class Reader:
     """Reads the files of a data source (a file or a folder) once each, keeping their size and MD5, so the
     processor's reads give the source's ``Manifest`` without a second pass.
 
-    Example::
+    For example:
 
-        reader = Reader(uri)
-        frames = [pd.read_csv(io.BytesIO(reader.read(path))) for path in reader.files(".csv")]
-        manifest = reader.manifest()   # reads only the files the processor did not (a README, say)
+    ```python
+    reader = Reader(uri)
+    frames = [pd.read_csv(io.BytesIO(reader.read(path))) for path in reader.files(".csv")]
+    manifest = reader.manifest()   # reads only the files the processor did not (a README, say)
+    ```
     """
 
     def __init__(self, uri: str) -> None:

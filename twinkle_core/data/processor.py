@@ -171,11 +171,13 @@ class DataProcessor(ABC):
         stream it in shards (data larger than memory).
 
         On the base class it picks the registered processor that reads ``src`` (by its suffix, or a folder),
-        as the article writes it::
+        as the article writes it:
 
-            DataProcessor.build_index("dataset/", "index.idx")
-            TabularProcessor.build_index("s3://bucket/data.csv", "data.idx", label_column="y")
-            Trainer("tabular-mlp", hyperparams={"use_mmap": True}).fit(data="data.idx")
+        ```python
+        DataProcessor.build_index("dataset/", "index.idx")
+        TabularProcessor.build_index("s3://bucket/data.csv", "data.idx", label_column="y")
+        Trainer("tabular-mlp", hyperparams={"use_mmap": True}).fit(data="data.idx")
+        ```
 
         Raises:
             TwinkleError: no registered processor reads ``src`` (or several do: pass ``task=``).

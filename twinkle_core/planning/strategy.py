@@ -2,16 +2,18 @@
 
 ``DefaultStrategy`` is core's built-in: a sequence of ``deciders``,
 one per concern. A plugin registers its own strategy through ``register_resource_strategies``, usually the
-default with one decider replaced or adjusted::
+default with one decider replaced or adjusted:
 
-    class NominalBatch(BatchingDecider):
-        def decide(self, draft):
-            super().decide(draft)
-            draft.decide("accumulate_grad_batches", 4, "accumulate to a nominal batch of 64")
+```python
+class NominalBatch(BatchingDecider):
+    def decide(self, draft):
+        super().decide(draft)
+        draft.decide("accumulate_grad_batches", 4, "accumulate to a nominal batch of 64")
 
-    class DetectionStrategy(DefaultStrategy):
-        name = "yolo-detection"
-        deciders = DefaultStrategy.replacing(batching=NominalBatch())
+class DetectionStrategy(DefaultStrategy):
+    name = "yolo-detection"
+    deciders = DefaultStrategy.replacing(batching=NominalBatch())
+```
 """
 
 from __future__ import annotations

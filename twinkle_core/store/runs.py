@@ -1,11 +1,13 @@
 """``RunStore``: where runs live — a catalogue plus each run's folder of artefacts.
 
-Layout under ``TWINKLE_HOME`` (any fsspec URL; default ``~/.twinkle``)::
+Layout under ``TWINKLE_HOME`` (any fsspec URL; default ``~/.twinkle``):
 
-    catalogue.sqlite                       (for a local home; see below)
-    runs/<user>/<project>/run<N>/          plan.json, data.json, logs/metrics.csv, curves.png,
-                                           checkpoints/{best,last}.ckpt, exports/
-    models/<name>/                         published models (model.json + files)
+```text
+catalogue.sqlite                       (for a local home; see below)
+runs/<user>/<project>/run<N>/          plan.json, data.json, logs/metrics.csv, curves.png,
+                                       checkpoints/{best,last}.ckpt, exports/
+models/<name>/                         published models (model.json + files)
+```
 
 SQLite needs a local file: when ``TWINKLE_HOME`` is remote (``s3://...``) the catalogue lives at
 ``$TWINKLE_CATALOGUE`` or, by default, in ``$XDG_CACHE_HOME/twinkle/``.

@@ -12,15 +12,17 @@ from twinkle_core.plugins import PluginInfo, get_plugin_set
 def registered_plugin(plugin: Any, name: str = "test-plugin") -> Iterator[PluginInfo]:
     """Register ``plugin`` (a module, class or object with hookimpls) as ``name`` inside the block.
 
-    Example::
+    For example:
 
-        class AcmePlugin:
-            @hookimpl
-            def register_algorithms(self, register):
-                register("acme-linear", "acme_mod:AcmeLinear", task="tabular_classification")
+    ```python
+    class AcmePlugin:
+        @hookimpl
+        def register_algorithms(self, register):
+            register("acme-linear", "acme_mod:AcmeLinear", task="tabular_classification")
 
-        with registered_plugin(AcmePlugin(), name="acme"):
-            assert "acme-linear" in list_algorithms()
+    with registered_plugin(AcmePlugin(), name="acme"):
+        assert "acme-linear" in list_algorithms()
+    ```
     """
     plugin_set = get_plugin_set()
     info = plugin_set.register(plugin, name=name)

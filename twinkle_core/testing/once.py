@@ -5,13 +5,15 @@ A session-scoped fixture runs once *per worker* under ``pytest -n 2``; ``once`` 
 the same folder. Whatever ``make`` writes there is read-only for the tests that use it (a test that changes a
 shared run copies it first: ``copy_of``).
 
-Example, in a plugin's ``conftest.py``::
+Example, in a plugin's ``conftest.py``:
 
-    @pytest.fixture(scope="session")
-    def digits_run(tmp_path_factory):
-        def train(folder):
-            Trainer("resnet18", hyperparams={"max_epochs": 3}, home=str(folder / "home")).fit(data=...)
-        return once(tmp_path_factory, "resnet18-digits", train)
+```python
+@pytest.fixture(scope="session")
+def digits_run(tmp_path_factory):
+    def train(folder):
+        Trainer("resnet18", hyperparams={"max_epochs": 3}, home=str(folder / "home")).fit(data=...)
+    return once(tmp_path_factory, "resnet18-digits", train)
+```
 """
 
 from __future__ import annotations

@@ -18,11 +18,13 @@ Training windows are ``lookback_window + pred_len`` bars z-scored with the look-
 ``FinancialDataProcessor`` windows); forecasting samples tokens after a context and
 decodes them (``KronosModel.predict``).
 
-Subclass it like any algorithm::
+Subclass it like any algorithm:
 
-    class MyKronos(KronosModel):
-        def __init__(self, n_heads: int = 8, d_model: int = 256) -> None:
-            super().__init__(n_heads=n_heads, d_model=d_model)
+```python
+class MyKronos(KronosModel):
+    def __init__(self, n_heads: int = 8, d_model: int = 256) -> None:
+        super().__init__(n_heads=n_heads, d_model=d_model)
+```
 """
 
 from __future__ import annotations
