@@ -21,6 +21,7 @@ import typing
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Literal, Union
 
 from twinkle_core.errors import HyperparameterError
@@ -237,6 +238,11 @@ def _coerce(annotation: Any, value: Any, finite: bool = True) -> Any:
         else:
             raise TypeError("expected a number")
         return _finite(number) if finite else number
+    if isinstance(annotation, type) and issubclass(annotation, Enum):  # a closed set of names: its member
+        try:
+            return annotation(value)
+        except ValueError:
+            raise ValueError(f"choose one of {', '.join(repr(m.value) for m in annotation)}") from None
     if annotation is str:
         if not isinstance(value, str):
             raise TypeError("expected a string")
@@ -266,6 +272,8 @@ def _type_name(annotation: Any) -> str:
         return f"{_type_name(base)} {' and '.join(_range_text(c) for c in constraints)}".strip()
     if origin is Literal:
         return " | ".join(repr(a) for a in typing.get_args(annotation))
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return " | ".join(repr(m.value) for m in annotation)
     if origin in (Union, types.UnionType):
         return " | ".join(_type_name(a) for a in typing.get_args(annotation))
     if annotation is type(None):

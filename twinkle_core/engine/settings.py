@@ -8,6 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal, Mapping
 from annotated_types import Ge
 
 from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, coerce, declared
+from twinkle_core.planning.plan import Distribution, Precision
 from twinkle_core.processes import DEFAULT_MAX_RESTARTS
 from twinkle_core.types import NonNegativeInt, PositiveFloat, PositiveInt
 
@@ -56,12 +57,11 @@ class TrainerSettings:
     max_epochs: Annotated[int, Ge(-1)] = 10
     max_steps: Annotated[int, Ge(-1)] = -1
     seed: NonNegativeInt = 0
-    precision: Literal["64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"] | None = None
+    precision: Precision | None = None
     accelerator: Literal["cpu", "cuda", "gpu", "mps"] | None = None
     devices: PositiveInt | None = None
     num_nodes: PositiveInt | None = None
-    strategy: Literal["auto", "ddp", "fsdp2", "deepspeed_stage_2", "deepspeed_stage_3", "deepspeed_stage_3_offload",
-                      "pipeline"] | None = None
+    strategy: Distribution | None = None
     num_workers: NonNegativeInt | None = None
     gradient_clip_val: PositiveFloat | None = None
     checkpoint_every_n_steps: PositiveInt | None = None

@@ -20,7 +20,7 @@ from twinkle_core.planning.deciders import (
 from twinkle_core.planning.estimate import ModelFacts, PlanningError, measure, measure_example
 from twinkle_core.planning.hardware import Hardware
 from twinkle_core.planning.layout import Layout, plan_layout
-from twinkle_core.planning.plan import Decision, Plan
+from twinkle_core.planning.plan import Decision, Distribution, Plan, Precision
 from twinkle_core.planning.strategy import DefaultStrategy, ResourceStrategy
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "Decision",
     "DefaultStrategy",
     "DevicesDecider",
+    "Distribution",
     "DistributionDecider",
     "Hardware",
     "Layout",
@@ -40,6 +41,7 @@ __all__ = [
     "PlanContext",
     "PlanDraft",
     "PlanningError",
+    "Precision",
     "PrecisionDecider",
     "ResourceStrategy",
     "LoaderWorkersDecider",

@@ -5,6 +5,31 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from twinkle_core.types import TextEnum
+
+
+class Precision(TextEnum):
+    """A Lightning precision: how the weights and the arithmetic are stored."""
+
+    FP64 = "64-true"
+    FP32 = "32-true"
+    FP16_MIXED = "16-mixed"
+    BF16_MIXED = "bf16-mixed"
+    FP16 = "16-true"
+    BF16 = "bf16-true"
+
+
+class Distribution(TextEnum):
+    """How training is spread over devices — Lightning's ``strategy``."""
+
+    AUTO = "auto"
+    DDP = "ddp"
+    FSDP2 = "fsdp2"
+    DEEPSPEED_STAGE_2 = "deepspeed_stage_2"
+    DEEPSPEED_STAGE_3 = "deepspeed_stage_3"
+    DEEPSPEED_STAGE_3_OFFLOAD = "deepspeed_stage_3_offload"
+    PIPELINE = "pipeline"
+
 
 @dataclass
 class Decision:
@@ -23,9 +48,11 @@ class Plan:
         accelerator: ``"cpu"`` or ``"cuda"``.
         devices: accelerators per node.
         num_nodes: machines.
-        precision: a Lightning precision (``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``).
-        strategy: ``"auto"``, ``"ddp"``, ``"fsdp2"`` (Lightning's ``ModelParallelStrategy``: FSDP2, on CPU or
-            GPU) or a DeepSpeed ZeRO stage (``"deepspeed_stage_3_offload"``; CUDA with the ``deepspeed`` extra).
+        precision: a Lightning precision (``Precision``: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ...).
+        strategy: the distribution (``Distribution``): ``"auto"``, ``"ddp"``, ``"fsdp2"`` (Lightning's
+            ``ModelParallelStrategy``: FSDP2, on CPU or GPU), a DeepSpeed ZeRO stage
+            (``"deepspeed_stage_3_offload"``; CUDA with the ``deepspeed`` extra) or ``"pipeline"``. Both are
+            text enums: each member equals its text (``plan.strategy == "ddp"``).
         micro_batch_size: samples per device per step.
         accumulate_grad_batches: micro-batches per optimizer step.
         effective_batch_size: samples per optimizer step (micro × accumulation × devices × nodes).
@@ -43,8 +70,8 @@ class Plan:
     accelerator: str
     devices: int
     num_nodes: int
-    precision: str
-    strategy: str
+    precision: Precision
+    strategy: Distribution
     micro_batch_size: int
     accumulate_grad_batches: int
     effective_batch_size: int
@@ -56,6 +83,15 @@ class Plan:
     estimates: dict[str, Any] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
     history_run: str | None = None
+
+    def __post_init__(self) -> None:
+        """Type ``precision`` and ``strategy`` given as text (a decider's, a stored plan's).
+
+        Raises:
+            ValueError: a precision or distribution that is not one of the members, naming them.
+        """
+        self.precision = _member(Precision, self.precision, "precision")
+        self.strategy = _member(Distribution, self.strategy, "strategy")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values."""
@@ -133,3 +169,10 @@ def _duration(seconds: float) -> str:
     if seconds >= 60:
         return f"{seconds / 60:.1f} min"
     return f"{seconds:.1f} s"
+
+
+def _member(kind: type[TextEnum], value: Any, name: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not one of {', '.join(repr(m.value) for m in kind)}") from None
