@@ -3,13 +3,15 @@ processes, token auth, a dashboard (the ``twinkle-core[serve]`` extra).
 
 - ``ServerConfig`` — how the server runs (address, auth, workers, limits, data roots, Ray address);
 - ``serve`` — run it; ``create_app`` — the ASGI app alone (tests, other servers);
-- ``JobQueue``, ``Accounts`` — the job table and the users, sessions and audit log;
+- ``JobQueue``, ``Accounts`` — the job table and the users, sessions and audit log (stored); ``User`` and how
+  tokens, sessions and CSRF tokens are made and checked: ``twinkle_core.serve.security``;
 - ``JobRequest`` — what a client submits; ``twinkle_core.client.Client`` submits it.
 """
 
-from twinkle_core.serve.accounts import Accounts, User
+from twinkle_core.serve.accounts import Accounts
 from twinkle_core.serve.config import DataAccessError, ServerConfig, check_data_uri
 from twinkle_core.serve.queue import FINAL_STATES, STATES, JobQueue, QueueFullError
+from twinkle_core.serve.security import User
 from twinkle_core.serve.submission import JobRequest
 
 __all__ = ["Accounts", "DataAccessError", "FINAL_STATES", "JobQueue", "JobRequest", "QueueFullError", "STATES",

@@ -1,30 +1,30 @@
-"""``Accounts``: the service's users, their tokens, browser sessions and the audit log (SQLite, beside the
-job table).
-
-A token is 32 random bytes (``tw_`` + URL-safe base64), shown once when the user is added; only its SHA-256 is
-stored, so the database gives nobody a usable token. A browser logs in with the token and gets a random
-session id in an HttpOnly, SameSite cookie; each session has its own CSRF token for the dashboard's forms.
+"""``Accounts``: where the service keeps its users, their tokens' digests, browser sessions and the audit log
+(SQLite, beside the job table). How tokens, sessions and CSRF tokens are made and checked is
+``twinkle_core.serve.security``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import re
-import secrets
 import sqlite3
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from twinkle_core.errors import TwinkleError
+from twinkle_core.serve.security import (
+    SESSION_SECONDS,
+    User,
+    digest,
+    new_csrf_token,
+    new_session_id,
+    new_token,
+    same_secret,
+)
 from twinkle_core.store.sqlite import Database
 
 USER_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 """A user name: lower-case letters, digits, ``_`` and ``-``, starting with a letter (it names a store folder)."""
-SESSION_SECONDS = 12 * 3600
-"""How long a dashboard login lasts."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (
@@ -51,20 +51,6 @@ CREATE TABLE IF NOT EXISTS audit (
 """
 
 
-@dataclass(frozen=True)
-class User:
-    """Who makes a request."""
-
-    name: str
-    admin: bool = False
-    csrf: str | None = None
-    """The session's CSRF token (browser sessions only)."""
-
-
-def _digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
 class Accounts:
     """Users, sessions and the audit log in the SQLite file ``path``."""
 
@@ -83,11 +69,11 @@ class Accounts:
         if not USER_NAME.match(name):
             raise TwinkleError(f"user name {name!r} is not allowed: use 1–32 lower-case letters, digits, '_' or '-', "
                                "starting with a letter")
-        token = "tw_" + secrets.token_urlsafe(32)
+        token = new_token()
         try:
             with self.db.connect() as conn:
                 conn.execute("INSERT INTO users (name, token_sha256, admin, created) VALUES (?, ?, ?, ?)",
-                             (name, _digest(token), int(admin), time.time()))
+                             (name, digest(token), int(admin), time.time()))
         except sqlite3.IntegrityError:
             raise TwinkleError(f"user {name!r} exists; give them a new token with 'twinkle users token {name}'") \
                 from None
@@ -95,9 +81,9 @@ class Accounts:
 
     def new_token(self, name: str) -> str:
         """Replace ``name``'s token (the old one stops working); returns the new one."""
-        token = "tw_" + secrets.token_urlsafe(32)
+        token = new_token()
         with self.db.connect() as conn:
-            changed = conn.execute("UPDATE users SET token_sha256 = ? WHERE name = ?", (_digest(token), name)).rowcount
+            changed = conn.execute("UPDATE users SET token_sha256 = ? WHERE name = ?", (digest(token), name)).rowcount
             conn.execute("DELETE FROM sessions WHERE user = ?", (name,))
         if not changed:
             raise TwinkleError(f"no user {name!r}; add one with 'twinkle users add {name}'")
@@ -120,17 +106,17 @@ class Accounts:
         if not token or len(token) > 200:
             return None
         with self.db.connect() as conn:
-            found = conn.execute("SELECT name, admin FROM users WHERE token_sha256 = ?", (_digest(token),)).fetchone()
+            found = conn.execute("SELECT name, admin FROM users WHERE token_sha256 = ?", (digest(token),)).fetchone()
         return User(found["name"], bool(found["admin"])) if found else None
 
     # ------------------------------------------------------------------ browser sessions
     def open_session(self, user: User) -> str:
         """A new session id for ``user`` (the cookie's value)."""
-        session = secrets.token_urlsafe(32)
+        session = new_session_id()
         with self.db.connect() as conn:
             conn.execute("DELETE FROM sessions WHERE expires < ?", (time.time(),))
             conn.execute("INSERT INTO sessions (id_sha256, user, csrf, expires) VALUES (?, ?, ?, ?)",
-                         (_digest(session), user.name, secrets.token_urlsafe(24), time.time() + SESSION_SECONDS))
+                         (digest(session), user.name, new_csrf_token(), time.time() + SESSION_SECONDS))
         return session
 
     def by_session(self, session: str) -> User | None:
@@ -140,18 +126,18 @@ class Accounts:
         with self.db.connect() as conn:
             found = conn.execute(
                 "SELECT s.user, s.csrf, u.admin FROM sessions s JOIN users u ON u.name = s.user "
-                "WHERE s.id_sha256 = ? AND s.expires >= ?", (_digest(session), time.time())).fetchone()
+                "WHERE s.id_sha256 = ? AND s.expires >= ?", (digest(session), time.time())).fetchone()
         return User(found["user"], bool(found["admin"]), found["csrf"]) if found else None
 
     def close_session(self, session: str) -> None:
         """Log a session out."""
         with self.db.connect() as conn:
-            conn.execute("DELETE FROM sessions WHERE id_sha256 = ?", (_digest(session),))
+            conn.execute("DELETE FROM sessions WHERE id_sha256 = ?", (digest(session),))
 
     @staticmethod
     def csrf_ok(user: User, given: str | None) -> bool:
         """Whether a form's CSRF token is the session's."""
-        return bool(user.csrf and given and hmac.compare_digest(user.csrf, given))
+        return same_secret(user.csrf, given)
 
     # ------------------------------------------------------------------ audit
     def audit(self, user: str, action: str, job: str | None = None, client: str | None = None,

@@ -9,12 +9,10 @@ algorithm's declared hyperparameters. Every form carries the session's CSRF toke
 
 from __future__ import annotations
 
-import hmac
 import html
 import json
 import os
 import re
-import secrets
 import time
 from typing import Annotated, Any
 
@@ -26,10 +24,18 @@ from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.serve.accounts import User
-from twinkle_core.serve.deps import SESSION_COOKIE, Service, client_address, optional_user, service
-from twinkle_core.serve.queue import STATES
+from twinkle_core.serve.deps import Service, Svc, client_address, optional_user, owned_job
+from twinkle_core.serve.queue import STATES, JobRow
 from twinkle_core.serve.records import list_files
+from twinkle_core.serve.security import (
+    LOGIN_CSRF_COOKIE,
+    SECURITY_HEADERS,
+    SESSION_COOKIE,
+    SESSION_SECONDS,
+    User,
+    new_csrf_token,
+    same_secret,
+)
 from twinkle_core.serve.streams import job_events
 from twinkle_core.serve.submission import JobRequest
 from twinkle_core.uris import run_uri
@@ -41,19 +47,6 @@ templates = Jinja2Templates(directory=os.path.join(HERE, "templates"))
 templates.env.filters["when"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "—"
 templates.env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, default=str)
 pages = APIRouter(include_in_schema=False)
-Svc = Annotated[Service, Depends(service)]
-LOGIN_CSRF_COOKIE = "twinkle_login_csrf"
-"""The login form's own CSRF cookie (path ``/login``; there is no session to tie a token to yet)."""
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-                               "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; "
-                               "form-action 'self'; object-src 'none'",
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-}
-"""Headers on every response of the service: no framing, no content-type sniffing, no script or form target but the
-server's own (styles may be inline: htmx and uPlot set them)."""
 
 
 class LoginRequired(Exception):
@@ -68,6 +61,16 @@ async def page_user(user: Annotated[User | None, Depends(optional_user)]) -> Use
 
 
 Viewer = Annotated[User, Depends(page_user)]
+"""The logged-in user of a page (the login page otherwise)."""
+
+
+def viewed_job(job_id: str, user: Viewer, svc: Svc) -> JobRow:
+    """The page's job, when the viewer may see it (404 otherwise, as in the API)."""
+    return owned_job(svc, user, job_id)
+
+
+ViewedJob = Annotated[JobRow, Depends(viewed_job)]
+"""The job ``{job_id}`` names, the viewer's (or any, for an admin)."""
 
 
 def csrf_token(request: Request, user: User) -> str:
@@ -77,7 +80,7 @@ def csrf_token(request: Request, user: User) -> str:
 
 def check_csrf(request: Request, user: User, given: str | None) -> None:
     """403 unless a form's CSRF token is the session's."""
-    if not given or not hmac.compare_digest(csrf_token(request, user), given):
+    if not same_secret(csrf_token(request, user), given):
         raise HTTPException(403, "the form's CSRF token is missing or stale; reload the page")
 
 
@@ -97,7 +100,7 @@ def login_page(request: Request, error: str | None = None) -> HTMLResponse:
 def _login_form(request: Request, error: str | None, status: int = 200) -> HTMLResponse:
     """The login form with a CSRF token of its own: one value in a cookie only this page sets and in the form (a
     page of another site can read neither, so it cannot log a browser in to an account of its choosing)."""
-    token = secrets.token_urlsafe(24)
+    token = new_csrf_token()
     response = _render(request, "login.html", None, status=status, error=error, login_csrf=token)
     response.set_cookie(LOGIN_CSRF_COOKIE, token, httponly=True, samesite="strict", max_age=3600, path="/login",
                         secure=request.url.scheme == "https")
@@ -109,14 +112,14 @@ def login(request: Request, svc: Svc, token: Annotated[str, Form(max_length=200)
           csrf: Annotated[str, Form(max_length=100)] = "") -> Response:
     """Exchange a token for a session cookie; the form's CSRF token must match its cookie (403 otherwise)."""
     expected = request.cookies.get(LOGIN_CSRF_COOKIE, "")
-    if not expected or not hmac.compare_digest(expected, csrf):
+    if not same_secret(expected, csrf):
         return _login_form(request, "this login form has expired or is not this server's; log in again", 403)
     user = svc.accounts.by_token(token.strip()) if svc.config.auth else None
     if user is None:
         return _login_form(request, "unknown token", 401)
     response = RedirectResponse("/", status_code=303)
     response.set_cookie(SESSION_COOKIE, svc.accounts.open_session(user), httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https", max_age=12 * 3600, path="/")
+                        secure=request.url.scheme == "https", max_age=SESSION_SECONDS, path="/")
     response.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
     return response
 
@@ -147,13 +150,6 @@ def jobs_page(request: Request, svc: Svc, user: Viewer, state: str | None = None
                    owner=owner or "", counts=svc.queue.counts(), workers=workers)
 
 
-def _visible(svc: Service, user: User, job_id: str) -> Any:
-    job = svc.queue.get(job_id) if len(job_id) <= 64 else None
-    if job is None or (job.user != user.name and not user.admin):
-        raise HTTPException(404, f"no job '{job_id}'")
-    return job
-
-
 def _run_details(svc: Service, run_uri: str | None) -> dict[str, Any] | None:
     if not run_uri:
         return None
@@ -174,9 +170,8 @@ def _run_details(svc: Service, run_uri: str | None) -> dict[str, Any] | None:
 
 
 @pages.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(job_id: str, request: Request, svc: Svc, user: Viewer) -> HTMLResponse:
+def job_page(job: ViewedJob, request: Request, svc: Svc, user: Viewer) -> HTMLResponse:
     """One job: state, why it waits, transitions, live output and curves, its run's details; cancel."""
-    job = _visible(svc, user, job_id)
     return _render(request, "job.html", user, job=job, pending=svc.queue.pending_reason(job, svc.workers_alive()),
                    run=_run_details(svc, job.run), request_json=json.dumps(job.request, indent=2))
 
@@ -194,9 +189,8 @@ def _page_event(name: str, payload: Any, cursor: str) -> dict[str, Any]:
 
 
 @pages.get("/jobs/{job_id}/stream", response_class=EventSourceResponse)
-async def job_stream(job_id: str, request: Request, svc: Svc, user: Viewer):  # noqa: ANN201 — a stream
+async def job_stream(job: ViewedJob, request: Request, svc: Svc):  # noqa: ANN201 — a stream
     """The job page's live events (htmx SSE); the log starts after what the page already shows."""
-    job = _visible(svc, user, job_id)
     cursor = request.headers.get("last-event-id") or request.query_params.get("from")
     async for event in job_events(svc, job.id, cursor, request, _page_event):
         yield ServerSentEvent(**event)
@@ -207,7 +201,7 @@ def cancel_form(job_id: str, request: Request, svc: Svc, user: Viewer,
                 csrf: Annotated[str, Form(max_length=100)] = "") -> Response:
     """Cancel from the job's page."""
     check_csrf(request, user, csrf)
-    _visible(svc, user, job_id)
+    owned_job(svc, user, job_id)
     job = svc.queue.request_cancel(job_id, user.name)
     svc.accounts.audit(user.name, "cancel", job_id, client_address(request), state=job.state, via="dashboard")
     return RedirectResponse(f"/jobs/{job_id}", status_code=303)
@@ -303,7 +297,7 @@ class SecurityHeaders:
 
 def mount_dashboard(app: FastAPI) -> None:
     """Add the pages, the static assets and the security headers (``SECURITY_HEADERS``) to ``app``."""
-    app.state.local_csrf = secrets.token_urlsafe(24)  # auth off: one token per server process
+    app.state.local_csrf = new_csrf_token()  # auth off: one token per server process
     app.include_router(pages)
     app.mount("/static", StaticFiles(directory=os.path.join(HERE, "static")), name="static")
     app.add_middleware(SecurityHeaders)

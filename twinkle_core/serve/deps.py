@@ -16,16 +16,13 @@ from fastapi.responses import FileResponse
 from fastapi.security import HTTPBearer
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.serve.accounts import Accounts, User
+from twinkle_core.serve.accounts import Accounts
 from twinkle_core.serve.config import ServerConfig, check_data_uri, check_hyperparameter_uris
 from twinkle_core.serve.queue import JobQueue, JobRow, finite
 from twinkle_core.serve.records import UnsafePathError, metric_rows, safe_file
+from twinkle_core.serve.security import SESSION_COOKIE, User
 from twinkle_core.serve.submission import check_request
 from twinkle_core.store.runs import RunStore, default_user
-
-SESSION_COOKIE = "twinkle_session"
-"""The dashboard's session cookie."""
-
 
 @dataclass
 class Service:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import typing
+from enum import Enum
 from typing import Any, Literal
 
 from twinkle_core.errors import TwinkleError
@@ -24,10 +25,12 @@ def _describe(hp: Any) -> dict[str, Any]:
 
 
 def _choices(annotation: Any) -> list[Any] | None:
-    """The values of a ``Literal`` (also inside ``X | None``)."""
+    """The values of a ``Literal`` or an ``Enum`` (also inside ``X | None``)."""
     for candidate in (annotation, *typing.get_args(annotation)):
         if typing.get_origin(candidate) is Literal:
             return list(typing.get_args(candidate))
+        if isinstance(candidate, type) and issubclass(candidate, Enum):
+            return [member.value for member in candidate]
     return None
 
 

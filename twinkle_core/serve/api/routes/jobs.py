@@ -8,6 +8,7 @@ from fastapi import Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from twinkle_core.serve.api.errors import error_response, resource_router
+from twinkle_core.serve.api.schemas import JobLogs, MetricRows
 from twinkle_core.serve.deps import Caller, OwnedJob, Svc, client_address, job_view, job_views, owned_job
 from twinkle_core.serve.queue import JobRow, JobState
 from twinkle_core.serve.records import read_log
@@ -54,7 +55,7 @@ def cancel(job_id: str, http: Request, user: Caller, svc: Svc) -> JobRow:
     return job_view(svc, job)
 
 
-@router.get("/jobs/{job_id}/logs", summary="A job's output")
+@router.get("/jobs/{job_id}/logs", summary="A job's output", response_model=JobLogs)
 def logs(job_id: str, user: Caller, svc: Svc, offset: Annotated[int, Query(ge=0, le=2**40)] = 0) -> dict[str, Any]:
     """Up to 64 KiB of the job's output from byte ``offset``; ``next_offset`` continues it."""
     owned_job(svc, user, job_id)
@@ -62,7 +63,7 @@ def logs(job_id: str, user: Caller, svc: Svc, offset: Annotated[int, Query(ge=0,
     return {"text": text, "offset": offset, "next_offset": after}
 
 
-@router.get("/jobs/{job_id}/metrics", summary="A job's metric rows")
+@router.get("/jobs/{job_id}/metrics", summary="A job's metric rows", response_model=MetricRows)
 def metrics(job_id: str, user: Caller, svc: Svc) -> dict[str, Any]:
     """Every metric row its run logged (``step``, ``epoch``, losses, validation metrics)."""
     job = owned_job(svc, user, job_id)

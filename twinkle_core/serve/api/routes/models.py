@@ -8,8 +8,9 @@ from typing import Any
 from fastapi import HTTPException
 from fastapi.responses import FileResponse
 
-from twinkle_core.serve.accounts import User
+from twinkle_core.serve.security import User
 from twinkle_core.serve.api.errors import resource_router
+from twinkle_core.serve.api.schemas import ModelDetail, ModelSummary
 from twinkle_core.serve.deps import Caller, Service, Svc, download, json_safe
 from twinkle_core.serve.records import list_files, published_models
 from twinkle_core.uris import store_owner
@@ -21,7 +22,7 @@ def _models(svc: Service, user: User) -> list[dict[str, Any]]:
     return [m for m in published_models(svc.config.home) if user.admin or store_owner(m.get("run")) == user.name]
 
 
-@router.get("/models", summary="Published models")
+@router.get("/models", summary="Published models", response_model=list[ModelSummary])
 def models(user: Caller, svc: Svc) -> list[dict[str, Any]]:
     """The caller's published models (``twinkle://models/NAME``), with their run, metrics and exports."""
     return json_safe(_models(svc, user))
@@ -34,7 +35,7 @@ def _owned_model(svc: Service, user: User, name: str) -> dict[str, Any]:
     return found
 
 
-@router.get("/models/{name}", summary="One published model")
+@router.get("/models/{name}", summary="One published model", response_model=ModelDetail)
 def model(name: str, user: Caller, svc: Svc) -> dict[str, Any]:
     """The model's record and files."""
     found = _owned_model(svc, user, name)

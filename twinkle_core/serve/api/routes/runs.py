@@ -8,13 +8,14 @@ from fastapi import Query
 from fastapi.responses import FileResponse
 
 from twinkle_core.serve.api.errors import resource_router
+from twinkle_core.serve.api.schemas import FileEntry, MetricRows, RunDetail, RunSummary
 from twinkle_core.serve.deps import Caller, Svc, download, json_safe, owned_run
 from twinkle_core.serve.records import list_files
 
 router = resource_router()
 
 
-@router.get("/runs", summary="List runs")
+@router.get("/runs", summary="List runs", response_model=list[RunSummary])
 def list_runs(user: Caller, svc: Svc, project: Annotated[str | None, Query(max_length=64)] = None,
               status: Annotated[str | None, Query(max_length=20)] = None,
               limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> list[dict[str, Any]]:
@@ -29,21 +30,21 @@ def _run_summary(record: Any) -> dict[str, Any]:
     return {"uri": record.uri, **{k: getattr(record, k) for k in keys}}
 
 
-@router.get("/runs/{owner}/{project}/{run}", summary="One run")
+@router.get("/runs/{owner}/{project}/{run}", summary="One run", response_model=RunDetail)
 def get_run(owner: str, project: str, run: str, user: Caller, svc: Svc) -> dict[str, Any]:
     """The run's record: hyperparameters, plan (with its decisions and estimates), metrics, measurements,
     alerts (restarts among them), checkpoints and exports."""
     return json_safe(owned_run(svc, user, owner, project, run).to_dict())
 
 
-@router.get("/runs/{owner}/{project}/{run}/metrics", summary="A run's metric rows")
+@router.get("/runs/{owner}/{project}/{run}/metrics", summary="A run's metric rows", response_model=MetricRows)
 def run_metrics(owner: str, project: str, run: str, user: Caller, svc: Svc) -> dict[str, Any]:
     """Every metric row the run logged."""
     record = owned_run(svc, user, owner, project, run)
     return {"run": record.uri, "rows": svc.run_metric_rows(record.uri)}
 
 
-@router.get("/runs/{owner}/{project}/{run}/files", summary="A run's files")
+@router.get("/runs/{owner}/{project}/{run}/files", summary="A run's files", response_model=list[FileEntry])
 def run_files(owner: str, project: str, run: str, user: Caller, svc: Svc) -> list[dict[str, Any]]:
     """Every artefact of the run: plan, data record, logs, curves, checkpoints, exports."""
     record = owned_run(svc, user, owner, project, run)

@@ -9,6 +9,7 @@ from fastapi import HTTPException, Request
 from fastapi import Path as PathParam
 
 from twinkle_core.serve.api.errors import resource_router
+from twinkle_core.serve.api.schemas import Upload, UploadEntry
 from twinkle_core.serve.deps import Caller, Svc, client_address
 from twinkle_core.serve.uploads import UPLOAD_NAME
 
@@ -20,6 +21,7 @@ router = resource_router()
 
 
 @router.put("/uploads/{name}", status_code=201, summary="Upload data (a file or an archive)",
+            response_model=Upload,
             max_body_size=1 << 40,  # the upload's own cap (max_upload_bytes) applies while it streams in
             openapi_extra={"requestBody": {"required": True, "description": "the file's bytes, sent as they are",
                                            "content": {"application/octet-stream": {
@@ -49,7 +51,7 @@ async def upload(name: UploadName, http: Request, user: Caller, svc: Svc) -> dic
     return {"name": os.path.basename(path), "data": path, "bytes": size}
 
 
-@router.get("/uploads", summary="Your uploads")
+@router.get("/uploads", summary="Your uploads", response_model=list[UploadEntry])
 def uploads(user: Caller, svc: Svc) -> list[dict[str, Any]]:
     """Each upload's name, server-side path (``data`` for a job), kind and size."""
     from twinkle_core.serve.uploads import list_uploads
