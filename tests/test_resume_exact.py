@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 from twinkle_core import RunStore
@@ -98,3 +99,34 @@ def test_resuming_from_an_epoch_end_checkpoint_is_bit_identical(twinkle_home, ca
         resumed = Trainer.from_checkpoint(path, mode="resume", verbose=False)
         resumed.fit()
         assert weights_digest(resumed.algorithm) == weights_digest(uninterrupted.algorithm), f"from epoch {epoch}"
+
+
+def test_a_stop_asked_on_an_epochs_last_batch_resumes_exactly(twinkle_home, cancer_csv) -> None:
+    """SIGTERM during an epoch's last batch (the service's 20-job test met it under load: a job stopped there
+    resumed to other weights). ``StopOnSigterm`` used to save there before Lightning counted the batch as done,
+    and the resume ran the batch again; now Lightning stops the run itself, its own checkpoint of that step
+    counting the batch, and the run resumes to the same weights as a run never stopped (the old save fails
+    this)."""
+    import lightning as L
+
+    from twinkle_core import Trainer
+    from twinkle_core.engine.stopping import StoppedBySignal
+    from twinkle_core.jobs.worker import weights_digest
+
+    hp = {"max_epochs": 3, "batch_size": 16, "checkpoint_every_n_steps": 4, "seed": 3, "progress_bar": False}
+
+    class SigtermOnTheLastBatch(L.Callback):  # a real SIGTERM, caught by Lightning's own handler
+        def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:  # noqa: ANN001
+            if trainer.current_epoch == 1 and batch_idx == trainer.num_training_batches - 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    uninterrupted = Trainer("tabular-mlp", hyperparams=hp, verbose=False)
+    uninterrupted.fit(str(cancer_csv))
+    stopped = Trainer("tabular-mlp", hyperparams=hp, verbose=False, callbacks=[SigtermOnTheLastBatch()])
+    with pytest.raises(StoppedBySignal) as info:
+        stopped.fit(str(cancer_csv))
+    assert info.value.step == 58  # 29 steps an epoch: stopped at the epoch's last step
+    (run,) = [r for r in RunStore().list() if r.status == "stopped"]
+    resumed = Trainer.from_checkpoint(run.uri, mode="resume", verbose=False)
+    resumed.fit()
+    assert weights_digest(resumed.algorithm) == weights_digest(uninterrupted.algorithm)

@@ -46,7 +46,11 @@ class StopOnSigterm(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         """Checkpoint, then raise ``StoppedBySignal`` (every rank: the save is collective) — only right
-        after an optimizer step, never with gradients half accumulated."""
-        if getattr(trainer, "received_sigterm", False) and trainer.global_step != self._step:
+        after an optimizer step, never with gradients half accumulated — and not after an epoch's last batch,
+        where this hook runs before Lightning counts the batch as done (a checkpoint saved here would make the
+        resume run it again). There Lightning stops the run itself right after the hook, its own last checkpoint
+        of that step counting the batch, and the run resumes from that."""
+        if getattr(trainer, "received_sigterm", False) and trainer.global_step != self._step \
+                and batch_idx + 1 < trainer.num_training_batches:
             trainer.save_checkpoint(self.last_path)
             raise StoppedBySignal(trainer.global_step, self.last_path)
