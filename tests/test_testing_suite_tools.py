@@ -135,35 +135,3 @@ def test_run_script_behaves_like_python_in_a_process_of_its_own(tmp_path: Path) 
     assert slow.returncode == -9 and "still running after 1 s" in slow.stderr
     module = run_script(["-m", "json.tool", "--help"], env=env)
     assert module.returncode == 0 and "usage:" in module.stdout
-
-
-def test_the_journeys_take_one_lane_until_core_is_done_then_two(tmp_path: Path) -> None:
-    """``make test`` runs the wheel journeys beside core's session: ``in_lanes`` starts only one journey at a time
-    until the flag file exists, then a second lane joins; every record comes back in the names' order, and a lane
-    that is still waiting when nothing is left to start ends instead of waiting forever."""
-    import threading
-    import time
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-    try:
-        from wheel_journeys import in_lanes
-    finally:
-        sys.path.pop(0)
-    flag, lock, running, most = tmp_path / "core-done", threading.Lock(), [0], [0]
-
-    def one(name: str) -> dict[str, object]:
-        with lock:
-            running[0] += 1
-            most[0] = max(most[0], running[0])
-        time.sleep(0.3)
-        with lock:
-            running[0] -= 1
-        if name == "b":
-            flag.touch()  # core's session ends while the second journey runs
-        return {"plugin": name, "flag_then": flag.exists()}
-
-    records = in_lanes(one, ["a", "b", "c", "d", "e"], 2, flag, poll=0.02)
-    assert [r["plugin"] for r in records] == ["a", "b", "c", "d", "e"]
-    assert [r["flag_then"] for r in records[:2]] == [False, True] and most[0] == 2  # one lane, then two
-    before = in_lanes(one, ["x"], 2, tmp_path / "never", poll=0.02)  # the waiting lane ends with the queue
-    assert before == [{"plugin": "x", "flag_then": True}]

@@ -1,6 +1,6 @@
 """The whole test suite, as ``make test`` runs it after the set-up, with its time reported (never asserted).
 
-Parts, each timed:
+Parts, in order, each timed:
 
 * **core** — the import layers (``lint-imports``), then twinkle-core's suite under pytest-xdist: two workers
   (``--dist loadgroup``), one torch thread each; tests marked ``processes`` share one worker, one at a time, and
@@ -8,11 +8,9 @@ Parts, each timed:
 * **docs** — the documentation site (``tests/test_docs_site.py``: the strict build, every page's code). Its tests
   run *inside* core's session, on the worker the ``processes`` group leaves free (run apart, that worker would idle
   while the other works through the group), so ``docs`` is the time its tests took within ``core``, not added to it;
-* **journeys** — each plugin from its wheel in a fresh venv (``tools/wheel_journeys.py``): its journey and its own
-  test suite. The wheels (``make dist``) build as core's session starts (their log: ``artifacts/dist.log``); the
-  journeys start as soon as they are built and run *beside* core's session, one at a time until it ends, then
-  two (core's ``processes`` tests mostly wait on the processes they start, leaving about half a core idle for
-  most of the session). Their output goes to ``artifacts/journeys.log`` and is printed after core's.
+* **journeys** — each plugin from its wheel in a fresh venv, two at a time (``tools/wheel_journeys.py``): its
+  journey and its own test suite. The wheels (``make dist``) build while core's session runs (its log:
+  ``artifacts/dist.log``).
 
 Every pytest run writes a JUnit XML file under ``artifacts/junit/``. At the end this prints one line::
 
@@ -29,7 +27,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -92,41 +89,20 @@ def main(argv: list[str] | None = None) -> int:
     bin_dir = Path(sys.executable).parent
     parts = {"install": (args.set_up_done - args.started) if args.set_up_done else 0.0}
     results = {}
-    dist_log, journeys_log = ARTIFACTS / "dist.log", ARTIFACTS / "journeys.log"
-    core_done = ARTIFACTS / ".core-done"
-    core_done.unlink(missing_ok=True)
+    dist_log = ARTIFACTS / "dist.log"
     with dist_log.open("w") as log:  # the wheels build beside core's session (a few seconds of CPU, mostly I/O)
         dist = subprocess.Popen(["make", "--no-print-directory", "dist"], cwd=ROOT, env=env, stdout=log,
                                 stderr=subprocess.STDOUT)
-    journeys: dict[str, object] = {"ok": False, "seconds": 0.0}
-
-    def run_journeys() -> None:
-        """Once the wheels are built: the journeys, one at a time while core's session runs, then two."""
-        if dist.wait() != 0:
-            return
-        started = time.monotonic()
-        with journeys_log.open("w") as log:
-            done = subprocess.run([sys.executable, "tools/wheel_journeys.py", "--junit", str(JUNIT),
-                                   "--one-lane-until", str(core_done)], cwd=ROOT, env=env, stdout=log,
-                                  stderr=subprocess.STDOUT)
-        journeys.update(ok=done.returncode == 0, seconds=time.monotonic() - started)
-
-    beside = threading.Thread(target=run_journeys, name="journeys")
-    beside.start()
     parts["core"], results["core"] = run_part("core and docs", [
         [str(bin_dir / "lint-imports")],
         pytest_command(JUNIT / "core.xml", "tests"),
     ], env)
-    core_done.touch()
-    print("== journeys (started beside core's session once the wheels were built; their output follows)", flush=True)
-    beside.join()
-    core_done.unlink(missing_ok=True)
-    if dist.returncode != 0:
+    started = time.monotonic()
+    if dist.wait() != 0:
         print(f"== make dist failed:\n{dist_log.read_text()[-5000:]}", flush=True)
-    else:
-        print(journeys_log.read_text(errors="replace"), flush=True)
-    parts["journeys"] = float(journeys["seconds"])  # type: ignore[arg-type]
-    results["journeys"] = bool(journeys["ok"]) and dist.returncode == 0
+    _, journeys_ok = run_part("journeys", [[sys.executable, "tools/wheel_journeys.py", "--junit", str(JUNIT)]], env)
+    parts["journeys"] = time.monotonic() - started  # the wait for the wheels, then the journeys
+    results["journeys"] = journeys_ok and dist.returncode == 0
     total = time.time() - args.started
     cases = junit_cases(sorted(JUNIT.glob("*.xml")))
     docs_cases = [c for c in cases if str(c["test"]).startswith(DOCS_TESTS)]
@@ -136,9 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "total_seconds": round(total, 1),
         "parts_seconds": {name: round(seconds, 1) for name, seconds in parts.items()},
-        "parts_note": "docs ran inside core's session: its seconds are part of core's; the journeys ran beside "
-                      "core's session from when the wheels were built (one at a time until it ended, then two): "
-                      "the parts overlap and do not add up to the total",
+        "parts_note": "docs ran inside core's session: its seconds are part of core's, not added to the total",
         "parts_ok": results,
         "tests": counts,
         "tests_per_suite": {suite: sum(1 for c in cases if c["suite"] == suite)

@@ -11,8 +11,7 @@ For each plugin (and for a project made by ``twinkle plugins new acme``) this
    the installed wheel.
 
 Two journeys run at a time (``--jobs``; the longest first), each test suite in one process: the machine CI runs
-on has two cores. ``make test`` starts them beside core's session, one at a time until that ends
-(``--one-lane-until``). It writes a summary (wheel sizes, install and run times, test counts) to ``--summary``, each
+on has two cores. It writes a summary (wheel sizes, install and run times, test counts) to ``--summary``, each
 suite's JUnit XML to ``--junit`` (when given), and exits non-zero when any step fails. ``make journeys`` runs it
 after ``make dist``; ``make test`` runs both.
 """
@@ -22,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
 import re
 import runpy
 import shutil
@@ -31,7 +29,7 @@ import sys
 import time
 import threading
 import tomllib
-from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from uv_sources import pip_sources
@@ -182,35 +180,6 @@ def scaffold_journey(dist_dir: Path, work: Path, uv: str, junit: Path | None = N
     return journey.record
 
 
-def in_lanes(one: Callable[[str], dict[str, object]], names: list[str], lanes: int,
-             one_lane_until: Path | None = None, poll: float = 1.0) -> list[dict[str, object]]:
-    """``one(name)`` for every name, ``lanes`` at a time, in the names' order (the longest first); the records in
-    that order. With ``one_lane_until``, every lane but the first waits until that file exists (or until no
-    journey is left to start): while core's session runs beside the journeys, one lane is what its idle time
-    can take (it looks for the file every ``poll`` seconds)."""
-    pending: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
-    for item in enumerate(names):
-        pending.put(item)
-    records: list[dict[str, object]] = [{} for _ in names]
-
-    def lane(first: bool) -> None:
-        while not first and one_lane_until is not None and not one_lane_until.exists() and not pending.empty():
-            time.sleep(poll)
-        while True:
-            try:
-                index, name = pending.get_nowait()
-            except queue.Empty:
-                return
-            records[index] = one(name)
-
-    threads = [threading.Thread(target=lane, args=(n == 0,), name=f"lane-{n}") for n in range(lanes)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return records
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the journeys named on the command line (default: all), two at a time, and write the summary."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -220,8 +189,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--summary", type=Path, default=ROOT / "artifacts" / "journeys.json")
     parser.add_argument("--junit", type=Path, default=None, help="a folder for each suite's JUnit XML")
     parser.add_argument("--jobs", type=int, default=2, help="journeys at a time (default 2: one per core)")
-    parser.add_argument("--one-lane-until", type=Path, default=None, metavar="FILE",
-                        help="one journey at a time until FILE exists (make test: while core's session runs)")
     parser.add_argument("--no-tests", action="store_true", help="the journeys only, not the plugins' test suites")
     args = parser.parse_args(argv)
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
@@ -244,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         say(name, json.dumps(record))
         return record
 
-    records = in_lanes(one, args.names, max(1, args.jobs), args.one_lane_until)
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        records = list(pool.map(one, args.names))
     failures = [str(r["plugin"]) for r in records if "error" in r]
     sizes = {p.name: p.stat().st_size for p in sorted(args.dist.glob("*")) if p.suffix in {".whl", ".gz"}}
     summary = {"dist": sizes, "journeys": records, "total_seconds": round(time.perf_counter() - started, 1)}
