@@ -441,6 +441,8 @@ def test_uploads_are_the_users_own_data_capped_and_unpacked_safely(home: Path, c
     assert not [p for p in (home / "uploads" / "alice").iterdir() if p.name.startswith(".")]  # no leftovers
     assert client.delete("/api/v1/uploads/set", headers=alice).status_code == 204
     assert client.delete("/api/v1/uploads/set", headers=alice).status_code == 404
+    gone = client.post("/api/v1/jobs", headers=alice, json={**JOB, "data": folder})  # a deleted upload: not found
+    assert gone.status_code == 404 and "is not among your uploads" in gone.json()["detail"]
     actions = [a["action"] for a in accounts.audit_log()]
     assert actions.count("upload") == 2 and "delete upload" in actions
 

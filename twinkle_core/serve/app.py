@@ -26,6 +26,7 @@ from twinkle_core.serve.deps import Service
 from twinkle_core.serve.queue import JobQueue, QueueFullError
 from twinkle_core.serve.strict_json import JSONTooLarge, validation_error
 from twinkle_core.store.runs import RunStore
+from twinkle_core.uris import DataNotFoundError
 
 class _App(FastAPI):
     """FastAPI with its body-size limit's plain-text 413 answered in JSON like every other error (the limit sits
@@ -55,6 +56,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.exception_handler(QueueFullError)
     def _full(request: Request, err: QueueFullError) -> JSONResponse:
         return JSONResponse({"detail": str(err)}, status_code=429)
+
+    @app.exception_handler(DataNotFoundError)
+    def _no_data(request: Request, err: DataNotFoundError) -> JSONResponse:
+        return JSONResponse({"detail": str(err)}, status_code=404)
 
     @app.exception_handler(DataAccessError)
     def _denied(request: Request, err: DataAccessError) -> JSONResponse:

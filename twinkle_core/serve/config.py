@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.uris import StorePathError, StoreURI, is_store_uri, store_owner
+from twinkle_core.uris import DataNotFoundError, StorePathError, StoreURI, is_store_uri, store_owner
 
 
 class DataAccessError(TwinkleError, PermissionError):
@@ -132,7 +132,7 @@ def check_data_uri(uri: str, config: ServerConfig, user: str | None = None) -> s
     store = os.path.realpath(config.home)
     if user is not None and _inside(real, os.path.join(store, "uploads", user)):  # the user's own uploads
         if not os.path.exists(real):
-            raise TwinkleError(f"data {uri!r} is not among your uploads (GET /api/v1/uploads lists them)")
+            raise DataNotFoundError(f"data {uri!r} is not among your uploads (GET /api/v1/uploads lists them)")
         return real
     private = [os.path.join(store, name) for name in STORE_FOLDERS]
     for root in roots:

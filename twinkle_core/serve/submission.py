@@ -31,13 +31,12 @@ class Resources(BaseModel):
     num_nodes: int | None = Field(default=None, ge=1, le=1024)
     backend: Literal["local", "ray"] | None = Field(default=None, description="ray: on the server's Ray cluster")
     ray_workers: int | None = Field(default=None, ge=1, le=1024, description="Ray Train workers (backend='ray')")
-    workers: int | None = Field(default=None, ge=1, le=1024, deprecated=True,
-                                description="the old name of ray_workers, accepted for this release")
 
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: Any) -> Any:
-        """``workers`` (the old name) becomes ``ray_workers``; both given is an error."""
+        """``workers`` (``ray_workers``' old name, accepted for this release and left out of the schema) becomes
+        ``ray_workers``; both given is an error."""
         if isinstance(data, dict) and data.get("workers") is not None:
             if data.get("ray_workers") is not None:
                 raise ValueError("workers is the old name of ray_workers; both are given: pass only ray_workers")

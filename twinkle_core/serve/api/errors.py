@@ -27,7 +27,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     400: error_response("a bad request: an unknown algorithm or hyperparameter, a bad value, a body that is not JSON"),
     401: error_response("no valid token ('Authorization: Bearer <token>')"),
     403: error_response("not allowed: data outside your roots, a write through a browser session, an admin's page"),
-    404: error_response("no such job, run, model, upload or algorithm — or not yours"),
+    404: error_response("no such job, run, model, upload or algorithm — or not yours; data a job names that does "
+                        "not exist"),
     413: error_response("the body is larger than the server's max_body_bytes (uploads: max_upload_bytes)"),
 }
 """The error answers every operation may give, each with ``ErrorBody`` (422 is FastAPI's own model)."""
