@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Any
 
 from annotated_types import Ge, Gt, Interval, Le, Lt
 
@@ -53,6 +53,18 @@ class TextEnum(str, Enum):
     def __str__(self) -> str:
         """The member's text."""
         return str(self.value)
+
+
+def plain(value: Any) -> Any:
+    """``value`` with every ``Enum`` member, also inside dicts, lists and tuples, replaced by its value: what
+    ``torch.load(weights_only=True)`` and JSON read back as they were written."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(item) for item in value)
+    return value
 
 
 __all__ = ["Fraction", "Ge", "Gt", "Interval", "Le", "Lt", "NonNegativeFloat", "NonNegativeInt", "PositiveFloat",

@@ -17,6 +17,7 @@ from twinkle_core.data.processor import DataProcessor
 from twinkle_core.engine.checkpoints import CheckpointError
 from twinkle_core.errors import UnknownComponentError
 from twinkle_core.lookup import get_component, list_components
+from twinkle_core.types import plain
 
 RECORD_VERSION = 2
 """The version ``CheckpointRecord`` writes (version 1 records still load)."""
@@ -62,8 +63,9 @@ class CheckpointRecord:
     version: int = RECORD_VERSION
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain values, as stored in the checkpoint."""
-        return asdict(self)
+        """Plain values, as stored in the checkpoint (an enum as its text: the checkpoint loads with
+        ``weights_only=True``, which unpickles no class of ours)."""
+        return plain(asdict(self))
 
     @classmethod
     def from_dict(cls, data: Any, uri: str) -> CheckpointRecord:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from enum import Enum
 from typing import Annotated, Any, ClassVar, Literal, Mapping
 
 from annotated_types import Ge
@@ -105,8 +106,9 @@ class TrainerSettings:
         return declared(cls.__init__, "trainer")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready values."""
-        return asdict(self)
+        """JSON-ready values — plain text for the enums (``precision``, ``strategy``), so that a checkpoint
+        holding them loads with ``weights_only=True``."""
+        return {key: str(value) if isinstance(value, Enum) else value for key, value in asdict(self).items()}
 
     def overrides(self) -> dict[str, Any]:
         """Choices that override the resource plan (those the user set)."""

@@ -94,8 +94,9 @@ class Plan:
         self.strategy = _member(Distribution, self.strategy, "strategy")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready values."""
-        return asdict(self)
+        """JSON-ready values — plain text for the enums, so that a checkpoint holding them loads with
+        ``weights_only=True``."""
+        return {**asdict(self), "precision": str(self.precision), "strategy": str(self.strategy)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
