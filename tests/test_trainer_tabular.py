@@ -183,3 +183,22 @@ def test_early_stopping_waits_for_the_algorithms_min_epochs(cancer_csv, twinkle_
     result = trainer.fit(data=str(cancer_csv))
     metrics = pd.read_csv(Path(result.run_dir) / "logs" / "metrics.csv")
     assert metrics["epoch"].max() + 1 == epochs
+
+
+def test_a_processor_is_prepared_with_a_context_and_still_takes_a_0_2_seed(cancer_csv) -> None:
+    """``prepare(uri, PrepareContext(seed=...))`` splits with the context's seed; a seed passed in the context's
+    place (0.2's ``prepare(uri, seed)``, e.g. a 0.2 subclass calling ``super().prepare(uri, seed)``) still splits
+    the same, with a ``DeprecationWarning``; another seed splits differently."""
+    import numpy as np
+
+    from twinkle_core.data import PrepareContext
+    from twinkle_core.data.tabular import TabularProcessor
+
+    processor = TabularProcessor(task="tabular_classification")
+    new = processor.prepare(str(cancer_csv), PrepareContext(seed=3))
+    with pytest.warns(DeprecationWarning, match="a seed in context's place is 0.2's call"):
+        old = processor.prepare(str(cancer_csv), 3)
+    other = processor.prepare(str(cancer_csv), PrepareContext(seed=4))
+    rows = lambda prepared: np.asarray([float(x[0]) for x, _ in prepared.val])  # noqa: E731
+    assert np.array_equal(rows(new), rows(old)) and not np.array_equal(rows(new), rows(other))
+    assert new.sample_counts() == {"train_samples": len(new.train), "val_samples": len(new.val)}

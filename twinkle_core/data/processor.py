@@ -149,12 +149,18 @@ class DataProcessor(ABC):
             twinkle_core.data.errors.DataError: (and its subclasses) naming the file, row or column.
         """
 
-    def context(self, given: PrepareContext | None = None) -> PrepareContext:
+    def context(self, given: PrepareContext | int | None = None) -> PrepareContext:
         """``given``, or — for a call without one — a context from this processor's 0.2-style attributes
-        (``home``, ``sharded``, ``model_input``; seed 0)."""
-        if given is not None:
+        (``home``, ``sharded``, ``model_input``; seed 0). An ``int`` is 0.2's positional seed
+        (``super().prepare(uri, seed)`` in a subclass written for 0.2): that seed, with a ``DeprecationWarning``."""
+        if isinstance(given, PrepareContext):
             return given
-        return PrepareContext(home=self.home, sharded=self.sharded, model_input=self.model_input)
+        seed = 0
+        if isinstance(given, int) and not isinstance(given, bool):
+            warnings.warn(f"{type(self).__name__}.prepare(uri, {given}): a seed in context's place is 0.2's call; "
+                          f"pass PrepareContext(seed={given})", DeprecationWarning, stacklevel=3)
+            seed = given
+        return PrepareContext(home=self.home, sharded=self.sharded, model_input=self.model_input, seed=seed)
 
     def cache_dir(self, *parts: str) -> str:
         """A folder for derived data under ``self.home`` (0.2's attribute): ``PrepareContext.cache_dir`` is the
