@@ -100,7 +100,8 @@ def validate(declared_params: dict[str, Hyperparameter], given: Any, owner: str,
 def with_new_names(values: Mapping[str, Any], renames: Mapping[str, str], owner: str = "") -> dict[str, Any]:
     """``values`` with each old name of ``renames`` (old → new) replaced by its new one, each with a
     ``DeprecationWarning`` that names the new one — the way a hyperparameter (or another keyword) keeps working
-    for a release after it is renamed. ``owner`` (what takes the name) is named in the messages.
+    for a release after it is renamed. ``owner`` (what takes the name) is named in the messages; an old name
+    holding ``None`` (a default, as an older run's record stores it) moves without a warning.
 
     Raises:
         HyperparameterError: an old name and its new one both given.
@@ -114,6 +115,8 @@ def with_new_names(values: Mapping[str, Any], renames: Mapping[str, str], owner:
             raise HyperparameterError(f"'{old}' is the old name of '{new}'{whose}; both are given: pass only {new}")
         value = out.pop(old)
         out[new] = value
+        if value is None:  # a default, as a record of an older run holds it: nothing was chosen, nothing to say
+            continue
         warnings.warn(f"'{old}' is renamed '{new}'{whose}: pass {new}={value!r} (the old name is accepted until the "
                       "next minor release)", DeprecationWarning, stacklevel=3)
     return out
