@@ -130,3 +130,33 @@ def test_a_stop_asked_on_an_epochs_last_batch_resumes_exactly(twinkle_home, canc
     resumed = Trainer.from_checkpoint(run.uri, mode="resume", verbose=False)
     resumed.fit()
     assert weights_digest(resumed.algorithm) == weights_digest(uninterrupted.algorithm)
+
+
+def test_a_rule_stop_on_an_epochs_last_batch_resumes_exactly(twinkle_home, cancer_csv) -> None:
+    """A budget or alert-rule stop (``stop_with_checkpoint``) asked after an epoch's last batch — the budget test
+    met it when the CPU budget ran out there, and its resume ended an epoch short — saves nothing at that point:
+    the epoch ends, its own checkpoint is the resume point, and the resumed run ends on the uninterrupted run's
+    step and weights."""
+    import lightning as L
+
+    from twinkle_core import Trainer
+    from twinkle_core.jobs.worker import weights_digest
+    from twinkle_core.ops.notify import stop_with_checkpoint
+
+    hp = {"max_epochs": 3, "batch_size": 16, "seed": 3, "progress_bar": False}
+
+    class StopOnTheLastBatch(L.Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
+            if trainer.current_epoch == 1 and batch_idx == trainer.num_training_batches - 1:
+                (run,) = RunStore().list(project="rule")
+                stop_with_checkpoint(trainer, RunStore().path(run.id, "checkpoints", "last.ckpt"))
+
+    uninterrupted = Trainer("tabular-mlp", hyperparams=hp, verbose=False)
+    uninterrupted.fit(str(cancer_csv))
+    stopped = Trainer("tabular-mlp", hyperparams=hp, project="rule", verbose=False, callbacks=[StopOnTheLastBatch()])
+    result = stopped.fit(str(cancer_csv))
+    assert torch.load(result.last_checkpoint, weights_only=True)["global_step"] == 58  # the epoch's end
+    resumed = Trainer.from_checkpoint(result.run_uri, mode="resume", verbose=False)
+    resumed.fit()
+    assert torch.load(resumed.result.last_checkpoint, weights_only=True)["global_step"] == 87
+    assert weights_digest(resumed.algorithm) == weights_digest(uninterrupted.algorithm)

@@ -49,7 +49,16 @@ def stop_with_checkpoint(trainer: L.Trainer, path: str) -> None:
 
     The run's own "last" checkpoint callbacks are switched off first: saving again when the loop winds down
     would record the interrupted epoch as complete, and a resume would skip the rest of it.
+
+    After an epoch's last training batch nothing is saved here: the hook runs before Lightning counts that batch,
+    so a resume would run it again. The epoch ends as usual and its own checkpoint (``path``, written by the
+    "last" callbacks) is where the run resumes.
     """
+    epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    last_batch = bool(getattr(getattr(epoch_loop, "batch_progress", None), "is_last_batch", False))
+    if last_batch and not getattr(trainer, "validating", False) and not getattr(trainer, "sanity_checking", False):
+        trainer.should_stop = True
+        return
     trainer.save_checkpoint(path)
     for callback in trainer.checkpoint_callbacks:
         if getattr(callback, "monitor", None) is None:  # the "last" ones; the best checkpoint stays
