@@ -14,6 +14,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from twinkle_core.ops.notify import after_an_epochs_last_batch
 from twinkle_core.processes import EXIT_STOPPED
 
 
@@ -51,6 +52,6 @@ class StopOnSigterm(L.Callback):
         resume run it again). There Lightning stops the run itself right after the hook, its own last checkpoint
         of that step counting the batch, and the run resumes from that."""
         if getattr(trainer, "received_sigterm", False) and trainer.global_step != self._step \
-                and batch_idx + 1 < trainer.num_training_batches:
+                and not after_an_epochs_last_batch(trainer):
             trainer.save_checkpoint(self.last_path)
             raise StoppedBySignal(trainer.global_step, self.last_path)

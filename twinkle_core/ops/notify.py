@@ -44,6 +44,14 @@ def run_notifier(store: RunStore, run_id: str, run_uri: str, webhook: str | None
     return notify
 
 
+def after_an_epochs_last_batch(trainer: Any) -> bool:
+    """Whether training is between an epoch's last batch and that epoch's end (its validation, its scheduler
+    step): a checkpoint saved there would not count the batch, and a resume would run it again."""
+    epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    last_batch = bool(getattr(getattr(epoch_loop, "batch_progress", None), "is_last_batch", False))
+    return last_batch and not getattr(trainer, "validating", False) and not getattr(trainer, "sanity_checking", False)
+
+
 def stop_with_checkpoint(trainer: L.Trainer, path: str) -> None:
     """Save the exact current state to ``path`` (last.ckpt), then stop training.
 
@@ -54,9 +62,7 @@ def stop_with_checkpoint(trainer: L.Trainer, path: str) -> None:
     so a resume would run it again. The epoch ends as usual and its own checkpoint (``path``, written by the
     "last" callbacks) is where the run resumes.
     """
-    epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
-    last_batch = bool(getattr(getattr(epoch_loop, "batch_progress", None), "is_last_batch", False))
-    if last_batch and not getattr(trainer, "validating", False) and not getattr(trainer, "sanity_checking", False):
+    if after_an_epochs_last_batch(trainer):
         trainer.should_stop = True
         return
     trainer.save_checkpoint(path)
