@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -30,12 +31,19 @@ def _session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     """Every test starts with a run store of its own (``TWINKLE_HOME`` in its temporary folder) and none of the
-    shell's Twinkle settings, so tests can run in any order and two at a time (pytest-xdist)."""
+    shell's Twinkle settings, so tests can run in any order and two at a time (pytest-xdist). The signal handlers
+    a test leaves behind are undone too: ``ray.init`` installs a SIGTERM handler that calls ``sys.exit``, and a later
+    test in the same worker that sends itself SIGTERM must meet Lightning's, not Ray's."""
     for var in (*_TWINKLE_VARS, *_OUTSIDE_VARS):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("TWINKLE_HOME", str(tmp_path / "twinkle-home"))
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for number, handler in handlers.items():
+        if signal.getsignal(number) is not handler:
+            signal.signal(number, handler)
 
 
 @pytest.fixture
