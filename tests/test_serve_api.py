@@ -362,6 +362,24 @@ def test_concurrent_workers_never_claim_a_job_twice(tmp_path: Path) -> None:
     assert queue.counts()["finished"] == 40
 
 
+def test_rows_read_again_are_not_parsed_again_yet_every_change_shows(tmp_path: Path) -> None:
+    """The queue keeps the parsed rows it has read (listing pages of jobs was a quarter of the API's time): a row
+    read again in the same values is not parsed again, a change to any column — also those that leave
+    ``updated`` alone (the process id, the run) — is read anew, and what one caller changes on its row (its
+    ``pending_reason``) no other caller sees."""
+    queue = JobQueue(str(tmp_path / "q.sqlite"))
+    job = queue.submit("alice", {"n": 1, "nested": {"lr": 0.1}})
+    assert queue.claim("w1", 30).id == job.id
+    first = queue.list()[0]
+    parsed = dict(queue._parsed)
+    assert queue.list()[0] == first and queue._parsed == parsed  # the same values: nothing parsed again
+    queue.set_process(job.id, "w1", 4242, run="twinkle://alice/default/run1")
+    again = queue.get(job.id)
+    assert (again.pid, again.run) == (4242, "twinkle://alice/default/run1")
+    first.pending_reason = "a caller's own view"
+    assert queue.list()[0].pending_reason is None and queue.list()[0].request == {"n": 1, "nested": {"lr": 0.1}}
+
+
 def test_a_server_restart_requeues_what_was_running(tmp_path: Path) -> None:
     queue = JobQueue(str(tmp_path / "q.sqlite"))
     running, waiting = queue.submit("alice", {"n": 1}), queue.submit("alice", {"n": 2})
