@@ -17,7 +17,9 @@ from twinkle_core.data import DataProcessor, DataSpec, PreparedData, data_finger
 * splitting: ``split_indices``; index files: ``write_index``, ``read_index``, ``is_index``,
   ``index_header``, ``read_array``;
 * sharded loading (data larger than memory, when ``PrepareContext.sharded`` says so):
-  ``ShardedRows``, ``DEFAULT_SHARD_ROWS``;
+  ``ShardedRows``, ``DEFAULT_SHARD_ROWS``; ``IndexedProcessor``, the base of processors that read their data
+  decoded in memory, memory-mapped from an index or streamed from one (a source's cached index, the two
+  sharded splits);
 * writing: ``atomic_write_bytes``, ``atomic_write_text`` (never a half-written file);
 * caches: ``DataProcessor.cache_dir`` (inside the store the run uses), ``local_cache_dir``;
 * errors: ``DataError`` and its subclasses, ``DataNotFoundError``.
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 _PUBLIC: dict[str, str] = {
     "DataProcessor": "twinkle_core.data.processor",
+    "IndexedProcessor": "twinkle_core.data.indexed",
     "PreparedData": "twinkle_core.data.processor",
     "PrepareContext": "twinkle_core.data.processor",
     "split_indices": "twinkle_core.data.processor",
@@ -77,6 +80,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from twinkle_core.data.fingerprint import Manifest, Reader, data_fingerprint, read_file, scan
     from twinkle_core.data.index import index_header, is_index, read_array, read_index, write_index
+    from twinkle_core.data.indexed import IndexedProcessor
     from twinkle_core.data.shards import DEFAULT_SHARD_ROWS, ShardedRows
     from twinkle_core.data.processor import DataProcessor, PrepareContext, PreparedData, split_indices
     from twinkle_core.data.spec import DataSpec, ModelInput

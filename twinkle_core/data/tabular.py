@@ -19,8 +19,9 @@ from twinkle_core.data.errors import (
 )
 from twinkle_core.data.fingerprint import read_file
 from twinkle_core.data.index import index_header, is_index, read_array, read_index, write_index
-from twinkle_core.data.processor import DataProcessor, PrepareContext, PreparedData, split_indices
-from twinkle_core.data.shards import DEFAULT_SHARD_ROWS, ShardedRows
+from twinkle_core.data.indexed import IndexedProcessor
+from twinkle_core.data.processor import PrepareContext, PreparedData, split_indices
+from twinkle_core.data.shards import DEFAULT_SHARD_ROWS
 from twinkle_core.data.spec import DataSpec
 from twinkle_core.types import Fraction, PositiveInt
 from twinkle_core.uris import filesystem, require_exists, suffix
@@ -60,7 +61,7 @@ class TabularRow:
         return x, torch.tensor(arrays["labels"][i], dtype=self.label_dtype)
 
 
-class TabularProcessor(DataProcessor):
+class TabularProcessor(IndexedProcessor):
     """Rows of numeric features and one label column, from CSV or Parquet at any URI.
 
     Features are every numeric column except the label (text columns are an error naming them: encode or
@@ -72,6 +73,8 @@ class TabularProcessor(DataProcessor):
 
     task = "tabular_classification"
     formats = ("csv", "parquet", "pq", "idx")
+    index_kind = "tables"
+    row_arrays = ("features", "labels")
 
     def __init__(
         self,
@@ -285,12 +288,13 @@ class TabularProcessor(DataProcessor):
             index = uri
         else:
             data, manifest = read_file(uri)
-            index = context.cache_dir("tables", f"{manifest.md5}-{self.task}-{self.label_column or 'auto'}.idx")
-            fs, path = filesystem(index)
-            if not fs.exists(path):
+
+            def build(url: str) -> None:
                 x, y, facts = self.decode(self.read_table(uri, data), uri)
-                write_index(index, {"features": x, "labels": y},
+                write_index(url, {"features": x, "labels": y},
                             {"task": self.task, "facts": facts, "fingerprint": f"md5:{manifest.md5}", "source": uri})
+
+            index = self.cached_index(context, f"{manifest.md5}-{self.task}-{self.label_column or 'auto'}.idx", build)
             del data
         header, _ = index_header(index)
         meta = header["meta"]
@@ -298,10 +302,7 @@ class TabularProcessor(DataProcessor):
         y = read_array(index, "labels")
         train_rows, val_rows = split_indices(len(y), self.val_fraction, seed, y if self.classification else None)
         decode = TabularRow(torch.long if self.classification else torch.float32)
-        train = ShardedRows(index, train_rows, ("features", "labels"), decode, seed=seed, shuffle=True, pad=True,
-                            shard_rows=self.shard_rows)
-        val = ShardedRows(index, val_rows, ("features", "labels"), decode, seed=seed, shuffle=False, pad=False,
-                          shard_rows=self.shard_rows)
+        train, val = self.sharded_splits(index, train_rows, val_rows, decode, decode, seed)
         sample = train.sample_arrays()  # statistics from evenly spaced training shards, not the whole data
         spec = self._spec(meta["facts"], int(header["arrays"]["features"]["shape"][1]), sample["features"],
                           sample["labels"])

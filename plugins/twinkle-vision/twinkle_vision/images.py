@@ -27,13 +27,12 @@ from torch.utils.data import Dataset
 
 from twinkle_core.data import (
     DataError,
-    DataProcessor,
     DataSpec,
     EmptyDataError,
+    IndexedProcessor,
     ModelInput,
     PrepareContext,
     PreparedData,
-    ShardedRows,
     data_fingerprint,
     filesystem,
     index_header,
@@ -115,11 +114,13 @@ class ImageRow:
         return self.transform(np.asarray(arrays["images"][i])), torch.tensor(int(arrays["labels"][i]))
 
 
-class ImageFolderProcessor(DataProcessor):
+class ImageFolderProcessor(IndexedProcessor):
     """One folder per class (ImageFolder layout) at any fsspec URI; see the module docstring."""
 
     task = "image_classification"
     formats = ()
+    index_kind = "images"
+    row_arrays = ("images", "labels")
 
     def __init__(self, image_size: PositiveInt | None = None, val_fraction: Fraction = 0.2, use_mmap: bool = False,
                  channels: int | None = None, shard_rows: PositiveInt = 1024, bad_files: BadFiles = "error",
@@ -259,11 +260,8 @@ class ImageFolderProcessor(DataProcessor):
 
     def _cached_index(self, uri: str, fingerprint: str, context: PrepareContext) -> str:
         model = context.model_input
-        url = context.cache_dir("images", f"{fingerprint.removeprefix('md5:')}-{self._layout_key(model)}.idx")
-        fs, path = filesystem(url)
-        if not fs.exists(path):
-            self.write_index(uri, url, model)
-        return url
+        return self.cached_index(context, f"{fingerprint.removeprefix('md5:')}-{self._layout_key(model)}.idx",
+                                 lambda url: self.write_index(uri, url, model))
 
     def _from_index(self, meta: dict[str, Any], images_shape: tuple[int, ...], uri: str) -> tuple[dict[str, Any], list[Decision]]:
         """The layout an index file was written with (an index built before layouts were stored: its shape)."""
@@ -341,10 +339,7 @@ class ImageFolderProcessor(DataProcessor):
         labels, split = read_array(index, "labels"), read_array(index, "split")
         train_rows, val_rows = self._split(split, labels, seed)
         fit, evaluation = self._transforms(layout)
-        train = ShardedRows(index, train_rows, ("images", "labels"), ImageRow(fit), seed=seed, shuffle=True, pad=True,
-                            shard_rows=self.shard_rows)
-        val = ShardedRows(index, val_rows, ("images", "labels"), ImageRow(evaluation), seed=seed, shuffle=False,
-                          pad=False, shard_rows=self.shard_rows)
+        train, val = self.sharded_splits(index, train_rows, val_rows, ImageRow(fit), ImageRow(evaluation), seed)
         sample = train.sample_arrays(2000)["images"]
         mean, std = self._statistics(ArrayImages(sample, np.zeros(len(sample), np.int64), np.arange(len(sample)),
                                                  evaluation))
