@@ -61,8 +61,16 @@ def test_twenty_jobs_from_two_users_survive_a_killed_worker_and_a_server_restart
     url = f"http://127.0.0.1:{port}"
     # a lease far longer than the server takes to see a worker die: the killed worker's job must come back through
     # the death path, not the lease
-    options = ("--workers", "2", "--lease", "60", "--grace", "30", "--poll", "0.2")
+    options = ("--workers", "2", "--lease", "60", "--grace", "30", "--poll", "0.2", "--api-processes", "2")
     server = twinkle_service.start(home, port, *options)  # the fixture kills what is left if the test fails
+
+    def api_processes() -> set[int]:  # the processes that answer, seen from 40 requests at once
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            return set(pool.map(lambda _: Client(url, tokens["alice"]).request("GET", "/server")["answered_by"],
+                                range(40)))
+
+    answering = wait_for(lambda: found if len(found := api_processes()) == 2 else None, 60, "two API processes")
+    assert server.pid in answering  # the server itself and one copy forked from it
 
     def submit(n: int) -> str:
         user = "alice" if n % 2 else "bob"
@@ -97,6 +105,7 @@ def test_twenty_jobs_from_two_users_survive_a_killed_worker_and_a_server_restart
     assert queued_before > 0, "the queue should not be empty before the restart"
     server.send_signal(signal.SIGTERM)
     assert server.wait(timeout=180) == 0, log.read_text()[-3000:]
+    assert not any(alive(pid) for pid in answering)  # the API copy stopped with it
     states = {r["state"] for r in db_rows(home, "SELECT state FROM jobs")}
     assert "running" not in states  # each running job went back to the queue at a checkpoint
     server = twinkle_service.start(home, port, *options)
@@ -145,8 +154,10 @@ def test_twenty_jobs_from_two_users_survive_a_killed_worker_and_a_server_restart
     full = RunStore(str(home)).get(jobs[done]["run"])
     full_result = json.loads(jobs[done]["result"])
     rows_before = len(pd.read_csv(Path(RunStore(str(home)).run_dir(full.id)) / "logs" / "metrics.csv"))
+    answering = api_processes()
     server.kill()
     server.wait(timeout=60)
+    wait_for(lambda: not any(alive(pid) for pid in answering), 30, "the API copy to die with the killed server")
     conn = sqlite3.connect(home / "serve" / "service.sqlite", timeout=30)
     with conn:  # what the kill leaves of the job: running, held by a worker that died with the server
         conn.execute("UPDATE jobs SET state = 'running', worker = 'w1-gone-1', lease_until = ?, finished = NULL, "

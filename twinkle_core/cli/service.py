@@ -45,13 +45,15 @@ def _home(home: str | None) -> str:
 @click.option("--training-nice", type=click.IntRange(0, 19), default=10, show_default=True,
               help="The niceness workers and their training run at, so the API and dashboard answer while every core "
                    "trains (0: the API's own priority).")
+@click.option("--api-processes", type=click.IntRange(1, 64),
+              help="Processes answering the API and dashboard, sharing one socket [default: one per core, at most 4].")
 @click.option("--fresh-processes", is_flag=True,
               help="Start each job in a new Python (sees upgraded code; ~10 s slower) instead of forking it from a "
                    "process that imported the Trainer once.")
 def serve(host: str, port: int, workers: int | None, home: str | None, no_auth: bool, data_roots: tuple[str, ...],
           max_running_per_user: int | None, max_queued_per_user: int, max_wall_clock: float | None,
           lease_seconds: float, grace_seconds: float, poll_seconds: float, max_upload_bytes: str,
-          ray_address: str | None, training_nice: int, fresh_processes: bool) -> None:
+          ray_address: str | None, training_nice: int, api_processes: int | None, fresh_processes: bool) -> None:
     """Serve training jobs: the API at /api/v1, the dashboard at /, local workers."""
     from twinkle_core.planning.hardware import parse_bytes
     from twinkle_core.serve import ServerConfig
@@ -67,7 +69,7 @@ def serve(host: str, port: int, workers: int | None, home: str | None, no_auth: 
                           max_wall_clock_seconds=max_wall_clock, lease_seconds=lease_seconds,
                           grace_seconds=grace_seconds, poll_seconds=poll_seconds,
                           max_upload_bytes=upload_limit, ray_address=ray_address, training_nice=training_nice,
-                          fresh_processes=fresh_processes)
+                          api_processes=api_processes, fresh_processes=fresh_processes)
     run_server(config, announce=lambda text: click.echo(text, err=True))
 
 

@@ -134,6 +134,15 @@ def template(extra: Sequence[str] = ()) -> Any:
     return context
 
 
+def start_template() -> None:
+    """Start this process's template now, without waiting for its imports and without a thread (so that this
+    process may still fork cleanly afterwards): it imports ``PRELOAD`` on another core meanwhile."""
+    from multiprocessing import forkserver
+
+    template()
+    forkserver.ensure_running()
+
+
 def _ready() -> None:
     """Forked from the template by ``warm_template``: nothing to do."""
 

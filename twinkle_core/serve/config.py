@@ -38,6 +38,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+MAX_DEFAULT_API_PROCESSES = 4
+"""The most API processes ``twinkle serve`` starts unless told (``--api-processes``)."""
+
+
 class ServerConfig(BaseModel):
     """Settings of one ``twinkle serve`` (every ``twinkle serve`` option)."""
 
@@ -60,6 +64,8 @@ class ServerConfig(BaseModel):
     ray_address: str | None = Field(default=None, description="hand jobs with backend='ray' to this Ray cluster")
     training_nice: int = Field(default=10, ge=0, le=19, description="the scheduling priority the workers and their "
                                "training run at, below the API's (0: the same): the API answers while every core trains")
+    api_processes: int | None = Field(default=None, ge=1, le=64, description="processes answering the API and the "
+                                      "dashboard on one socket (None: one per core, at most 4)")
     fresh_processes: bool = Field(default=False, description="start each job in a new interpreter (it sees code "
                                   "upgraded while the server runs) instead of forking it from a template process "
                                   "that imported the Trainer once (starts in under a second)")
@@ -70,6 +76,13 @@ class ServerConfig(BaseModel):
             raise TwinkleError(f"refusing to serve {self.host} without auth: anyone who reaches it could run jobs; "
                                "turn auth on (add users with 'twinkle users add NAME') or bind 127.0.0.1")
         return self
+
+    def api_process_count(self) -> int:
+        """How many processes answer the API: ``api_processes``, else one per core, at most
+        ``MAX_DEFAULT_API_PROCESSES``."""
+        if self.api_processes is not None:
+            return self.api_processes
+        return max(1, min(MAX_DEFAULT_API_PROCESSES, os.cpu_count() or 1))
 
     @property
     def db_path(self) -> str:

@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.jobs.launcher import ForkedWorker, signal_group, template
+from twinkle_core.jobs.launcher import ForkedWorker, die_with_parent_now, signal_group, start_template, template
 from twinkle_core.processes import describe_exit
 from twinkle_core.serve.config import ServerConfig
 from twinkle_core.serve.queue import JobQueue
@@ -180,7 +180,12 @@ def prepare(config: ServerConfig) -> tuple[Any, JobQueue]:
 
 
 def serve(config: ServerConfig, announce: Any = print) -> None:
-    """Run the service until SIGTERM/SIGINT (see the module's description)."""
+    """Run the service until SIGTERM/SIGINT (see the module's description).
+
+    The API is answered by ``config.api_process_count()`` processes accepting on one socket: this one and copies forked
+    from it once the app is built (one Python process answers on one core at a time, and a busy list of jobs
+    is CPU work). They share nothing but the socket and the store's SQLite files (WAL: readers never wait), hold
+    neither lock, die with this process, and are stopped before the workers."""
     import uvicorn
 
     from twinkle_core.imports import import_heavy
@@ -192,7 +197,9 @@ def serve(config: ServerConfig, announce: Any = print) -> None:
     with open(config_path, "w", encoding="utf-8") as handle:
         handle.write(config.model_dump_json(indent=2))
     pool = WorkerPool(config, count, config_path)
-    pool.start()  # the workers' template imports the Trainer meanwhile, on the other core
+    if count and not config.fresh_processes:
+        start_template()  # the workers' template imports the Trainer meanwhile, on the other core
+    api_children: list[int] = []
     try:
         # a submission is checked by building its Trainer: import it now, before the first request, not during
         # one (10-15 s of CPU on a small machine)
@@ -201,15 +208,75 @@ def serve(config: ServerConfig, announce: Any = print) -> None:
         # what is loaded now lives as long as the server: out of the collector's sight, a full collection does not
         # walk its half a million objects (about 0.3 s on a small machine) in the middle of requests
         gc.freeze()
-        server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
-                                               timeout_graceful_shutdown=3, access_log=False))
+        settings = uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
+                                  timeout_graceful_shutdown=3, access_log=False)
+        sock = settings.bind_socket()
+        api_children = [_fork_api_process(settings, sock, lock) for _ in range(config.api_process_count() - 1)]
+        pool.start()  # after the forks: this process has no other thread yet when it forks
         received: list[int] = []
         for signum in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal it shut down on: land here
             signal.signal(signum, lambda sig, frame: received.append(sig))
-        announce(f"Twinkle serves http://{config.host}:{config.port}/ (API /api/v1, docs /docs) with {count} "
-                 f"worker(s) — {why}; auth {'on' if config.auth else 'off'}; store {config.home}")
-        server.run()
+        announce(f"Twinkle serves http://{config.host}:{config.port}/ (API /api/v1, docs /docs; "
+                 f"{len(api_children) + 1} API process(es)) with {count} worker(s) — {why}; "
+                 f"auth {'on' if config.auth else 'off'}; store {config.home}")
+        uvicorn.Server(settings).run(sockets=[sock])
     finally:
+        _stop_api_processes(api_children)
         announce("Twinkle: stopping the workers (running jobs save a checkpoint and go back to the queue)")
         pool.stop()
         lock.close()
+
+
+def _fork_api_process(settings: Any, sock: Any, lock: Any) -> int:
+    """Fork a process that answers the API on ``sock`` until SIGTERM or its parent's death; returns its pid."""
+    import uvicorn
+
+    parent = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        die_with_parent_now(signal.SIGKILL)  # it holds no state: a server killed outright takes it along
+        if os.getppid() != parent:
+            os._exit(0)
+        lock.close()  # the server lock is the server's: a restarted server must not wait for this copy
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_DFL)  # uvicorn installs its own, and re-raises the one it stopped on
+        uvicorn.Server(settings).run(sockets=[sock])
+        code = 0
+    except BaseException:  # noqa: BLE001 — say why, then leave without running the parent's clean-up
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _stop_api_processes(pids: list[int], timeout: float = 10.0) -> None:
+    """SIGTERM the forked API processes (they finish the requests in flight), wait, then SIGKILL what is left."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    waiting = set(pids)
+    while waiting:
+        for pid in list(waiting):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                waiting.discard(pid)
+        if waiting and time.monotonic() > deadline:
+            for pid in waiting:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+            break
+        if waiting:
+            time.sleep(0.05)

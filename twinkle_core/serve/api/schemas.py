@@ -33,6 +33,8 @@ class ServerInfo(BaseModel):
     ray: bool = Field(description="whether jobs with backend='ray' go to the server's Ray cluster")
     workers: int = Field(description="worker processes alive now")
     jobs: dict[str, int] = Field(description="jobs per state")
+    api_processes: int = Field(description="processes answering the API on the server's socket")
+    answered_by: int = Field(description="the process id of the API process that answered this request")
 
 
 class Me(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from fastapi import HTTPException
@@ -26,7 +27,8 @@ async def health() -> dict[str, str]:
 @router.get("/server", summary="The server's limits, workers and queue", response_model=ServerInfo)
 async def server_info(user: Caller, svc: Svc) -> dict[str, Any]:
     """Limits, data roots, live workers and jobs per state."""
-    return {**svc.config.public(), "workers": svc.workers_alive(), "jobs": svc.queue.counts()}
+    return {**svc.config.public(), "workers": svc.workers_alive(), "jobs": svc.queue.counts(),
+            "api_processes": svc.config.api_process_count(), "answered_by": os.getpid()}
 
 
 @router.get("/me", summary="Who the token belongs to", response_model=Me)
