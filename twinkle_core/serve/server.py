@@ -204,6 +204,7 @@ def serve(config: ServerConfig, announce: Any = print) -> None:
         # a submission is checked by building its Trainer: import it now, before the first request, not during
         # one (10-15 s of CPU on a small machine)
         import_heavy("twinkle_core.trainer")
+        _warm_submission_check(config)
         app = create_app(config)
         # what is loaded now lives as long as the server: out of the collector's sight, a full collection does not
         # walk its half a million objects (about 0.3 s on a small machine) in the middle of requests
@@ -225,6 +226,18 @@ def serve(config: ServerConfig, announce: Any = print) -> None:
         announce("Twinkle: stopping the workers (running jobs save a checkpoint and go back to the queue)")
         pool.stop()
         lock.close()
+
+
+def _warm_submission_check(config: ServerConfig) -> None:
+    """Check one submission of a built-in algorithm now, before the API processes are forked: the first check in a
+    process finds the plugins and builds their settings' models (about a second), which each forked copy would
+    otherwise do again during its first submission. A failure here is not the server's: it is left to requests."""
+    from twinkle_core.serve.submission import JobRequest, check_request
+
+    try:
+        check_request(JobRequest(algorithm="tabular-mlp", data="warm-up.csv"), config.home)
+    except Exception:  # noqa: BLE001, S110 — a warm-up only
+        pass
 
 
 def _fork_api_process(settings: Any, sock: Any, lock: Any) -> int:
