@@ -1,5 +1,5 @@
-"""``twinkle serve``: the API (uvicorn) in this process, and a pool of local worker processes that it keeps
-at strength (a worker that dies is replaced).
+"""``twinkle serve``: the API (uvicorn) in this process and in copies forked from it (``--api-processes``, one
+socket), and a pool of local worker processes that it keeps at strength (a worker that dies is replaced).
 
 Start-up order makes a restart lose nothing: take the server lock (one server per store), wait until every
 worker of a previous server has let go of its job (they hold ``workers.lock`` shared; a server killed with
