@@ -58,3 +58,30 @@ def test_a_forked_worker_has_its_own_group_and_stops_at_a_checkpoint_on_sigterm(
     assert process.wait(timeout=120) == 143, (folder / "log.txt").read_text()[-3000:]
     stopped = read_json(str(folder), "stopped.json")
     assert stopped is not None and stopped["step"] > 0 and Path(stopped["checkpoint"]).exists()
+
+
+def test_a_niced_job_in_a_session_of_its_own_stays_below_the_api() -> None:
+    """A service job's training process runs in a session of its own, and Linux shares the CPU fairly between
+    sessions (autogroups) whatever a process's niceness — two niced jobs halved the API's throughput. A process
+    that starts its session as a job does (``become_fresh``) gives the session its niceness, so it still yields to
+    the API's session (bench/service.py, reads while two jobs train)."""
+    from twinkle_core.jobs.launcher import become_fresh
+
+    if not os.path.exists("/proc/self/autogroup"):
+        pytest.skip("this kernel has no autogroups: niceness alone already counts")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a service worker (niced) forking a job's training process
+        try:
+            os.close(read)
+            os.nice(7)
+            become_fresh(dict(os.environ), None, None)
+            with open("/proc/self/autogroup", encoding="ascii") as handle:
+                os.write(write, handle.read().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        group = answer.read()
+    os.waitpid(pid, 0)
+    assert group.strip().endswith("nice 7"), group

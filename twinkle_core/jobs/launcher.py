@@ -107,7 +107,8 @@ def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_w
             return subprocess.Popen([sys.executable, "-m", WORKER_MODULE, folder], env=env, stdout=out,
                                     stderr=subprocess.STDOUT if out else None, stdin=subprocess.DEVNULL,
                                     start_new_session=True,
-                                    preexec_fn=die_with_parent_now if die_with_parent else None)
+                                    preexec_fn=_new_session_keeping_niceness(
+                                        die_with_parent_now if die_with_parent else None))
         finally:
             if out:
                 out.close()
@@ -182,6 +183,35 @@ def signal_group(pid: int, signum: int) -> None:
         pass
 
 
+def keep_niceness_in_new_session() -> None:
+    """In a process that has just started a session of its own (``setsid``): give the session's scheduling group the
+    process's niceness. Linux puts each session in a group of its own (autogroup) and shares the CPU fairly between
+    groups whatever their processes' niceness, so a niced training process in a session of its own would take as
+    much CPU as the service's whole API (two jobs training halved its throughput); the group's niceness
+    (``/proc/self/autogroup``, see sched(7)) is what counts between groups. Nothing happens where there is no
+    autogroup or the process is not niced."""
+    niceness = os.nice(0)
+    if niceness <= 0:
+        return
+    try:
+        with open("/proc/self/autogroup", "w", encoding="ascii") as handle:
+            handle.write(str(niceness))
+    except OSError:  # no autogroup (not Linux, or the kernel's scheduler has it off)
+        pass
+
+
+def _new_session_keeping_niceness(then: Any = None) -> Any:
+    """A ``preexec_fn`` for ``Popen(start_new_session=True)``: the session's group keeps the niceness, then
+    ``then()`` (when given) runs."""
+
+    def run() -> None:
+        keep_niceness_in_new_session()
+        if then is not None:
+            then()
+
+    return run
+
+
 def become_fresh(env: dict[str, str], stdout: str | None, stderr: str | None, cwd: str | None = None,
                  new_session: bool = True, die_with_parent: bool = False) -> None:
     """In a process forked from a template: set it up as ``python`` started with ``env`` in ``cwd`` would be.
@@ -193,6 +223,7 @@ def become_fresh(env: dict[str, str], stdout: str | None, stderr: str | None, cw
     """
     if new_session:
         os.setsid()
+        keep_niceness_in_new_session()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # what a fresh interpreter starts with, whatever the process it
     signal.signal(signal.SIGINT, signal.default_int_handler)  # was forked from had set (a service worker's stop)
     if die_with_parent:
