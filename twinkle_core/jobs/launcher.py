@@ -107,8 +107,8 @@ def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_w
             return subprocess.Popen([sys.executable, "-m", WORKER_MODULE, folder], env=env, stdout=out,
                                     stderr=subprocess.STDOUT if out else None, stdin=subprocess.DEVNULL,
                                     start_new_session=True,
-                                    preexec_fn=_new_session_keeping_niceness(
-                                        die_with_parent_now if die_with_parent else None))
+                                    preexec_fn=_new_session_dying_with_parent if die_with_parent
+                                    else keep_niceness_in_new_session)
         finally:
             if out:
                 out.close()
@@ -200,16 +200,10 @@ def keep_niceness_in_new_session() -> None:
         pass
 
 
-def _new_session_keeping_niceness(then: Any = None) -> Any:
-    """A ``preexec_fn`` for ``Popen(start_new_session=True)``: the session's group keeps the niceness, then
-    ``then()`` (when given) runs."""
-
-    def run() -> None:
-        keep_niceness_in_new_session()
-        if then is not None:
-            then()
-
-    return run
+def _new_session_dying_with_parent() -> None:
+    """A ``preexec_fn`` for ``Popen(start_new_session=True)``: keep the niceness, and die with the parent."""
+    keep_niceness_in_new_session()
+    die_with_parent_now()
 
 
 def become_fresh(env: dict[str, str], stdout: str | None, stderr: str | None, cwd: str | None = None,

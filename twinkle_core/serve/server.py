@@ -123,16 +123,22 @@ class WorkerPool:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=120)  # a worker being started is in self.processes once it has started
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.config.grace_seconds + 15
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes(list(self.processes.values()), self.config.grace_seconds + 15)
+
+
+def stop_processes(processes: list[subprocess.Popen[bytes] | ForkedWorker], timeout: float) -> None:
+    """SIGTERM each of ``processes`` still running, wait for them together up to ``timeout`` seconds, then
+    SIGKILL what is left."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _gpu_count() -> int:
@@ -199,7 +205,7 @@ def serve(config: ServerConfig, announce: Any = print) -> None:
     pool = WorkerPool(config, count, config_path)
     if count and not config.fresh_processes:
         start_template()  # the workers' template imports the Trainer meanwhile, on the other core
-    api_children: list[int] = []
+    api_children: list[ForkedWorker] = []
     try:
         # a submission is checked by building its Trainer: import it now, before the first request, not during
         # one (10-15 s of CPU on a small machine)
@@ -222,7 +228,7 @@ def serve(config: ServerConfig, announce: Any = print) -> None:
                  f"auth {'on' if config.auth else 'off'}; store {config.home}")
         uvicorn.Server(settings).run(sockets=[sock])
     finally:
-        _stop_api_processes(api_children)
+        stop_processes(api_children, 10.0)  # they finish the requests in flight
         announce("Twinkle: stopping the workers (running jobs save a checkpoint and go back to the queue)")
         pool.stop()
         lock.close()
@@ -240,56 +246,24 @@ def _warm_submission_check(config: ServerConfig) -> None:
         pass
 
 
-def _fork_api_process(settings: Any, sock: Any, lock: Any) -> int:
-    """Fork a process that answers the API on ``sock`` until SIGTERM or its parent's death; returns its pid."""
+def _fork_api_process(settings: Any, sock: Any, lock: Any) -> ForkedWorker:
+    """Fork a process that answers the API on ``sock`` until SIGTERM or this process's death."""
+    import multiprocessing
+
+    process = multiprocessing.get_context("fork").Process(target=_serve_api, args=(settings, sock, lock, os.getpid()),
+                                                          name="twinkle-api", daemon=False)
+    process.start()
+    return ForkedWorker(process, "api")
+
+
+def _serve_api(settings: Any, sock: Any, lock: Any, parent: int) -> None:
+    """The forked API process: uvicorn on the server's socket."""
     import uvicorn
 
-    parent = os.getpid()
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
-        die_with_parent_now(signal.SIGKILL)  # it holds no state: a server killed outright takes it along
-        if os.getppid() != parent:
-            os._exit(0)
-        lock.close()  # the server lock is the server's: a restarted server must not wait for this copy
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, signal.SIG_DFL)  # uvicorn installs its own, and re-raises the one it stopped on
-        uvicorn.Server(settings).run(sockets=[sock])
-        code = 0
-    except BaseException:  # noqa: BLE001 — say why, then leave without running the parent's clean-up
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        os._exit(code)
-
-
-def _stop_api_processes(pids: list[int], timeout: float = 10.0) -> None:
-    """SIGTERM the forked API processes (they finish the requests in flight), wait, then SIGKILL what is left."""
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout
-    waiting = set(pids)
-    while waiting:
-        for pid in list(waiting):
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done = pid
-            if done:
-                waiting.discard(pid)
-        if waiting and time.monotonic() > deadline:
-            for pid in waiting:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-                except (ProcessLookupError, ChildProcessError):
-                    pass
-            break
-        if waiting:
-            time.sleep(0.05)
+    die_with_parent_now(signal.SIGKILL)  # it holds no state: a server killed outright takes it along
+    if os.getppid() != parent:
+        return
+    lock.close()  # the server lock is the server's: a restarted server must not wait for this copy
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)  # uvicorn installs its own, and re-raises the one it stopped on
+    uvicorn.Server(settings).run(sockets=[sock])
