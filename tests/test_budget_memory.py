@@ -66,7 +66,7 @@ def test_one_slow_step_past_both_thresholds_still_alerts_before_it_stops(tmp_pat
 
     times = iter([0.0, 0.1, 2.0])  # start, a step at 10 %, then one step that ends at 200 %
     plan = SimpleNamespace(accelerator="cpu", devices=1, num_nodes=1, torch_threads=1)
-    alerts: list[dict] = []
+    alerts: list = []
     guard = BudgetGuard(BudgetConfig(max_cpu_hours=1 / 3600, cloud_provider="aws"), plan, alerts.append,
                         str(tmp_path / "last.ckpt"), clock=lambda: next(times))
     trainer = SimpleNamespace(current_epoch=0, global_step=1, should_stop=False, checkpoint_callbacks=[],
@@ -76,7 +76,7 @@ def test_one_slow_step_past_both_thresholds_still_alerts_before_it_stops(tmp_pat
     guard.on_train_batch_end(trainer, None, None, None, 0)
     assert alerts == []
     guard.on_train_batch_end(trainer, None, None, None, 1)
-    assert [a["action"] for a in alerts] == ["log", "stop"] and trainer.should_stop
+    assert [a.action for a in alerts] == ["log", "stop"] and trainer.should_stop
 
 
 def test_forecast_warns_before_training(twinkle_home, cancer_csv) -> None:

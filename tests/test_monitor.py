@@ -118,3 +118,20 @@ def test_unknown_metric_is_reported(twinkle_home, cancer_csv) -> None:
     trainer.monitor(alert_rules={"f1": "< 0.5"})
     (alert,) = trainer.fit(str(cancer_csv)).alerts
     assert alert["kind"] == "missing_metric" and "metric 'f1' is not logged" in alert["message"]
+
+
+def test_an_alert_is_typed_and_stored_as_the_flat_json_readers_know() -> None:
+    """``Alert`` types kind and action (text given is converted, an unknown kind is refused), stores only the
+    fields it has plus its details, flat, and reads back from that JSON; a missing metric never stops training."""
+    from twinkle_core.ops.alerts import Alert, AlertAction, AlertKind
+
+    stop = Alert("budget", "stop", "budget max_cost reached", rule="max_cost reached", step=7,
+                 details={"limit": "max_cost", "fraction": 1.02})
+    stored = stop.to_dict()
+    assert stored == {"kind": "budget", "action": "stop", "message": "budget max_cost reached",
+                      "rule": "max_cost reached", "step": 7, "limit": "max_cost", "fraction": 1.02}
+    assert json.loads(json.dumps(stored)) == stored and Alert.from_dict(stored) == stop
+    assert stop.kind is AlertKind.BUDGET and stop.stops_training
+    assert not Alert(AlertKind.MISSING_METRIC, AlertAction.STOP, "metric 'f1' is not logged").stops_training
+    with pytest.raises(ValueError, match="'loud'"):
+        Alert("loud", "log", "?")

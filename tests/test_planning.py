@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from twinkle_core import Trainer
-from twinkle_core.planning import DefaultStrategy, Hardware, ModelFacts, PlanContext, measure
+from twinkle_core.planning import DefaultStrategy, Hardware, ModelFacts, PastRun, PlanContext, measure
 
 GB = 10**9
 CPU = Hardware("cpu", 1, "cpu", 24 * GB, False, False, 2, 24 * GB)
@@ -125,6 +125,20 @@ def test_history_supplies_measurements() -> None:
     p = plan(history=history)
     assert p.history_run == "u/p/run3" and p.micro_batch_size == 16 and p.accumulate_grad_batches == 2
     assert p.estimates["estimated_seconds"] == 100.0 and p.estimates["estimate_source"] == "u/p/run3"
+
+
+def test_past_runs_are_typed_and_the_micro_batch_names_the_run_that_measured_it() -> None:
+    """A strategy reads ``PastRun`` fields (records given as dicts, as before 0.3, convert); the micro-batch
+    reused is the newest one measured, and its decision names that run, not merely the newest run."""
+    history = [PastRun("u/p/run9", seconds_per_sample=0.002),
+               {"id": "u/p/run5", "measured": {"micro_batch_size": 8, "seconds_per_sample": 0.004}}]
+    context = PlanContext(algorithm_name="algo", task="image_classification", facts=facts(1e6), data_bytes=10**6,
+                          train_samples=10_000, batch_size=32, effective_batch_size=None, max_epochs=10,
+                          hardware=CPU, history=history)
+    assert context.history[1] == PastRun("u/p/run5", 8, 0.004, {"micro_batch_size": 8, "seconds_per_sample": 0.004})
+    p = DefaultStrategy().plan(context)
+    assert p.micro_batch_size == 8 and reasons(p)["micro_batch_size"] == "largest micro-batch that fitted in run u/p/run5"
+    assert p.estimates["estimate_source"] == "u/p/run9" and p.history_run == "u/p/run9"
 
 
 def test_user_overrides_win() -> None:

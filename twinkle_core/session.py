@@ -43,7 +43,8 @@ from twinkle_core.ops.budget import BudgetConfig
 from twinkle_core.ops.memory import scale_batch
 from twinkle_core.ops.monitor import MonitorConfig
 from twinkle_core.ops.verify import save_data_manifest
-from twinkle_core.planning import DataLoadingDecider, Hardware, Plan, PlanContext, PlanningError, measure_example
+from twinkle_core.planning import (DataLoadingDecider, Hardware, PastRun, Plan, PlanContext, PlanningError,
+                                   measure_example)
 from twinkle_core.store.runs import RunStore
 from twinkle_core.uris import filesystem, is_store_uri, join, size_of
 
@@ -280,7 +281,7 @@ class Session:
             effective_batch_size=self.settings.effective_batch_size,
             max_epochs=self.settings.max_epochs,
             hardware=hardware,
-            history=[r.to_dict() for r in history],
+            history=[PastRun.from_record(r) for r in history],
             overrides=self.settings.overrides(),
             supports_mixed_precision=algorithm.supports_mixed_precision,
             memory_limit_bytes=self.settings.memory_limit_bytes,

@@ -16,7 +16,7 @@ import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import lightning as L
 import torch
@@ -41,6 +41,7 @@ from twinkle_core.engine.settings import TrainerSettings
 from twinkle_core.engine.stopping import StopOnSigterm, StoppedBySignal
 from twinkle_core.engine.utilisation import Utilisation, tokens_per_sample
 from twinkle_core.errors import TwinkleError
+from twinkle_core.ops.alerts import Alert, AlertAction, AlertKind
 from twinkle_core.ops.budget import BudgetConfig, BudgetGuard, forecast
 from twinkle_core.ops.memory import MemoryGuard, apply_gpu_limit, facts_of
 from twinkle_core.ops.monitor import Monitor, MonitorConfig
@@ -92,24 +93,64 @@ class _DropAdverts(logging.Filter):
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropAdverts())
 
 
-def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Any) -> dict[str, Any]:
-    """Every callback of a run, by role (kept across out-of-memory retries)."""
+@dataclass
+class RunCallbacks:
+    """A run's Lightning callbacks, by role (built once, kept across out-of-memory retries).
+
+    Attributes:
+        best: the best checkpoint (``best.ckpt``, by the algorithm's monitored metric).
+        last: the newest state (``last.ckpt``) after every validation.
+        resume: the exact data position and RNG state in every checkpoint.
+        record: Twinkle's record (algorithm, hyperparameters, data spec, run) in every checkpoint.
+        utilisation: step times, throughput and MFU, for the plan's history and the run's figures.
+        sigterm: SIGTERM saves a checkpoint after the current batch, then stops the run.
+        last_path: where ``last.ckpt`` is written (also by a stop the monitor or the budget asks for).
+        monitor: the alert rules, when ``Trainer.monitor`` asked for them.
+        budget: the budget guard, when a budget was set.
+        extra: the others, in order (mid-epoch checkpoints, early stopping, optimizer state to restore, the
+            memory guard, a progress bar, the caller's own).
+    """
+
+    best: ModelCheckpoint
+    last: ModelCheckpoint
+    resume: ExactResume
+    record: TwinkleRecord
+    utilisation: Utilisation
+    sigterm: StopOnSigterm
+    last_path: str
+    monitor: Monitor | None = None
+    budget: BudgetGuard | None = None
+    extra: list[L.Callback] = field(default_factory=list)
+
+    @property
+    def all(self) -> list[L.Callback]:
+        """Every callback in the order Lightning runs them (the SIGTERM stop last)."""
+        return [self.best, self.last, self.resume, self.record, self.utilisation, *self.extra, self.sigterm]
+
+    @property
+    def stopped_by(self) -> Alert | None:
+        """The alert that stopped training early (a rule's or the budget's), if one did."""
+        return next((guard.stopped_by for guard in (self.monitor, self.budget) if guard and guard.stopped_by), None)
+
+
+def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Callable[[Alert], None]) -> RunCallbacks:
+    """Every callback of a run, by role."""
     settings, algorithm = setup.settings, setup.algorithm
     metric, mode = algorithm.monitor
     last_path = join(ckpt_dir, "last.ckpt")
-    roles: dict[str, Any] = {
-        "best": ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=metric, mode=mode, save_top_k=1,
-                                save_last=False, enable_version_counter=False, auto_insert_metric_name=False),
+    roles = RunCallbacks(
+        best=ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=metric, mode=mode, save_top_k=1,
+                             save_last=False, enable_version_counter=False, auto_insert_metric_name=False),
         # no monitor + top-1: the newest state, as last.ckpt, after every validation (Lightning's save_last
         # alone writes last.ckpt only when another checkpoint was saved in the same step)
-        "last": ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1, enable_version_counter=False),
-        "resume": ExactResume(),
-        "record": TwinkleRecord(setup.checkpoint_record),
-        "utilisation": Utilisation(),  # step times for the plan's history and the run's utilisation
-        "sigterm": StopOnSigterm(last_path),  # SIGTERM: a checkpoint after this batch, then the run is stopped
-        "last_path": last_path,
-    }
-    extra: list[L.Callback] = []
+        last=ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1, enable_version_counter=False),
+        resume=ExactResume(),
+        record=TwinkleRecord(setup.checkpoint_record),
+        utilisation=Utilisation(),
+        sigterm=StopOnSigterm(last_path),
+        last_path=last_path,
+    )
+    extra = roles.extra
     if settings.checkpoint_every_n_steps:  # also mid-epoch, into the same last.ckpt
         extra.append(ModelCheckpoint(dirpath=ckpt_dir, save_top_k=0, save_last=True, enable_version_counter=False,
                                      every_n_train_steps=settings.checkpoint_every_n_steps))
@@ -118,19 +159,18 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Any) -> dict[str, Any]:
     if setup.continuation is not None and setup.continuation.optimizer_states:
         extra.append(RestoreOptimizerState(setup.continuation.optimizer_states))
     if setup.monitor is not None:
-        roles["monitor"] = Monitor(setup.monitor, notify, last_path)
-        extra.append(roles["monitor"])
+        roles.monitor = Monitor(setup.monitor, notify, last_path)
+        extra.append(roles.monitor)
     if setup.budget is not None:
-        roles["budget"] = BudgetGuard(setup.budget, setup.plan, notify, last_path)
-        extra.append(roles["budget"])
+        roles.budget = BudgetGuard(setup.budget, setup.plan, notify, last_path)
+        extra.append(roles.budget)
     if settings.memory_limit_bytes and setup.plan.accelerator == "cpu":
         extra.append(MemoryGuard(facts_of(setup.plan), settings.memory_limit_bytes))
     if settings.progress_bar and setup.verbose and not sys.stdout.isatty():
         # a log file, not a terminal: one progress line per epoch instead of one per step
         extra.append(TQDMProgressBar(refresh_rate=max(1, int(setup.plan.estimates.get("optimizer_steps_per_epoch", 1))
                                                       * setup.plan.accumulate_grad_batches)))
-    roles["all"] = [roles["best"], roles["last"], roles["resume"], roles["record"], roles["utilisation"], *extra,
-                    *setup.callbacks, roles["sigterm"]]
+    extra.extend(setup.callbacks)
     return roles
 
 
@@ -195,7 +235,7 @@ def _quiet(verbose: bool) -> Any:
             lg.setLevel(level)
 
 
-def _no_notify(alert: dict[str, Any]) -> None:
+def _no_notify(alert: Alert) -> None:
     """Ranks other than 0 notify nobody (rank 0 does, once per job)."""
 
 
@@ -250,7 +290,8 @@ def run_lightning(setup: RunSetup) -> FitResult:
     return result
 
 
-def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Any) -> tuple[L.Trainer, dict[str, Any]]:
+def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Callable[[Alert], None]
+           ) -> tuple[L.Trainer, RunCallbacks]:
     """Run Lightning's fit (with out-of-memory retries); the store is written only where ``setup.record`` is."""
     store, record, plan, settings = setup.store, setup.record, setup.plan, setup.settings
     algorithm, prepared, continuation = setup.algorithm, setup.prepared, setup.continuation
@@ -258,9 +299,9 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Any) -> tuple[L
     if setup.budget is not None and record is not None:
         expected = forecast(setup.budget, plan)
         if expected["fraction"] > 1:
-            notify({"kind": "budget", "rule": "forecast", "action": "log", **expected,
-                    "message": f"the plan's estimate ({expected['estimated_seconds']:.0f} s) would use "
-                               f"{expected['fraction']:.0%} of {expected['limit']}"})
+            notify(Alert(AlertKind.BUDGET, AlertAction.LOG, f"the plan's estimate ({expected['estimated_seconds']:.0f} "
+                         f"s) would use {expected['fraction']:.0%} of {expected['limit']}", rule="forecast",
+                         details=expected))
     apply_gpu_limit(settings.memory_limit_bytes)
     torch.set_num_threads(plan.torch_threads)
     ckpt_path = continuation.checkpoint_uri if continuation and continuation.mode == "resume" else None
@@ -269,7 +310,7 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Any) -> tuple[L
         if parent is not None and parent.status == "running" and parent.id != record.id:
             store.update(parent.id, status=RunStatus.INTERRUPTED)
     while True:
-        trainer = _lightning_trainer(setup, roles["all"], run_dir)
+        trainer = _lightning_trainer(setup, roles.all, run_dir)
         loaders = (
             train_loader(prepared.train, plan.micro_batch_size, settings.seed, plan.num_workers, prepared.collate_fn),
             eval_loader(prepared.val, setup.algorithm.eval_batch_size(plan.micro_batch_size),
@@ -286,7 +327,7 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Any) -> tuple[L
             if isinstance(err, StoppedBySignal):
                 raise
             saved = [cb._last_global_step_saved for cb in trainer.checkpoint_callbacks]  # noqa: SLF001
-            raise StoppedBySignal(max(saved, default=0), roles["last_path"]) from err
+            raise StoppedBySignal(max(saved, default=0), roles.last_path) from err
         except torch.OutOfMemoryError as err:
             if not settings.auto_batch_scaling or plan.micro_batch_size <= 1:
                 raise
@@ -294,7 +335,8 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Any) -> tuple[L
     return trainer, roles
 
 
-def _retry_smaller(setup: RunSetup, roles: dict[str, Any], notify: Any, trainer: L.Trainer, err: BaseException) -> str | None:
+def _retry_smaller(setup: RunSetup, roles: RunCallbacks, notify: Callable[[Alert], None], trainer: L.Trainer,
+                   err: BaseException) -> str | None:
     """Halve the micro-batch, double the accumulation; return the checkpoint to continue from (or None)."""
     plan = setup.plan
     old = (plan.micro_batch_size, plan.accumulate_grad_batches)
@@ -308,33 +350,35 @@ def _retry_smaller(setup: RunSetup, roles: dict[str, Any], notify: Any, trainer:
         setup.store.update(setup.record.id, plan=plan.to_dict())
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    fs, path = filesystem(roles["last_path"])
-    resume_from = roles["last_path"] if fs.exists(path) else None
-    notify({"kind": "oom", "rule": "out of memory", "action": "retry", "step": trainer.global_step,
-            "epoch": trainer.current_epoch, "micro_batch_size": plan.micro_batch_size,
-            "accumulate_grad_batches": plan.accumulate_grad_batches, "effective_batch_size": plan.effective_batch_size,
-            "message": f"{str(err).splitlines()[0][:160]} — retrying with micro-batch {plan.micro_batch_size} × "
-                       f"accumulation {plan.accumulate_grad_batches} from "
-                       f"{'the last checkpoint' if resume_from else 'the start'}"})
+    fs, path = filesystem(roles.last_path)
+    resume_from = roles.last_path if fs.exists(path) else None
+    notify(Alert(AlertKind.OOM, AlertAction.RETRY,
+                 f"{str(err).splitlines()[0][:160]} — retrying with micro-batch {plan.micro_batch_size} × "
+                 f"accumulation {plan.accumulate_grad_batches} from "
+                 f"{'the last checkpoint' if resume_from else 'the start'}",
+                 rule="out of memory", step=trainer.global_step, epoch=trainer.current_epoch,
+                 details={"micro_batch_size": plan.micro_batch_size,
+                          "accumulate_grad_batches": plan.accumulate_grad_batches,
+                          "effective_batch_size": plan.effective_batch_size}))
     if resume_from is None:  # nothing saved yet: start again from the same initial weights
         L.seed_everything(setup.settings.seed, workers=True, verbose=False)
         setup.algorithm.configure_data(setup.prepared.spec)
     return resume_from
 
 
-def _finish(setup: RunSetup, trainer: L.Trainer, roles: dict[str, Any]) -> FitResult:
+def _finish(setup: RunSetup, trainer: L.Trainer, roles: RunCallbacks) -> FitResult:
     store, record, plan, prepared = setup.store, setup.record, setup.plan, setup.prepared
     assert record is not None  # rank 0 only
     ckpt_dir = store.path(record.id, "checkpoints")
     metric = setup.algorithm.monitor[0]
-    stopped = next((r.stopped_by for r in (roles.get("monitor"), roles.get("budget")) if r and r.stopped_by), None)
+    stopped = roles.stopped_by
     if trainer.interrupted:
         store.end_run(record.id, RunStatus.FAILED, "interrupted")
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
-    best, meter = roles["best"], roles["utilisation"]
+    best, meter = roles.best, roles.utilisation
     best_path = _uri(best.best_model_path, ckpt_dir)
-    fs, last_local = filesystem(roles["last_path"])
-    last_path = roles["last_path"] if fs.exists(last_local) else None
+    fs, last_local = filesystem(roles.last_path)
+    last_path = roles.last_path if fs.exists(last_local) else None
     merge_history(store.path(record.id, "logs"))  # a restarted run: its earlier attempts' rows come first
     best_score = float(best.best_model_score) if best.best_model_score is not None else None
     if not metrics:  # resumed after its last step (killed between its last epoch and here): it logged nothing
@@ -359,13 +403,13 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: dict[str, Any]) -> FitRe
     final = store.update(
         record.id, status=status, metrics={**metrics, f"best_{metric}": best_score}, measured=measured,
         best_checkpoint=best_path or last_path, finished=time.time(), plan=plan.to_dict(),
-        error=stopped["message"] if stopped else None,
+        error=stopped.message if stopped else None,
     )
     return FitResult(
         run_uri=record.uri, status=final.status, metrics=metrics, best_metric=best_score, monitor=metric,
         best_checkpoint=best_path, last_checkpoint=last_path, plan=plan, data_fingerprint=prepared.fingerprint,
         run_dir=store.run_dir(record.id), parent=run_uri(record.parent) if record.parent else None,
-        alerts=final.alerts, stop_reason=stopped["message"] if stopped else None,
+        alerts=final.alerts, stop_reason=stopped.message if stopped else None,
     )
 
 

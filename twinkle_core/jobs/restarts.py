@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from twinkle_core.ops.alerts import Alert, AlertAction, AlertKind
 from twinkle_core.ops.notify import run_notifier
 from twinkle_core.store.runs import RunStore
 
-RESTART_KIND = "restart"
+RESTART_KIND = AlertKind.RESTART
 """The ``kind`` of the alert recorded for each automatic restart (and for giving up)."""
 
 
@@ -18,9 +19,10 @@ def resume_source(store: RunStore, run: str) -> str:
     return "its last checkpoint" if store.last_checkpoint(store.run_id(run)) else "the start (no checkpoint yet)"
 
 
-def record_restart(store: RunStore, run: str, message: str, action: str = "restart", **details: Any) -> None:
+def record_restart(store: RunStore, run: str, message: str, action: AlertAction | str = AlertAction.RESTART,
+                   **details: Any) -> None:
     """Add a restart alert (``action``: ``restart`` or ``give up``; ``details``: ``attempt``, ``returncode``) to
     ``run`` (an id or URI), logged as every alert is."""
     record = store.get(run)
-    run_notifier(store, record.id, record.uri, None)(
-        {"kind": RESTART_KIND, "action": action, **details, "message": message})
+    run_notifier(store, record.id, record.uri, None)(Alert(RESTART_KIND, AlertAction(action), message,
+                                                           details=details))

@@ -22,6 +22,7 @@ from twinkle_core.errors import TwinkleError
 from twinkle_core.jobs.folder import JobFolder, Outcome
 from twinkle_core.jobs.launcher import WORKER_MODULE, signal_group
 from twinkle_core.jobs.restarts import record_restart, resume_source
+from twinkle_core.ops.alerts import AlertAction
 from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir
 from twinkle_core.processes import EXIT_OK
 from twinkle_core.store.catalogue import RunStatus
@@ -61,7 +62,7 @@ def supervise(job: Job, folder: str | None = None, verbose: bool = True, backoff
             raise TwinkleError(f"the training process {cause} before it created its run; see its output above")
         if restarts >= job.max_restarts:
             message = f"the training process {cause}; gave up after {restarts} restart(s) (max_restarts)"
-            record_restart(store, record.uri, message, action="give up", attempt=restarts)
+            record_restart(store, record.uri, message, action=AlertAction.GIVE_UP, attempt=restarts)
             store.end_run(record.id, RunStatus.FAILED, message)
             raise TwinkleError(f"{record.uri}: {message}")
         restarts += 1

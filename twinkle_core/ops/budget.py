@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping
 import lightning as L
 
 from twinkle_core.errors import TwinkleError
+from twinkle_core.ops.alerts import Alert, AlertAction, AlertKind
 from twinkle_core.ops.notify import stop_with_checkpoint
 
 ALERT_FRACTION = 0.8
@@ -128,14 +129,14 @@ class BudgetGuard(L.Callback):
     Rank 0's clock decides and its decision is broadcast, so every rank stops at the same step.
     """
 
-    def __init__(self, config: BudgetConfig, plan: Any, notify: Callable[[dict[str, Any]], None],
+    def __init__(self, config: BudgetConfig, plan: Any, notify: Callable[[Alert], None],
                  checkpoint_path: str, clock: Callable[[], float] = time.monotonic) -> None:
         """Prepare to track ``plan``'s devices against ``config``."""
         self.config, self.plan, self.notify, self.checkpoint_path, self.clock = config, plan, notify, checkpoint_path, clock
         self.instance, self.price = config.hourly_price(plan.accelerator)
         self.start: float | None = None
         self.warned = False
-        self.stopped_by: dict[str, Any] | None = None
+        self.stopped_by: Alert | None = None
         self.usage = Usage(0.0, 0.0, 0.0)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -152,26 +153,28 @@ class BudgetGuard(L.Callback):
             self.notify(warn)
         if stop is not None:
             stop_with_checkpoint(trainer, self.checkpoint_path)
-            self.stopped_by = {**stop, "checkpoint": self.checkpoint_path}
-            self.notify(self.stopped_by)
+            stop.details["checkpoint"] = self.checkpoint_path
+            self.stopped_by = stop
+            self.notify(stop)
 
-    def _measure(self, trainer: L.Trainer) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    def _measure(self, trainer: L.Trainer) -> tuple[Alert | None, Alert | None]:
         """Rank 0's usage so far: the 80 % alert and the stop to act on, if due (broadcast to every rank)."""
         assert self.start is not None
         plan = self.plan
         self.usage = Usage.of(self.clock() - self.start, plan.accelerator, plan.devices * plan.num_nodes,
                               plan.torch_threads, self.price)
         fraction, limit = self.config.check(self.usage.gpu_hours, self.usage.cpu_hours, self.usage.cost)
-        base = {"kind": "budget", "limit": limit, "fraction": round(fraction, 4), "gpu_hours": self.usage.gpu_hours,
-                "cpu_hours": self.usage.cpu_hours, "cost": round(self.usage.cost, 6),
-                "epoch": trainer.current_epoch, "step": trainer.global_step}
+        usage = {"limit": limit, "fraction": round(fraction, 4), "gpu_hours": self.usage.gpu_hours,
+                 "cpu_hours": self.usage.cpu_hours, "cost": round(self.usage.cost, 6)}
+        at = {"epoch": trainer.current_epoch, "step": trainer.global_step}
         warn = stop = None
         if fraction >= ALERT_FRACTION and not self.warned:  # also when one slow step crossed both thresholds
             self.warned = True
-            warn = {**base, "rule": f"{limit} at {ALERT_FRACTION:.0%}", "action": "log",
-                    "message": f"budget {limit} {fraction:.0%} used"}
+            warn = Alert(AlertKind.BUDGET, AlertAction.LOG, f"budget {limit} {fraction:.0%} used",
+                         rule=f"{limit} at {ALERT_FRACTION:.0%}", details=dict(usage), **at)
         if fraction >= 1.0:
-            stop = {**base, "rule": f"{limit} reached", "action": "stop",
-                    "message": f"budget {limit} reached ({fraction:.0%}); checkpoint saved, training "
-                               "stopped — resume with Trainer.from_checkpoint(run, mode='resume')"}
+            stop = Alert(AlertKind.BUDGET, AlertAction.STOP,
+                         f"budget {limit} reached ({fraction:.0%}); checkpoint saved, training stopped — resume "
+                         "with Trainer.from_checkpoint(run, mode='resume')", rule=f"{limit} reached",
+                         details=dict(usage), **at)
         return warn, stop

@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping
 import lightning as L
 from lightning.pytorch.utilities import grad_norm
 
+from twinkle_core.ops.alerts import Alert, AlertAction, AlertKind
 from twinkle_core.ops.notify import stop_with_checkpoint
 from twinkle_core.ops.rules import Rule, parse_rule
 
@@ -65,14 +66,13 @@ class Monitor(L.Callback):
     broadcasts its alerts, so a ``stop`` rule stops every rank at the same step.
     """
 
-    def __init__(self, config: MonitorConfig, notify: Callable[[dict[str, Any]], None],
-                 checkpoint_path: str) -> None:
+    def __init__(self, config: MonitorConfig, notify: Callable[[Alert], None], checkpoint_path: str) -> None:
         """Parse the rules now, so a bad rule fails before training starts."""
         self.config = config
         self.rules = config.rules()
         self.notify = notify
         self.checkpoint_path = checkpoint_path
-        self.stopped_by: dict[str, Any] | None = None
+        self.stopped_by: Alert | None = None
         self._missing_reported: set[str] = set()
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
@@ -100,14 +100,14 @@ class Monitor(L.Callback):
         metrics = trainer.callback_metrics  # on every rank: reading it reduces epoch metrics (a collective)
         alerts = self._alerts(trainer, metrics, unit) if trainer.is_global_zero else []
         for alert in trainer.strategy.broadcast(alerts, src=0):
-            if alert["action"] == "stop" and alert["kind"] != "missing_metric" and self.stopped_by is None:
+            if alert.stops_training and self.stopped_by is None:
                 stop_with_checkpoint(trainer, self.checkpoint_path)
                 self.stopped_by = alert
-                alert["checkpoint"] = self.checkpoint_path
+                alert.details["checkpoint"] = self.checkpoint_path
             self.notify(alert)
 
-    def _alerts(self, trainer: L.Trainer, metrics: Mapping[str, Any], unit: str) -> list[dict[str, Any]]:
-        alerts: list[dict[str, Any]] = []
+    def _alerts(self, trainer: L.Trainer, metrics: Mapping[str, Any], unit: str) -> list[Alert]:
+        alerts: list[Alert] = []
         for rule in self.rules:
             if rule.unit != unit:
                 continue
@@ -115,16 +115,16 @@ class Monitor(L.Callback):
             if found is None:
                 if unit == "epoch" and rule.metric not in self._missing_reported:
                     self._missing_reported.add(rule.metric)
-                    alerts.append({"rule": rule.text, "metric": rule.metric, "kind": "missing_metric",
-                                   "message": f"metric '{rule.metric}' is not logged; logged: "
-                                              f"{', '.join(sorted(metrics)) or 'none'}", "action": "log",
-                                   "epoch": trainer.current_epoch, "step": trainer.global_step})
+                    alerts.append(Alert(AlertKind.MISSING_METRIC, AlertAction.LOG,
+                                        f"metric '{rule.metric}' is not logged; logged: "
+                                        f"{', '.join(sorted(metrics)) or 'none'}", rule=rule.text, metric=rule.metric,
+                                        epoch=trainer.current_epoch, step=trainer.global_step))
                 continue
             name, value = found
             message = rule.observe(value, name)
             if message is None:
                 continue
-            alerts.append({"rule": rule.text, "metric": name, "value": value if math.isfinite(value) else str(value),
-                           "kind": rule.kind, "action": rule.action, "message": message,
-                           "epoch": trainer.current_epoch, "step": trainer.global_step})
+            alerts.append(Alert(AlertKind(rule.kind), AlertAction(rule.action), message, rule=rule.text, metric=name,
+                                value=value if math.isfinite(value) else str(value), epoch=trainer.current_epoch,
+                                step=trainer.global_step))
         return alerts

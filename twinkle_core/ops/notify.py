@@ -8,6 +8,7 @@ import time
 import urllib.request
 from typing import TYPE_CHECKING, Any, Callable
 
+from twinkle_core.ops.alerts import Alert
 from twinkle_core.store.runs import RunStore
 
 if TYPE_CHECKING:  # run_notifier is used by supervisors and service workers, which never train themselves
@@ -30,16 +31,17 @@ def post_json(url: str, payload: dict[str, Any], timeout: float = 5.0) -> bool:
         return False
 
 
-def run_notifier(store: RunStore, run_id: str, run_uri: str, webhook: str | None) -> Callable[[dict[str, Any]], None]:
-    """A function that logs an alert, appends it to the run's ``alerts`` and posts it to ``webhook``."""
+def run_notifier(store: RunStore, run_id: str, run_uri: str, webhook: str | None) -> Callable[[Alert], None]:
+    """A function that logs an ``Alert``, appends it (as JSON, with the run and the time) to the run's
+    ``alerts`` and posts it to ``webhook``."""
 
-    def notify(alert: dict[str, Any]) -> None:
-        alert = {"run": run_uri, "time": time.time(), **alert}
-        log.warning("ALERT %s: %s", run_uri, alert["message"])
+    def notify(alert: Alert) -> None:
+        entry = {"run": run_uri, "time": time.time(), **alert.to_dict()}
+        log.warning("ALERT %s: %s", run_uri, alert.message)
         if webhook:
-            alert["webhook_delivered"] = post_json(webhook, alert)
+            entry["webhook_delivered"] = post_json(webhook, entry)
         record = store.catalogue.get(run_id)
-        store.update(run_id, alerts=[*(record.alerts if record else []), alert])
+        store.update(run_id, alerts=[*(record.alerts if record else []), entry])
 
     return notify
 

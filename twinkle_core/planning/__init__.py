@@ -14,13 +14,15 @@ from twinkle_core.planning.deciders import (
     LayoutDecider,
     PlanContext,
     PlanDraft,
+    PlanValues,
     LoaderWorkersDecider,
     PrecisionDecider,
 )
 from twinkle_core.planning.estimate import ModelFacts, PlanningError, measure, measure_example
 from twinkle_core.planning.hardware import Hardware
+from twinkle_core.planning.history import PastRun
 from twinkle_core.planning.layout import Layout, plan_layout
-from twinkle_core.planning.plan import Decision, Distribution, Plan, Precision
+from twinkle_core.planning.plan import Decision, Distribution, Plan, PlanEstimates, Precision
 from twinkle_core.planning.strategy import DefaultStrategy, ResourceStrategy
 
 __all__ = [
@@ -37,9 +39,12 @@ __all__ = [
     "Layout",
     "LayoutDecider",
     "ModelFacts",
+    "PastRun",
     "Plan",
     "PlanContext",
     "PlanDraft",
+    "PlanEstimates",
+    "PlanValues",
     "PlanningError",
     "Precision",
     "PrecisionDecider",

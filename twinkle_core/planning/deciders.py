@@ -24,11 +24,12 @@ import os
 import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from twinkle_core.planning.estimate import ModelFacts, PlanningError
 from twinkle_core.planning.hardware import Hardware
-from twinkle_core.planning.plan import Decision
+from twinkle_core.planning.history import PastRun
+from twinkle_core.planning.plan import Decision, Distribution, Precision
 
 SINGLE_DEVICE_PARAMS = 100_000_000
 """Below this many parameters a model trains on one device: communication would cost more than it saves."""
@@ -51,8 +52,8 @@ class PlanContext:
         effective_batch_size: the requested samples per optimizer step (default: ``batch_size`` × devices).
         max_epochs: epochs requested.
         hardware: the machine.
-        history: earlier finished runs of the same algorithm, data fingerprint and hardware (newest first),
-            each a catalogue record with its ``plan`` and ``measured`` figures.
+        history: earlier finished runs of the same algorithm, data fingerprint and hardware (newest first), with
+            what they measured (``PastRun``; records given as dicts, as before 0.3, are converted).
         overrides: choices the user fixed (``precision``, ``devices``, ``accelerator``, ``strategy``,
             ``num_workers``, ``accumulate_grad_batches``); a decider keeps them and says so.
         supports_mixed_precision: whether the algorithm trains safely in 16-bit.
@@ -69,11 +70,15 @@ class PlanContext:
     effective_batch_size: int | None
     max_epochs: int
     hardware: Hardware
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[PastRun] = field(default_factory=list)
     overrides: dict[str, Any] = field(default_factory=dict)
     supports_mixed_precision: bool = True
     memory_limit_bytes: int | None = None
     data_sharded: bool | None = None
+
+    def __post_init__(self) -> None:
+        """Take past runs given as catalogue dicts (the form before 0.3) as ``PastRun``s."""
+        self.history = [run if isinstance(run, PastRun) else PastRun.from_record(run) for run in self.history]
 
     @property
     def device_memory(self) -> int:
@@ -88,6 +93,26 @@ class PlanContext:
         return min(memory, self.memory_limit_bytes) if self.memory_limit_bytes else memory
 
 
+class PlanValues(TypedDict, total=False):
+    """The values a draft decides, by name (``PlanDraft.values``): ``Plan``'s fields, as the deciders set them.
+
+    A decider may also decide a name of its own; it is explained with the plan but not one of its fields.
+    """
+
+    accelerator: str
+    devices: int
+    num_nodes: int
+    precision: Precision | str
+    strategy: Distribution | str
+    gradient_compression: str
+    micro_batch_size: int
+    accumulate_grad_batches: int
+    layout: str
+    data_loading: str
+    num_workers: int
+    torch_threads: int
+
+
 @dataclass
 class PlanDraft:
     """A plan being decided: each value with its reason, in the order decided.
@@ -99,7 +124,7 @@ class PlanDraft:
     """
 
     context: PlanContext
-    values: dict[str, Any] = field(default_factory=dict)
+    values: PlanValues = field(default_factory=lambda: PlanValues())
     decisions: list[Decision] = field(default_factory=list)
     layout: Any = None
     """The ``Layout`` a ``LayoutDecider`` chose, if any."""
@@ -109,7 +134,7 @@ class PlanDraft:
         fixed = self.context.overrides.get(name)
         if fixed is not None:
             value, reason = fixed, "set by the user"
-        self.values[name] = value
+        self.values[name] = value  # type: ignore[literal-required]  (a decider's own names are allowed)
         decision = Decision(name, value, reason)
         self.decisions = [d for d in self.decisions if d.name != name] + [decision]
         return value
@@ -293,9 +318,9 @@ class BatchingDecider(Decider):
         per_sample = max(c.facts.activation_bytes_per_sample * 2, 1)  # activations and their gradients
         micro = c.batch_size
         reason = f"requested batch_size {c.batch_size} fits device memory"
-        measured = _history_micro_batch(c)
-        if measured is not None and measured < micro:
-            micro, reason = measured, f"largest micro-batch that fitted in run {c.history[0]['id']}"
+        fitted = next((run for run in c.history if run.micro_batch_size), None)
+        if fitted is not None and fitted.micro_batch_size < micro:
+            micro, reason = fitted.micro_batch_size, f"largest micro-batch that fitted in run {fitted.id}"
         while micro > 1 and micro * per_sample > budget:
             micro //= 2
             reason = f"batch_size {c.batch_size} would need {nbytes(c.batch_size * per_sample)} of activations"
@@ -356,14 +381,6 @@ class LoaderWorkersDecider(Decider):
             threads = int(env_threads) if env_threads else max(1, cores // devices)
             reason = "OMP_NUM_THREADS" if env_threads else "cores shared between device processes"
         draft.decide("torch_threads", threads, reason)
-
-
-def _history_micro_batch(c: PlanContext) -> int | None:
-    for run in c.history:
-        micro = run.get("measured", {}).get("micro_batch_size")
-        if micro:
-            return int(micro)
-    return None
 
 
 def human(n: float) -> str:

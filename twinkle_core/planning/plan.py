@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from twinkle_core.types import TextEnum
 
@@ -29,6 +29,36 @@ class Distribution(TextEnum):
     DEEPSPEED_STAGE_3 = "deepspeed_stage_3"
     DEEPSPEED_STAGE_3_OFFLOAD = "deepspeed_stage_3_offload"
     PIPELINE = "pipeline"
+
+
+class PlanEstimates(TypedDict, total=False):
+    """The figures behind a plan's choices (``Plan.estimates``; plain JSON in the run's record and checkpoints).
+
+    Keys:
+        hardware: the machine's key (``"cpu:2"``, ``"cuda:NVIDIA H200x8"``).
+        parameters, trainable, flops_per_sample, activation_bytes_per_sample, state_bytes: the model's
+            measurements (``ModelFacts``).
+        data_bytes: the data's size on storage.
+        train_samples: samples in the training split.
+        optimizer_steps_per_epoch, optimizer_steps: optimizer steps per epoch and in all.
+        estimated_seconds: the training's expected duration.
+        estimate_source: what that duration comes from: ``"FLOPs"`` or the id of the past run that measured it.
+        layout: the data × tensor × pipeline layout chosen, if any (``Layout.to_dict()``).
+    """
+
+    hardware: str
+    parameters: int
+    trainable: int
+    flops_per_sample: int
+    activation_bytes_per_sample: int
+    state_bytes: int
+    data_bytes: int
+    train_samples: int
+    optimizer_steps_per_epoch: int
+    optimizer_steps: int
+    estimated_seconds: float
+    estimate_source: str
+    layout: dict[str, Any]
 
 
 @dataclass
@@ -80,7 +110,7 @@ class Plan:
     torch_threads: int
     strategy_name: str = "default"
     gradient_compression: str = "none"
-    estimates: dict[str, Any] = field(default_factory=dict)
+    estimates: PlanEstimates = field(default_factory=lambda: PlanEstimates())
     decisions: list[Decision] = field(default_factory=list)
     history_run: str | None = None
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from twinkle_core.hyperparams import with_new_names
 
@@ -37,7 +37,7 @@ from twinkle_core.planning.deciders import (
     PrecisionDecider,
     LoaderWorkersDecider,
 )
-from twinkle_core.planning.plan import Plan
+from twinkle_core.planning.plan import Plan, PlanEstimates
 
 RENAMED_CONCERNS = {"workers": "loader_workers", "strategy": "distribution"}
 """Old names of concerns (old → new) that ``replacing`` still accepts for a release, with a ``DeprecationWarning``."""
@@ -96,9 +96,9 @@ class DefaultStrategy(ResourceStrategy):
         workers = draft.world_size
         micro, accumulate = int(v["micro_batch_size"]), int(v["accumulate_grad_batches"])
         steps_per_epoch = math.ceil(context.train_samples / max(micro * workers, 1) / accumulate)
-        estimates = {
+        estimates: PlanEstimates = {
             "hardware": context.hardware.key,
-            **context.facts.to_dict(),
+            **context.facts.to_dict(),  # type: ignore[typeddict-item]  (ModelFacts' fields, as PlanEstimates names them)
             "data_bytes": context.data_bytes,
             "train_samples": context.train_samples,
             "optimizer_steps_per_epoch": steps_per_epoch,
@@ -123,15 +123,15 @@ class DefaultStrategy(ResourceStrategy):
             gradient_compression=str(v.get("gradient_compression", "none")),
             estimates=estimates,
             decisions=draft.decisions,
-            history_run=context.history[0]["id"] if context.history else None,
+            history_run=context.history[0].id if context.history else None,
         )
 
     @staticmethod
-    def _time(c: PlanContext, threads: int, workers: int) -> dict[str, Any]:
+    def _time(c: PlanContext, threads: int, workers: int) -> PlanEstimates:
         samples = c.train_samples * c.max_epochs
-        if c.history and c.history[0].get("measured", {}).get("seconds_per_sample"):
-            rate = c.history[0]["measured"]["seconds_per_sample"]
-            return {"estimated_seconds": float(f"{samples * rate:.3g}"), "estimate_source": c.history[0]["id"]}
+        if c.history and c.history[0].seconds_per_sample:
+            rate = c.history[0].seconds_per_sample
+            return {"estimated_seconds": float(f"{samples * rate:.3g}"), "estimate_source": c.history[0].id}
         if c.hardware.accelerator == "cpu":
             flops_per_second = _CPU_FLOPS_PER_CORE * threads * workers
         else:

@@ -35,9 +35,9 @@ def test_the_articles_line_prunes_recovers_and_quantizes_a_published_resnet(publ
     from twinkle_edge import EdgeOptimizer
 
     home, trained = published
-    # two epochs of recovery fine-tuning (the default is 5) bring the pruned network back within a point
-    report = EdgeOptimizer(model="twinkle://models/digits18", target="onnx-int8", pruning_ratio=0.3,
-                           finetune_epochs=2).optimize()
+    # the default five epochs of recovery fine-tuning: with two, one machine's run ended 2 points short of the
+    # original; with three, its INT8 model lost 1.1 points to the float one
+    report = EdgeOptimizer(model="twinkle://models/digits18", target="onnx-int8", pruning_ratio=0.3).optimize()
     print(report)
     original, pruned, tuned, quantized = (report.stage(n) for n in ("original", "pruned", "fine-tuned", "quantized"))
     assert pruned.parameters < 0.6 * original.parameters and pruned.macs < 0.6 * original.macs
