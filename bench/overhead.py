@@ -166,9 +166,10 @@ def main() -> None:
     frame = pd.concat([frame] * 4, ignore_index=True)  # 2276 rows: ~28 steps per epoch at batch 64
     csv = work / "rows.csv"
     frame.to_csv(csv, index=False)
+    from twinkle_core.data import PrepareContext
     from twinkle_core.data.tabular import TabularProcessor
 
-    prepared = TabularProcessor().prepare(str(csv), seed=seed)
+    prepared = TabularProcessor().prepare(str(csv), PrepareContext(seed=seed))
 
     def make_mlp() -> Algorithm:
         from twinkle_core.algorithms.tabular_mlp import TabularMLP

@@ -85,3 +85,21 @@ def test_a_niced_job_in_a_session_of_its_own_stays_below_the_api() -> None:
         group = answer.read()
     os.waitpid(pid, 0)
     assert group.strip().endswith("nice 7"), group
+
+
+def test_a_process_may_fork_its_worker_only_with_one_thread_and_one_torch_thread() -> None:
+    """``can_fork_here``: a fork copies one thread and no OpenMP pool, so a process with a second thread or torch
+    on several intra-op threads starts fresh workers; with one of each it may fork (what ``twinkle train`` does)."""
+    import sys
+
+    script = """
+import threading, torch
+from twinkle_core.jobs.launcher import can_fork_here
+seen = []
+torch.set_num_threads(2); seen.append(can_fork_here())
+torch.set_num_threads(1); seen.append(can_fork_here())
+threading.Thread(target=threading.Event().wait, daemon=True).start(); seen.append(can_fork_here())
+print(seen)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[False, True, False]"

@@ -380,6 +380,22 @@ def test_rows_read_again_are_not_parsed_again_yet_every_change_shows(tmp_path: P
     assert queue.list()[0].pending_reason is None and queue.list()[0].request == {"n": 1, "nested": {"lr": 0.1}}
 
 
+def test_why_a_job_waits_is_read_once_per_change_of_the_queue_whoever_changes_it(tmp_path: Path) -> None:
+    """The queue's claim order behind "why it waits" is kept until the queue changes: a change made through another
+    connection (another API process) or through this one (a claim) shows in the very next answer."""
+    queue, other = JobQueue(str(tmp_path / "q.sqlite")), JobQueue(str(tmp_path / "q.sqlite"))
+    first, second = queue.submit("alice", {"n": 1}), queue.submit("alice", {"n": 2})
+    assert queue.pending_reason(queue.get(second.id), workers=1) == "1 job(s) are ahead of it"
+    kept = queue._read.claim_order
+    assert queue.pending_reason(queue.get(second.id), workers=1) == "1 job(s) are ahead of it"
+    assert queue._read.claim_order is kept  # nothing changed: not read again
+    other.submit("bob", {"n": 3}, priority=5)  # another connection jumps the queue
+    assert queue.pending_reason(queue.get(second.id), workers=1) == "2 job(s) are ahead of it"
+    assert queue.claim("w1", 30).user == "bob"  # this connection's own change: bob's job runs, alice's first waits
+    assert queue.pending_reason(queue.get(second.id), workers=1) == "all 1 worker(s) are busy; 1 job(s) are ahead of it"
+    assert queue.get(first.id).state == "queued"
+
+
 def test_a_server_restart_requeues_what_was_running(tmp_path: Path) -> None:
     queue = JobQueue(str(tmp_path / "q.sqlite"))
     running, waiting = queue.submit("alice", {"n": 1}), queue.submit("alice", {"n": 2})

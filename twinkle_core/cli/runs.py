@@ -50,6 +50,10 @@ def train(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epoc
     """
     from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
 
+    if max_restarts:  # this process only supervises: with one torch thread it may fork its training process
+        import torch  # (can_fork_here) instead of starting an interpreter that imports everything again
+
+        torch.set_num_threads(1)
     values = hyperparams_from(hp, epochs)
     values.update({k: v for k, v in (("num_nodes", nodes), ("devices", devices)) if v is not None})
     trainer = Trainer(algorithm, task, values, user=user, project=project, verbose=not as_json)

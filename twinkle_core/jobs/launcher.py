@@ -87,7 +87,7 @@ class ForkedWorker:
 
 
 def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_with_parent: bool = False,
-                 fresh: bool = False, here: bool = False) -> WorkerProcess:
+                 fresh: bool = False, here: bool = False, quiet: bool = False) -> WorkerProcess:
     """Start the worker process of the job in ``folder``.
 
     Args:
@@ -97,15 +97,16 @@ def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_w
         die_with_parent: the worker is killed (SIGKILL) when its parent goes away — the template, which ends with
             the launching process, or the launching process itself when ``fresh`` or ``here``.
         fresh: a new interpreter instead of a fork of the template.
-        here: forked from this process, which must be a warm one itself — forked from a template, one thread,
-            nothing of the job's imported yet (a service worker, ``twinkle_core.serve.worker``): it already holds
-            what a template would, so it starts no template of its own.
+        here: forked from this process, which must be one that may fork (``can_fork_here``) — a service worker
+            (``twinkle_core.serve.worker``, itself forked from a template) or a supervisor that imported the
+            Trainer to check the job: it already holds what a template would, so it starts no template of its own.
+        quiet: without ``log``, the worker's standard output goes to ``/dev/null`` (its errors still show).
     """
     if fresh:
-        out = open(log, "ab") if log else None  # noqa: SIM115 — the child holds it; closed here once started
+        out = open(log if log else os.devnull, "ab") if log or quiet else None  # noqa: SIM115 — the child holds it
         try:
             return subprocess.Popen([sys.executable, "-m", WORKER_MODULE, folder], env=env, stdout=out,
-                                    stderr=subprocess.STDOUT if out else None, stdin=subprocess.DEVNULL,
+                                    stderr=subprocess.STDOUT if log else None, stdin=subprocess.DEVNULL,
                                     start_new_session=True,
                                     preexec_fn=_new_session_dying_with_parent if die_with_parent
                                     else keep_niceness_in_new_session)
@@ -113,10 +114,24 @@ def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_w
             if out:
                 out.close()
     context = multiprocessing.get_context("fork") if here else template()
-    process = context.Process(target=_forked_main, args=(folder, env, log, die_with_parent), daemon=False,
+    stdout = log or (os.devnull if quiet else None)
+    process = context.Process(target=_forked_main, args=(folder, env, stdout, log, die_with_parent), daemon=False,
                               name=f"twinkle-job-{os.path.basename(folder)}")
     process.start()
     return ForkedWorker(process, folder)
+
+
+def can_fork_here() -> bool:
+    """Whether this process may fork a worker of itself instead of starting a fresh interpreter: it runs one
+    thread (a fork copies only the calling thread, and a lock another thread held would stay locked), has no
+    CUDA context (a forked child cannot use its parent's), and torch, when imported, has one intra-op thread (an
+    OpenMP thread pool does not survive a fork: the child's first parallel operation could hang). ``twinkle
+    train`` keeps its supervising process so; a script or a notebook that calls ``Trainer.supervise`` after
+    training or with threads of its own gets fresh workers."""
+    if threading.active_count() != 1:
+        return False
+    torch = sys.modules.get("torch")
+    return torch is None or (not torch.cuda.is_initialized() and torch.get_num_threads() == 1)
 
 
 def warm_template() -> None:
@@ -253,9 +268,10 @@ def run_exit_handlers() -> None:
     sys.stderr.flush()
 
 
-def _forked_main(folder: str, env: dict[str, str], log: str | None, die_with_parent: bool) -> None:
+def _forked_main(folder: str, env: dict[str, str], stdout: str | None, stderr: str | None,
+                 die_with_parent: bool) -> None:
     """The forked worker: become what ``python -m twinkle_core.jobs.worker FOLDER`` would be, then run the job."""
-    become_fresh(env, log, log, die_with_parent=die_with_parent)  # its own group: stopping the job stops its ranks
+    become_fresh(env, stdout, stderr, die_with_parent=die_with_parent)  # its own group: stopping the job stops its ranks
     from twinkle_core.jobs import worker
 
     sys.argv = [str(worker.__file__), folder]

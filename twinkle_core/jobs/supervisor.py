@@ -1,6 +1,7 @@
 """``supervise``: run a ``Job`` in a worker process and restart it from its last checkpoint when it dies.
 
-The worker (``python -m twinkle_core.jobs.worker JOB_DIR``) trains as ``Trainer.fit`` does and writes, into
+The worker (``python -m twinkle_core.jobs.worker JOB_DIR``, or a fork of the supervising process that becomes
+what that command would be, see ``twinkle_core.jobs.launcher``) trains as ``Trainer.fit`` does and writes, into
 the job folder, ``run.json`` as soon as its run exists and ``result.json`` when it ends. When the worker
 dies — killed by a signal (SIGKILL, the OOM killer), or gone without leaving its run ``failed`` — the
 supervisor records a ``restart`` event in the run's alerts and starts a new worker, which resumes the same run
@@ -20,7 +21,7 @@ import time
 from twinkle_core.engine.result import FitResult
 from twinkle_core.errors import TwinkleError
 from twinkle_core.jobs.folder import JobFolder, Outcome
-from twinkle_core.jobs.launcher import WORKER_MODULE, signal_group
+from twinkle_core.jobs.launcher import can_fork_here, signal_group, start_worker
 from twinkle_core.jobs.restarts import record_restart, resume_source
 from twinkle_core.ops.alerts import AlertAction
 from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir
@@ -79,12 +80,13 @@ def _attempt(files: JobFolder, attempt: int, verbose: bool) -> int:
     """Run one worker to its end; returns its exit status (negative: the signal that killed it)."""
     folder = files.path
     env = {**os.environ, JOB_DIR_ENV: folder}
-    out = None if verbose else subprocess.DEVNULL
-    # its own process group: the ranks Lightning starts for a multi-device job go with it when it dies
-    process = subprocess.Popen([sys.executable, "-m", WORKER_MODULE, folder], env=env, stdout=out,
-                               start_new_session=True)
+    # forked from this process when it may be (it imported the Trainer to check the job: a fresh interpreter would
+    # import it all again), else a fresh one; either way its own session and process group, so the ranks
+    # Lightning starts for a multi-device job go with it when it dies
+    forked = can_fork_here()
+    process = start_worker(folder, env, quiet=not verbose, fresh=not forked, here=True)
     files.write(JobFolder.SUPERVISOR, {"supervisor_pid": os.getpid(), "worker_pid": process.pid, "attempt": attempt,
-                                       "started": time.time()})
+                                       "started": time.time(), "forked": forked})
     try:
         returncode = process.wait()
     except BaseException:  # the supervisor itself is stopped: stop the worker's group too, then say so

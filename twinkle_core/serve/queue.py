@@ -18,6 +18,7 @@ import json
 import math
 import socket
 import sqlite3
+import threading
 import time
 import uuid
 from typing import Any
@@ -178,6 +179,7 @@ class JobQueue:
         self.max_running_per_user = max_running_per_user
         self.db = Database(path, _SCHEMA)
         self._parsed: dict[tuple[Any, ...], JobRow] = {}
+        self._read = threading.local()  # per thread: the claim order its connection read last (_claim_order)
 
     def _row(self, values: sqlite3.Row) -> JobRow:
         """The ``JobRow`` of a row as read. A row read before in exactly these values (every column, so any
@@ -444,14 +446,25 @@ class JobQueue:
         if not any(job.state == "queued" for job in jobs):
             return {job.id: None for job in jobs}
         with self.db.connect() as conn:
-            per_user = dict(conn.execute("SELECT user, COUNT(*) FROM jobs WHERE state = 'running' GROUP BY user"))
-            plain = conn.cursor()
-            plain.row_factory = None  # plain tuples, sorted in C into claim order (no Row objects, no Python loop)
-            order = sorted(plain.execute("SELECT -priority, seq FROM jobs WHERE state = 'queued'"))
+            per_user, order = self._claim_order(conn)
         running = sum(per_user.values())
         return {job.id: self._reason(job, workers, running, per_user.get(job.user, 0),
                                      bisect.bisect_left(order, (-job.priority, job.seq)))
                 if job.state == "queued" else None for job in jobs}
+
+    def _claim_order(self, conn: sqlite3.Connection) -> tuple[dict[str, int], list[tuple[int, int]]]:
+        """Running jobs per user, and the queued jobs' ``(-priority, seq)`` in claim order — read again only when
+        the queue changed since this connection last read them (a listing of an idle queue reads them once)."""
+        version = self.db.version(conn)
+        kept = getattr(self._read, "claim_order", None)
+        if kept is not None and kept[0] is conn and kept[1] == version:
+            return kept[2], kept[3]
+        per_user = dict(conn.execute("SELECT user, COUNT(*) FROM jobs WHERE state = 'running' GROUP BY user"))
+        plain = conn.cursor()
+        plain.row_factory = None  # plain tuples, sorted in C into claim order (no Row objects, no Python loop)
+        order = sorted(plain.execute("SELECT -priority, seq FROM jobs WHERE state = 'queued'"))
+        self._read.claim_order = (conn, version, per_user, order)
+        return per_user, order
 
     def _reason(self, job: JobRow, workers: int, running: int, mine: int, ahead: int) -> str:
         parts = []

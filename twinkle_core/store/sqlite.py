@@ -59,7 +59,10 @@ class Database:
     def _thread_connection(self) -> sqlite3.Connection:
         local = self._local
         held = getattr(local, "held", None)
-        inode = os.stat(self.path).st_ino if os.path.exists(self.path) else None
+        try:
+            inode: int | None = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            inode = None
         if held is not None:
             conn, pid, opened_inode = held
             if pid == os.getpid() and opened_inode == inode:
@@ -71,6 +74,12 @@ class Database:
         conn = self._open()
         local.held = (conn, os.getpid(), os.stat(self.path).st_ino)
         return conn
+
+    def version(self, conn: sqlite3.Connection) -> tuple[int, int]:
+        """What identifies the database's content as ``conn`` (this thread's connection) sees it: it changes
+        whenever a commit changed it — another connection's or process's (``PRAGMA data_version``) or this
+        connection's own (its ``total_changes``) — so a result derived from it may be kept until then."""
+        return conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes
 
     @contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
