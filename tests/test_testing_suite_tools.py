@@ -135,3 +135,36 @@ def test_run_script_behaves_like_python_in_a_process_of_its_own(tmp_path: Path) 
     assert slow.returncode == -9 and "still running after 1 s" in slow.stderr
     module = run_script(["-m", "json.tool", "--help"], env=env)
     assert module.returncode == 0 and "usage:" in module.stdout
+
+
+def test_the_journeys_run_the_longest_ready_task_first_and_tasks_may_add_tasks() -> None:
+    """``tools/wheel_journeys.py``'s scheduler: on one slot the longest waiting task runs first; a task that adds
+    another (a suite's share, once its venv is ready) has it run; ``run`` returns every result once all ended."""
+    import threading
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    try:
+        from wheel_journeys import Scheduler
+    finally:
+        sys.path.pop(0)
+    ran: list[str] = []
+    lock = threading.Lock()
+
+    def task(name: str, then: tuple[float, str] | None = None):  # noqa: ANN202
+        def run() -> str:
+            with lock:
+                ran.append(name)
+            if then:
+                schedule.add(then[0], then[1], task(then[1]))
+            return name.upper()
+        return run
+
+    schedule = Scheduler(1)
+    for seconds, name, then in ((10, "short", None), (300, "long", (200, "share")), (100, "middle", None)):
+        schedule.add(seconds, name, task(name, then))
+    assert schedule.run() == {"long": "LONG", "share": "SHARE", "middle": "MIDDLE", "short": "SHORT"}
+    assert ran == ["long", "share", "middle", "short"]
+    two = Scheduler(2)
+    for n in range(5):
+        two.add(n, f"t{n}", task(f"t{n}"))
+    assert sorted(two.run()) == [f"t{n}" for n in range(5)]

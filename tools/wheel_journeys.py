@@ -10,8 +10,10 @@ For each plugin (and for a project made by ``twinkle plugins new acme``) this
 4. adds the plugin's ``test`` extra and runs the plugin's own test suite, copied out of the source tree, against
    the installed wheel.
 
-Two journeys run at a time (``--jobs``; the longest first), each test suite in one process: the machine CI runs
-on has two cores. It writes a summary (wheel sizes, install and run times, test counts) to ``--summary``, each
+Two tasks run at a time (``--jobs``: the machine CI runs on has two cores), the longest ready one first (``SECONDS``,
+measured): a journey with its tests, or a share of a long suite (``SHARDS``: its test files in another pytest
+process, once the journey's venv is ready) — without shares, the last long suite ran alone for minutes while the
+other core idled. It writes a summary (wheel sizes, install and run times, test counts) to ``--summary``, each
 suite's JUnit XML to ``--junit`` (when given), and exits non-zero when any step fails. ``make journeys`` runs it
 after ``make dist``; ``make test`` runs both.
 """
@@ -19,6 +21,8 @@ after ``make dist``; ``make test`` runs both.
 from __future__ import annotations
 
 import argparse
+import heapq
+import itertools
 import json
 import os
 import re
@@ -29,8 +33,8 @@ import sys
 import time
 import threading
 import tomllib
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 from uv_sources import pip_sources
 
@@ -43,6 +47,14 @@ PLUGINS = {
     "edge": ("twinkle-edge", ""),
     "vision": ("twinkle-vision", ""),
     "timeseries": ("twinkle-timeseries", "data"),
+}
+SECONDS = {"audio": 615, "edge": 300, "vision": 480, "timeseries": 120, "acme": 30}
+"""What each journey with its tests (its first share, for a sharded suite) took in a fresh-clone ``make test``: the
+order in which they start."""
+SHARDS: dict[str, list[tuple[list[str], int]]] = {
+    # plugin: its test files run as further shares (each in a pytest process of its own), with their seconds; the
+    # files left run in the journey's own share. A share keeps the files whose fixtures are shared together.
+    "edge": [(["test_optimizer.py"], 245)],
 }
 TEST_SIBLINGS = {
     # plugins whose test suites (not code) use another plugin: that plugin comes from dist/ too
@@ -112,8 +124,8 @@ class Journey:
                *pip_sources(), *requirements]
         self.run(label, cmd)
 
-    def pytest(self, tests: Path) -> None:
-        """Copy ``tests`` out of the source tree and run them here with the project's pytest settings."""
+    def copy_tests(self, tests: Path) -> None:
+        """Copy ``tests`` out of the source tree (into ``suite/``), with the project's pytest settings."""
         suite = self.folder / "suite"
         shutil.copytree(tests, suite / "tests", ignore=shutil.ignore_patterns("__pycache__"))
         options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
@@ -121,15 +133,68 @@ class Journey:
                "filterwarnings =", *(f"    {w}" for w in options["filterwarnings"]),
                "markers =", *(f"    {m}" for m in options["markers"])]
         (suite / "pytest.ini").write_text("\n".join(ini) + "\n")
-        report = [f"--junitxml={self.junit / f'journey-{self.name}.xml'}"] if self.junit else []
-        done = self.run("tests", [str(self.python), "-m", "pytest", "-q", "--durations=5", *report, "tests"],
-                        cwd=suite)
+
+    def pytest(self, share: int = 0, files: list[str] | None = None, ignore: list[str] | None = None) -> None:
+        """Run the copied tests (``files`` of them, or all but ``ignore``) against the installed wheels; share
+        ``n`` > 0 is one of the suite's further pytest processes (its JUnit file and record entries say so)."""
+        suffix = f"-{share}" if share else ""
+        report = [f"--junitxml={self.junit / f'journey-{self.name}{suffix}.xml'}"] if self.junit else []
+        chosen = [f"tests/{name}" for name in files] if files else ["tests"]
+        skipped = [f"--ignore=tests/{name}" for name in ignore or []]
+        done = self.run(f"tests{suffix}", [str(self.python), "-m", "pytest", "-q", "--durations=5", *report,
+                                           *skipped, *chosen], cwd=self.folder / "suite")
         counts = re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|deselected)", done.stdout)
-        self.record["tests"] = {kind: int(n) for n, kind in counts}
-        say(self.name, done.stdout.strip().splitlines()[-1])
+        self.record[f"tests{suffix}"] = {kind: int(n) for n, kind in counts}
+        say(f"{self.name}{suffix}", done.stdout.strip().splitlines()[-1])
 
 
 _PRINT = threading.Lock()
+
+
+class Scheduler:
+    """Runs tasks on ``slots`` threads, the longest (by its estimate) of those waiting first; a running task may
+    add more (a suite's shares, once its venv is ready). ``run`` returns when every task has ended."""
+
+    def __init__(self, slots: int) -> None:
+        """No task yet."""
+        self.slots = max(1, slots)
+        self.waiting: list[tuple[float, int, str, Callable[[], object]]] = []
+        self.unfinished = 0
+        self.results: dict[str, object] = {}
+        self.ready = threading.Condition()
+        self.order = itertools.count()  # ties: the task added first
+
+    def add(self, seconds: float, name: str, task: Callable[[], object]) -> None:
+        """Queue ``task`` (expected to take ``seconds``); its result is kept under ``name``."""
+        with self.ready:
+            heapq.heappush(self.waiting, (-seconds, next(self.order), name, task))
+            self.unfinished += 1
+            self.ready.notify()
+
+    def _slot(self) -> None:
+        while True:
+            with self.ready:
+                while not self.waiting and self.unfinished:
+                    self.ready.wait()
+                if not self.waiting:
+                    return
+                _, _, name, task = heapq.heappop(self.waiting)
+            try:
+                result = task()
+            finally:
+                with self.ready:
+                    self.unfinished -= 1
+                    self.ready.notify_all()
+            self.results[name] = result
+
+    def run(self) -> dict[str, object]:
+        """Run every task; returns their results by name."""
+        threads = [threading.Thread(target=self._slot, name=f"journey-slot-{n}") for n in range(self.slots)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return self.results
 
 
 def say(name: str, text: str) -> None:
@@ -138,9 +203,11 @@ def say(name: str, text: str) -> None:
         print("\n".join(f"[{name}] {line}" for line in text.splitlines()), flush=True)
 
 
-def plugin_journey(name: str, dist_dir: Path, work: Path, uv: str, tests: bool,
-                   junit: Path | None = None) -> dict[str, object]:
-    """The whole journey of one of Twinkle's own plugins; returns its record."""
+def plugin_journey(name: str, dist_dir: Path, work: Path, uv: str, tests: bool, junit: Path | None = None,
+                   schedule: Scheduler | None = None) -> dict[str, object]:
+    """The whole journey of one of Twinkle's own plugins; returns its record. The suite's further shares
+    (``SHARDS``) are handed to ``schedule`` once the venv is ready (run here, one after another, without one);
+    their results join the record (and its ``error``) when they end."""
     distribution, extras = PLUGINS[name]
     core, plugin = wheel(dist_dir, "twinkle-core"), wheel(dist_dir, distribution)
     journey = Journey(name, dist_dir, work, uv, junit)
@@ -156,7 +223,22 @@ def plugin_journey(name: str, dist_dir: Path, work: Path, uv: str, tests: bool,
     if tests:
         siblings = [f"{d} @ {wheel(dist_dir, d.split('[')[0]).as_uri()}" for d in TEST_SIBLINGS.get(name, ())]
         journey.install("test_install", [f"{distribution}[test] @ {plugin.as_uri()}", *siblings])
-        journey.pytest(ROOT / "plugins" / distribution / "tests")
+        journey.copy_tests(ROOT / "plugins" / distribution / "tests")
+        shares = SHARDS.get(name, [])
+        for number, (files, seconds) in enumerate(shares, start=1):
+            def share(number: int = number, files: list[str] = files) -> dict[str, object]:
+                try:
+                    journey.pytest(number, files=files)
+                except RuntimeError as err:
+                    journey.record.setdefault("error", "")
+                    journey.record["error"] = f"{journey.record['error']}{str(err)[-3000:]}"
+                    say(name, str(err))
+                return journey.record
+            if schedule is not None:
+                schedule.add(seconds, f"{name}-{number}", share)
+            else:
+                share()
+        journey.pytest(ignore=[f for files, _ in shares for f in files])
     return journey.record
 
 
@@ -175,7 +257,8 @@ def scaffold_journey(dist_dir: Path, work: Path, uv: str, junit: Path | None = N
     listed = journey.run("list", [twinkle, "plugins", "list", "--json"]).stdout
     row = {r["name"]: r for r in json.loads(listed)}.get("acme")
     assert row is not None and row["error"] is None, listed
-    journey.pytest(project / "tests")
+    journey.copy_tests(project / "tests")
+    journey.pytest()
     journey.record["wheels"] = [core.name, built.name]
     return journey.record
 
@@ -198,21 +281,29 @@ def main(argv: list[str] | None = None) -> int:
         args.junit.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
 
+    schedule = Scheduler(args.jobs)
+
     def one(name: str) -> dict[str, object]:
         say(name, "== journey")
         try:
             if name == "acme":
                 record = scaffold_journey(args.dist, args.work, uv, args.junit)
             else:
-                record = plugin_journey(name, args.dist, args.work, uv, tests=not args.no_tests, junit=args.junit)
+                record = plugin_journey(name, args.dist, args.work, uv, tests=not args.no_tests, junit=args.junit,
+                                        schedule=schedule)
         except (RuntimeError, AssertionError) as err:
             record = {"plugin": name, "error": str(err)[-3000:]}
             say(name, str(err))
         say(name, json.dumps(record))
         return record
 
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        records = list(pool.map(one, args.names))
+    for name in args.names:
+        schedule.add(SECONDS.get(name, 60), name, lambda name=name: one(name))
+    schedule.run()
+    records = []  # one record per journey, once its shares have ended too (they add to the same record)
+    for name in args.names:
+        record = schedule.results.get(name)
+        records.append(record if isinstance(record, dict) else {"plugin": name, "error": "did not run"})
     failures = [str(r["plugin"]) for r in records if "error" in r]
     sizes = {p.name: p.stat().st_size for p in sorted(args.dist.glob("*")) if p.suffix in {".whl", ".gz"}}
     summary = {"dist": sizes, "journeys": records, "total_seconds": round(time.perf_counter() - started, 1)}
