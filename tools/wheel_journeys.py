@@ -230,8 +230,7 @@ def plugin_journey(name: str, dist_dir: Path, work: Path, uv: str, tests: bool, 
                 try:
                     journey.pytest(number, files=files)
                 except RuntimeError as err:
-                    journey.record.setdefault("error", "")
-                    journey.record["error"] = f"{journey.record['error']}{str(err)[-3000:]}"
+                    journey.record["error"] = str(journey.record.get("error", "")) + str(err)[-3000:]
                     say(name, str(err))
                 return journey.record
             if schedule is not None:
