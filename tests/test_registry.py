@@ -132,6 +132,24 @@ def test_registered_plugin_context_manager_cleans_up() -> None:
     assert "zoo-mlp" not in list_algorithms()
 
 
+class Families:
+    """A family by path (``zoo/*``) and one by dash (``zoo-*``), beside a plain name with the same prefix."""
+
+    @hookimpl
+    def register_algorithms(self, register):
+        register("fam/*", "zoo_mod:Any", task="tabular_classification", variant_param="model_name")
+        register("fam-*", "zoo_mod:Sized", task="tabular_classification", variant_param="size")
+        register("fam-tiny", "zoo_mod:Tiny", task="tabular_classification")
+
+
+def test_a_family_answers_its_names_by_path_or_by_dash_and_an_exact_name_wins() -> None:
+    """``llama-*`` (twinkle-llm) resolves ``llama-1b`` to the family with ``size='1b'``; ``timm/*`` keeps working."""
+    with registered_plugin(Families(), name="families"):
+        assert get_component("algorithm", "fam-1b").defaults == {"size": "1b"}
+        assert get_component("algorithm", "fam/resnet").defaults == {"model_name": "resnet"}
+        assert get_component("algorithm", "fam-tiny").target_path == "zoo_mod:Tiny"
+
+
 def test_plugin_name_clash_in_process(twinkle_plugin) -> None:
     twinkle_plugin(Zoo(), name="same")
     with pytest.raises(TwinkleError, match="already registered"):

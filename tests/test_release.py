@@ -1,4 +1,4 @@
-"""The five distributions as released: one version, a change-log entry for it, the core range each plugin
+"""The six distributions as released: one version, a change-log entry for it, the core range each plugin
 declares, complete metadata, and every data file of a package inside its wheel's package data."""
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ def _core_version() -> str:
     return str(_project(ROOT)["project"]["version"])
 
 
-def test_five_distributions_share_one_version_with_a_changelog_entry() -> None:
+def test_six_distributions_share_one_version_with_a_changelog_entry() -> None:
     names = {_project(p)["project"]["name"]: _project(p)["project"]["version"] for p in PROJECTS}
-    assert set(names) == {"twinkle-core", "twinkle-vision", "twinkle-timeseries", "twinkle-audio", "twinkle-edge"}
+    assert set(names) == {"twinkle-core", "twinkle-vision", "twinkle-timeseries", "twinkle-audio", "twinkle-edge",
+                          "twinkle-llm"}
     assert set(names.values()) == {_core_version()}
     Version(_core_version())  # a valid version
     changelog = (ROOT / "CHANGELOG.md").read_text()

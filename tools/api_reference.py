@@ -45,6 +45,10 @@ PLUGIN_OBJECTS = {
         "twinkle_edge.optimizer.EdgeOptimizer", "twinkle_edge.report.EdgeReport",
         "twinkle_edge.exporters.RKNNExporter", "twinkle_edge.exporters.ONNXInt8Exporter",
     ],
+    "twinkle-llm": [
+        "twinkle_llm.model.CausalLM", "twinkle_llm.data.TextProcessor", "twinkle_llm.tokenizing.TextTokenizer",
+        "twinkle_llm.folders.ModelFolderError", "twinkle_llm.baselines",
+    ],
 }
 
 

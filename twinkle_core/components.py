@@ -127,7 +127,7 @@ KINDS: dict[str, Kind] = {
 }
 """The component kinds, by name: tasks, algorithms, data processors, resource strategies, exporters, commands."""
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*(/\*)?$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*([/-]\*)?$")
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
@@ -206,8 +206,9 @@ class Component:
 
     @property
     def is_family(self) -> bool:
-        """Whether this registration covers a family of names (``"timm/*"`` answers ``"timm/resnet26d"``)."""
-        return self.name.endswith("/*")
+        """Whether this registration covers a family of names (``"timm/*"`` answers ``"timm/resnet26d"``,
+        ``"llama-*"`` answers ``"llama-1b"``)."""
+        return self.name.endswith(("/*", "-*"))
 
     @property
     def variant(self) -> str | None:

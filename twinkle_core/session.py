@@ -250,9 +250,13 @@ class Session:
         return Prepared(uri, prepared, algorithm, component, routed)
 
     def _model_input(self, algorithm: Algorithm) -> ModelInput | None:
-        """What the model wants from its input; a continued run keeps the input size its parent trained at."""
+        """What the model wants from its input; a continued run keeps the input size its parent trained at and
+        the tokenizer its parent's data was encoded with."""
         wanted = algorithm.model_input()
         spec = self.continuation.record.data_spec if self.continuation is not None else None
+        tokenizer = (spec or {}).get("extra", {}).get("tokenizer")
+        if tokenizer:
+            wanted = replace(wanted or ModelInput(), tokenizer=str(tokenizer))
         if wanted is None or not spec or len(spec.get("input_shape", ())) != 3:
             return wanted
         height, width = (int(v) for v in spec["input_shape"][1:])

@@ -89,6 +89,9 @@ class ModelInput:
         interpolation: resampling filter for resizing (``"bilinear"``, ``"bicubic"``).
         crop_pct: the share of the resized image that the centre crop keeps at evaluation (timm's ``crop_pct``).
         reason: why ``size`` is what it is, when ``fixed`` for a reason other than the architecture.
+        tokenizer: the tokenizer a text model's data must be encoded with: a local folder holding
+            ``tokenizer.json`` (a pretrained model's), or that file's JSON text (the one an earlier run of this
+            model trained and stored with its data spec); ``None``: the processor trains one on the data.
     """
 
     name: str = "the model"
@@ -100,3 +103,4 @@ class ModelInput:
     interpolation: str = "bilinear"
     crop_pct: float = 1.0
     reason: str = ""
+    tokenizer: str | None = None

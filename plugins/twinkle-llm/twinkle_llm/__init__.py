@@ -1,0 +1,30 @@
+"""twinkle-llm: decoder-only language models for Twinkle — Llama, Qwen2 and Qwen3 from a preset config or a
+local Hugging Face folder, raw-text pre-training with packed sequences and a BPE tokenizer trained on the data.
+
+The Twinkle plugin lives in ``twinkle_llm.plugin``; it is found through the ``twinkle`` entry-point group.
+``from twinkle_llm import CausalLM, TextProcessor`` imports torch and transformers (on first use).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from importlib.metadata import version as _version
+
+    __version__: str = _version("twinkle-llm")
+except Exception:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+
+_LAZY = {"CausalLM": "twinkle_llm.model", "TextProcessor": "twinkle_llm.data", "PRESETS": "twinkle_llm.presets",
+         "bigram_perplexity": "twinkle_llm.baselines"}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public names (torch, transformers) only when asked for."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'twinkle_llm' has no attribute '{name}'")

@@ -1,0 +1,206 @@
+"""``CausalLM``: a decoder-only transformers model (Llama, Qwen2, Qwen3) as a Twinkle algorithm — built from a
+preset config with random initialisation, or loaded from a local Hugging Face folder (safetensors only)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from twinkle_core import Algorithm, DataSpec
+from twinkle_core.data import ModelInput
+from twinkle_core.errors import HyperparameterError, TwinkleError
+
+from twinkle_llm.folders import read_config
+from twinkle_llm.presets import PRESETS, SUPPORTED
+from twinkle_llm.tokenizing import TextTokenizer
+
+
+def build_config(model_type: str, settings: dict[str, Any]) -> Any:
+    """The transformers config of ``model_type`` with ``settings`` (eager-safe SDPA attention, fp32)."""
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(model_type, **settings)
+
+
+class CausalLM(Algorithm):
+    """A decoder-only language model trained on next-token prediction (loss on every token a document
+    predicts; ``val_perplexity`` is the exponent of the validation loss per token).
+
+    Class attributes a family sets: ``family`` (the Hugging Face ``model_type``) and ``default_size``.
+    """
+
+    task = "causal_lm"
+    family: ClassVar[str] = "llama"
+    default_size: ClassVar[str] = "tiny"
+    any_folder: ClassVar[bool] = False
+    """Whether ``weights`` may name a folder of another supported family (``llm-tiny``: any)."""
+    optimizer_defaults: ClassVar[dict[str, Any]] = {"lr": 1e-3, "weight_decay": 0.01, "scheduler": "cosine"}
+
+    def __init__(self, size: str | None = None, weights: str | None = None, dropout: float = 0.0) -> None:
+        """Choose the model.
+
+        Args:
+            size: one of the family's preset sizes (``PRESETS``), e.g. ``tiny``, ``1b``; ignored with ``weights``.
+            weights: a local Hugging Face model folder (``config.json``, ``*.safetensors``, ``tokenizer.json``)
+                to start from; its architecture and tokenizer are used. Never downloaded; pickled ``*.bin``
+                weights are refused.
+            dropout: attention dropout while training.
+        """
+        super().__init__()
+        sizes = PRESETS[self.family]
+        self.size = size or self.default_size
+        if self.size not in sizes:
+            raise HyperparameterError(f"'size' = {self.size!r} is not a {self.family} size; choose one of "
+                                      f"{', '.join(sizes)}")
+        if not 0.0 <= dropout < 1.0:
+            raise HyperparameterError(f"'dropout' = {dropout} is out of range: use a value in [0, 1)")
+        self.weights, self.dropout = weights, dropout
+        self.folder_config = read_config(weights) if weights else None
+        found = (self.folder_config or {}).get("model_type", self.family)
+        if found != self.family and not self.any_folder:
+            raise HyperparameterError(f"'weights' = {weights!r} is a {found} model, not {self.family}; use "
+                                      f"{found}-<size> or llm-tiny with it")
+        self._tokenizer: TextTokenizer | None = None
+        self._val_sum: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ the model
+    def model_input(self) -> ModelInput:
+        """The tokenizer the data must be encoded with: the folder's when starting from one."""
+        return ModelInput(name=self.weights or f"{self.family}-{self.size}", tokenizer=self.weights)
+
+    def build_model(self, spec: DataSpec) -> nn.Module:
+        """The network: the folder's weights, or the preset's shape with the data's vocabulary, random init."""
+        from transformers import AutoModelForCausalLM
+
+        if spec.vocab_size is None:
+            raise TwinkleError(f"{type(self).__name__} needs token ids with a vocabulary; got a {spec.task} spec")
+        if self.folder_config is not None:
+            model = AutoModelForCausalLM.from_pretrained(self.weights, local_files_only=True, use_safetensors=True,
+                                                         dtype=torch.float32, attention_dropout=self.dropout)
+            if model.config.vocab_size < spec.vocab_size:
+                raise TwinkleError(f"the tokenizer has {spec.vocab_size} ids but '{self.weights}' embeds "
+                                   f"{model.config.vocab_size}")
+            return model
+        settings = {**PRESETS[self.family][self.size], "vocab_size": spec.vocab_size,
+                    "eos_token_id": spec.extra.get("eos_id"), "pad_token_id": spec.extra.get("pad_id"),
+                    "bos_token_id": None, "attention_dropout": self.dropout}
+        return AutoModelForCausalLM.from_config(build_config(self.family if self.family in SUPPORTED else "llama",
+                                                             settings), dtype=torch.float32)
+
+    def enable_gradient_checkpointing(self) -> None:
+        """transformers' activation checkpointing of every decoder layer."""
+        self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.model.config.use_cache = False
+
+    @property
+    def tokenizer(self) -> TextTokenizer:
+        """The tokenizer the run's data was encoded with (stored in its data spec)."""
+        if self._tokenizer is None:
+            if self.data_spec is None or not self.data_spec.extra.get("tokenizer"):
+                raise TwinkleError(f"{type(self).__name__} has seen no data yet: train it or load a run first")
+            self._tokenizer = TextTokenizer.resolve(str(self.data_spec.extra["tokenizer"]))
+        return self._tokenizer
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The next-token logits ``[B, L, vocab]`` of token ids ``x`` (``position_ids`` mark packed documents)."""
+        return self.model(input_ids=x, position_ids=position_ids, use_cache=False).logits
+
+    # ------------------------------------------------------------- loss and metrics
+    def _token_loss(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The summed next-token cross-entropy of a batch and the number of predicted tokens."""
+        x, labels, positions = batch[0], batch[1], batch[2] if len(batch) > 2 else None
+        logits = self(x, positions)
+        targets = labels[:, 1:]
+        loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(),
+                                           targets.reshape(-1), ignore_index=-100, reduction="sum")
+        return loss, (targets != -100).sum()
+
+    def batch_loss(self, batch: Any) -> torch.Tensor:
+        """The mean cross-entropy per predicted token."""
+        total, count = self._token_loss(batch)
+        return total / count.clamp(min=1)
+
+    def on_validation_epoch_start(self) -> None:
+        """Start the token-weighted sums."""
+        self._val_sum = torch.zeros(2, dtype=torch.float64, device=self.device)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        """Add the batch's summed loss and token count."""
+        total, count = self._token_loss(batch)
+        if self._val_sum is None:
+            self.on_validation_epoch_start()
+        self._val_sum += torch.stack([total.detach().double(), count.double()])
+
+    def on_validation_epoch_end(self) -> None:
+        """Log ``val_loss`` (per token, over every rank's batches) and ``val_perplexity``."""
+        sums = self._val_sum if self._val_sum is not None else torch.zeros(2, dtype=torch.float64)
+        if self.trainer.world_size > 1:
+            sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
+        loss = float(sums[0] / sums[1].clamp(min=1))
+        self.log_dict({"val_loss": loss, "val_perplexity": math.exp(min(loss, 50.0))}, prog_bar=True,
+                      sync_dist=False)
+        self._val_sum = None
+
+    def eval_batch_size(self, micro_batch_size: int) -> int:
+        """Validation windows per batch: the training micro-batch (logits of a window are ``L × vocab``)."""
+        return micro_batch_size
+
+    # ------------------------------------------------------------------ generation
+    @torch.no_grad()
+    def generate(self, prompt: str, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
+                 seed: int = 0) -> str:
+        """The text the model writes after ``prompt`` (KV cache; stops at the end-of-text token).
+
+        ``temperature`` 0 is greedy; otherwise nucleus sampling with ``top_p``, reproducible for a ``seed``.
+        """
+        if max_new_tokens < 1:
+            raise HyperparameterError(f"max_new_tokens = {max_new_tokens}: give at least 1")
+        tokenizer = self.tokenizer
+        ids = torch.tensor([tokenizer.encode(prompt) or [tokenizer.eos_id]], device=self.device)
+        sample = temperature > 0
+        options: dict[str, Any] = {"do_sample": sample, "max_new_tokens": max_new_tokens,
+                                   "eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id}
+        if sample:
+            options.update(temperature=temperature, top_p=top_p)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                out = self.model.generate(ids, attention_mask=torch.ones_like(ids), **options)
+        finally:
+            self.model.train(was_training)
+        return tokenizer.decode(out[0, ids.shape[1]:].tolist())
+
+
+class LlmTiny(CausalLM):
+    """``llm-tiny``: a Llama of about 0.7M parameters (plus its embeddings) that trains in CPU minutes."""
+
+    family = "llama"
+    default_size = "tiny"
+    any_folder = True
+
+
+class Llama(CausalLM):
+    """``llama-<size>``: Llama shapes (``tiny``, ``60m``; Llama 3.2 ``1b``/``3b``, 3.1 ``8b``/``70b``;
+    Llama 2 ``13b``)."""
+
+    family = "llama"
+    default_size = "tiny"
+
+
+class Qwen2(CausalLM):
+    """``qwen2-<size>``: Qwen2.5 shapes (``0.5b``, ``1.5b``, ``7b``)."""
+
+    family = "qwen2"
+    default_size = "0.5b"
+
+
+class Qwen3(CausalLM):
+    """``qwen3-<size>``: Qwen3 shapes (``0.6b``, ``1.7b``, ``4b``, ``8b``)."""
+
+    family = "qwen3"
+    default_size = "0.6b"

@@ -1,0 +1,38 @@
+"""The Twinkle plugin of twinkle-llm, found through the ``twinkle`` entry-point group.
+
+It registers the ``causal_lm`` task, the raw-text ``TextProcessor`` and the decoder-only models: ``llm-tiny``
+(CPU minutes), ``llama-<size>``, ``qwen2-<size>`` and ``qwen3-<size>`` (``twinkle_llm.presets``). Like every plugin
+module it imports nothing heavy at its top level.
+"""
+
+from __future__ import annotations
+
+from twinkle_core import Register, hookimpl
+
+
+@hookimpl
+def register_tasks(register: Register) -> None:
+    """Causal language modelling (next-token prediction on raw text)."""
+    register("causal_lm", kind="generation", monitor="val_loss", mode="min",
+             batch="(token ids int64 [B, L], labels int64 [B, L], position ids int64 [B, L])",
+             description="predict the next token of raw text (pre-training, continued pre-training)")
+
+
+@hookimpl
+def register_algorithms(register: Register) -> None:
+    """llm-tiny and the Llama, Qwen2 and Qwen3 families by size."""
+    register("llm-tiny", "twinkle_llm.model:LlmTiny", task="causal_lm",
+             description="a 4-layer Llama for CPU minutes (random init), or any local HF folder with weights=")
+    for family, label, sizes in (("llama", "Llama", "tiny, 60m, 1b, 3b, 8b, 13b, 70b"),
+                                 ("qwen2", "Qwen2.5", "0.5b, 1.5b, 7b"), ("qwen3", "Qwen3", "0.6b, 1.7b, 4b, 8b")):
+        register(f"{family}-*", f"twinkle_llm.model:{family.capitalize()}", task="causal_lm",
+                 variant_param="size",
+                 description=f"{label} by size ({sizes}), random init unless weights= names a local folder")
+
+
+@hookimpl
+def register_data_processors(register: Register) -> None:
+    """Raw text (.txt, JSONL or Parquet with a text field, or a folder of them)."""
+    register("text", "twinkle_llm.data:TextProcessor", task="causal_lm",
+             formats=["txt", "jsonl", "parquet", "folder"],
+             description="raw text: documents tokenized (a BPE trained on the data, or the model's) and packed")

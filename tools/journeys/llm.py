@@ -1,0 +1,37 @@
+"""twinkle-llm's journey from its wheel: list, pre-train llm-tiny on CPython's help topics, generate, continue
+(the continued run encodes its data with the tokenizer its parent trained)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from common import continued, start
+
+
+def main(work: Path) -> None:
+    """Run the journey in ``work`` (its data and run store)."""
+    start("llm", "twinkle_llm")
+    import pydoc_data.topics
+
+    from twinkle_core import RunStore, Trainer
+
+    data = work / "topics.jsonl"
+    with data.open("w") as out:
+        for name in sorted(pydoc_data.topics.topics)[:30]:
+            out.write(json.dumps({"text": pydoc_data.topics.topics[name]}) + "\n")
+    trainer = Trainer("llm-tiny", hyperparams={"max_epochs": 1, "max_seq_len": 64, "vocab_size": 512},
+                      home=str(work / "home"), progress_bar=False)
+    result = trainer.fit(data=str(data))
+    assert result.status == "finished" and result.metrics["val_perplexity"] > 1, result.metrics
+    text = trainer.algorithm.generate("The ", max_new_tokens=10)
+    child = continued(result.run_uri, work, max_epochs=2)
+    decisions = {d["name"]: d for d in RunStore(str(work / "home")).get(child).plan["decisions"]}
+    assert decisions["tokenizer"]["reason"].startswith("the tokenizer the parent run trained"), decisions["tokenizer"]
+    print(f"trained {result.run_uri} (perplexity {result.metrics['val_perplexity']:.0f}), wrote {text!r}, "
+          f"continued as {child} with its tokenizer")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
