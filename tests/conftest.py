@@ -144,16 +144,6 @@ def broken(make_dist: Callable[..., None]) -> None:
     )
 
 
-@pytest.fixture
-def twinkle_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh run store for one test (``TWINKLE_HOME``), with a fixed user."""
-    home = tmp_path / "home"
-    monkeypatch.setenv("TWINKLE_HOME", str(home))
-    monkeypatch.setenv("TWINKLE_USER", "tester")
-    monkeypatch.delenv("TWINKLE_CATALOGUE", raising=False)
-    return home
-
-
 def write_cancer_csv(path: Path) -> Path:
     """scikit-learn's breast-cancer data (569 rows, 30 features, 'target') as CSV."""
     from sklearn.datasets import load_breast_cancer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -25,6 +26,16 @@ def twinkle_plugin() -> Iterator[Callable[..., Any]]:
     yield register
     for name in reversed(names):
         get_plugin_set().unregister(name)
+
+
+@pytest.fixture
+def twinkle_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh run store for one test (``TWINKLE_HOME`` in its temporary folder), with a fixed user ``tester``."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("TWINKLE_HOME", str(home))
+    monkeypatch.setenv("TWINKLE_USER", "tester")
+    monkeypatch.delenv("TWINKLE_CATALOGUE", raising=False)
+    return home
 
 
 PROCESSES_GROUP = "processes"

@@ -1,4 +1,5 @@
-"""Fixtures for twinkle-llm's tests: a run store per test and CPython's own documentation as a text corpus."""
+"""Fixtures for twinkle-llm's tests: CPython's own documentation as a text corpus (a run store per test is
+twinkle-core's ``twinkle_home`` fixture)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
-
-@pytest.fixture
-def twinkle_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh run store for one test."""
-    home = tmp_path / "home"
-    monkeypatch.setenv("TWINKLE_HOME", str(home))
-    monkeypatch.setenv("TWINKLE_USER", "tester")
-    return home
 
 
 @pytest.fixture(scope="session")

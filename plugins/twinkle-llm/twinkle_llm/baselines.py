@@ -11,7 +11,7 @@ import math
 import numpy as np
 import torch
 
-IGNORE = -100
+from twinkle_llm.data import IGNORE
 
 
 def _pairs(dataset: torch.utils.data.TensorDataset) -> tuple[np.ndarray, np.ndarray]:
@@ -38,7 +38,6 @@ def bigram_perplexity(train: torch.utils.data.TensorDataset, val: torch.utils.da
     prev, targets = _pairs(train)
     unigram = np.bincount(targets, minlength=vocab_size).astype(np.float64) + 1.0
     unigram /= unigram.sum()
-    pair_counts: dict[int, int] = {}
     keys = prev.astype(np.int64) * vocab_size + targets
     uniq, counts = np.unique(keys, return_counts=True)
     pair_counts = dict(zip(uniq.tolist(), counts.tolist()))

@@ -24,6 +24,7 @@ from twinkle_core.data import (
     Reader,
     UnsupportedFormatError,
 )
+from twinkle_core.errors import HyperparameterError
 from twinkle_core.planning import Decision
 from twinkle_core.types import Fraction, PositiveInt
 
@@ -185,8 +186,6 @@ class TextProcessor(DataProcessor):
         """
         super().__init__()
         if vocab_size < 259:
-            from twinkle_core.errors import HyperparameterError
-
             raise HyperparameterError(f"vocab_size = {vocab_size} is too small: a byte-level BPE needs 256 byte "
                                       "tokens plus its special tokens; use at least 259")
         self.max_seq_len, self.vocab_size, self.val_fraction, self.text_field = (

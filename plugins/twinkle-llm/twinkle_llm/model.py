@@ -14,12 +14,12 @@ from twinkle_core.data import ModelInput
 from twinkle_core.errors import HyperparameterError, TwinkleError
 
 from twinkle_llm.folders import read_config
-from twinkle_llm.presets import PRESETS, SUPPORTED
+from twinkle_llm.presets import PRESETS
 from twinkle_llm.tokenizing import TextTokenizer
 
 
 def build_config(model_type: str, settings: dict[str, Any]) -> Any:
-    """The transformers config of ``model_type`` with ``settings`` (eager-safe SDPA attention, fp32)."""
+    """The transformers config of ``model_type`` (one of ``SUPPORTED``) with ``settings``."""
     from transformers import AutoConfig
 
     return AutoConfig.for_model(model_type, **settings)
@@ -87,8 +87,7 @@ class CausalLM(Algorithm):
         settings = {**PRESETS[self.family][self.size], "vocab_size": spec.vocab_size,
                     "eos_token_id": spec.extra.get("eos_id"), "pad_token_id": spec.extra.get("pad_id"),
                     "bos_token_id": None, "attention_dropout": self.dropout}
-        return AutoModelForCausalLM.from_config(build_config(self.family if self.family in SUPPORTED else "llama",
-                                                             settings), dtype=torch.float32)
+        return AutoModelForCausalLM.from_config(build_config(self.family, settings), dtype=torch.float32)
 
     def enable_gradient_checkpointing(self) -> None:
         """transformers' activation checkpointing of every decoder layer."""

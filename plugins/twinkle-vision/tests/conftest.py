@@ -1,19 +1,11 @@
-"""Fixtures for twinkle-vision's tests: a run store per test and digits written as an image folder."""
+"""Fixtures for twinkle-vision's tests: digits written as an image folder (a run store per test is
+twinkle-core's ``twinkle_home`` fixture)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-
-@pytest.fixture
-def twinkle_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh run store for one test."""
-    home = tmp_path / "home"
-    monkeypatch.setenv("TWINKLE_HOME", str(home))
-    monkeypatch.setenv("TWINKLE_USER", "tester")
-    return home
 
 
 @pytest.fixture(scope="session")
