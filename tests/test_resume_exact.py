@@ -21,7 +21,8 @@ SCRIPT = textwrap.dedent(
     from twinkle_core.testing import KillAtStep
 
     mode, data = sys.argv[1], sys.argv[2]
-    hp = {"batch_size": 32, "max_epochs": 3, "checkpoint_every_n_steps": 4, "dropout": 0.3, "progress_bar": False}
+    hp = {"batch_size": 32, "max_epochs": 3, "checkpoint_every_n_steps": 4, "dropout": 0.3, "scheduler": "cosine",
+          "progress_bar": False}
     if mode == "resume":
         result = Trainer.from_checkpoint(sys.argv[3], mode="resume", verbose=False).fit()
     else:
@@ -43,6 +44,8 @@ def _last_line(result: subprocess.CompletedProcess[str]) -> list[str]:
 
 
 def test_sigkill_mid_epoch_then_resume_is_bit_identical(twinkle_home, cancer_csv, tmp_path) -> None:
+    """With a schedule that counts the run's steps (cosine: Lightning builds the training loader to count them),
+    the resumed run still carries on from the checkpoint's place in the epoch."""
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     # 455 training rows / 32 = 15 steps per epoch; checkpoints every 4 steps; killed at step 22 (epoch 1,

@@ -46,7 +46,9 @@ PLUGIN_OBJECTS = {
         "twinkle_edge.exporters.RKNNExporter", "twinkle_edge.exporters.ONNXInt8Exporter",
     ],
     "twinkle-llm": [
-        "twinkle_llm.model.CausalLM", "twinkle_llm.data.TextProcessor", "twinkle_llm.tokenizing.TextTokenizer",
+        "twinkle_llm.model.CausalLM", "twinkle_llm.data.TextProcessor", "twinkle_llm.data.ChatProcessor",
+        "twinkle_llm.chat.ChatTemplate", "twinkle_llm.chat.ChatTemplateError", "twinkle_llm.tokenizing.TextTokenizer",
+        "twinkle_llm.exporting.HuggingFaceExporter", "twinkle_llm.exporting.PeftExporter",
         "twinkle_llm.folders.ModelFolderError", "twinkle_llm.baselines",
     ],
 }

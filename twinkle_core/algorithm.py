@@ -454,6 +454,11 @@ class Algorithm(L.LightningModule):
         if s.scheduler == "none":
             return opt
         total = max(1, int(self.trainer.estimated_stepping_batches))
+        if self.trainer.ckpt_path:
+            # Lightning counted the steps by building the training loader now, before a resumed run's checkpoint
+            # (and in it the loader's place within the epoch) is restored, and the fit loop would keep that
+            # loader: dropped, it is built again after the restore and carries on from the saved place
+            self.trainer.fit_loop._combined_loader = None
         if s.scheduler == "onecycle":
             sched: Any = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=s.lr, total_steps=total)
         elif s.scheduler == "cosine":

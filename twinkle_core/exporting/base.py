@@ -90,6 +90,8 @@ class Exporter(ABC):
         verify_samples: at most this many validation samples are run through the artefact.
         decodes_on_cpu: the format runs on an integer accelerator, so it exports the algorithm's
             ``quantizable_export()`` module where there is one, and verification decodes its outputs on the CPU.
+        folder: the artefact is a folder of files (a Hugging Face model folder), written and moved as a whole;
+            ``path`` in ``export`` and ``runner`` is then a folder that does not exist yet.
     """
 
     format: ClassVar[str] = ""
@@ -99,6 +101,7 @@ class Exporter(ABC):
     float_tolerance: ClassVar[float] = 1e-4
     verify_samples: ClassVar[int] = 2048
     decodes_on_cpu: ClassVar[bool] = False
+    folder: ClassVar[bool] = False
 
     @abstractmethod
     def export(

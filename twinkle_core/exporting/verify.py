@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from typing import Any, Callable, Iterator
 
@@ -117,12 +118,14 @@ def export_and_verify(
             metric=metric,
             metric_torch=metrics_ref[metric] if metric else None,
             metric_export=metrics_got.get(metric) if metric else None,
-            size_bytes=os.path.getsize(tmp),
+            size_bytes=_size(tmp),
             details=details,
         )
         if metric:
             result.metric_delta = result.metric_export - result.metric_torch  # type: ignore[operator]
-        if local:
+        if exporter.folder:
+            _place_folder(tmp, remote_path, fs, local)
+        elif local:
             os.makedirs(os.path.dirname(os.path.abspath(remote_path)), exist_ok=True)
             os.replace(tmp, remote_path) if _same_device(tmp, remote_path) else _copy_atomic(tmp, remote_path)
         else:
@@ -130,9 +133,38 @@ def export_and_verify(
         return result
     finally:
         exporter.close()
-        for name in os.listdir(workdir):
-            os.unlink(os.path.join(workdir, name))
-        os.rmdir(workdir)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _size(path: str) -> int:
+    """The bytes of a file, or of every file under a folder."""
+    if not os.path.isdir(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names)
+
+
+def _place_folder(tmp: str, target: str, fs: Any, local: bool) -> None:
+    """Put the folder ``tmp`` at ``target`` whole: locally by renames (a copy first on another disk; an older
+    export there is replaced only once the new one is complete), elsewhere by an upload of every file."""
+    if not local:
+        fs.put(tmp, target, recursive=True)
+        return
+    target = os.path.abspath(target)
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    staged = tempfile.mkdtemp(prefix=".export-", dir=parent)
+    os.rmdir(staged)
+    if _same_device(tmp, target):
+        os.replace(tmp, staged)
+    else:
+        shutil.copytree(tmp, staged)
+    if os.path.exists(target):
+        old = staged + ".old"
+        os.replace(target, old)
+        os.replace(staged, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staged, target)
 
 
 def _decoding(run: Callable[[np.ndarray], Any], decode: Callable[[list[torch.Tensor]], torch.Tensor] | None

@@ -1,117 +1,28 @@
-"""Raw text for causal language modelling: ``.txt`` files (one document each), JSONL or Parquet rows with a text
-field, or a folder of them, at any fsspec URI — tokenized, and packed into windows of ``max_seq_len`` tokens
-without attention across documents (position ids restart at every document, which transformers' Llama and Qwen
-turn into a block-diagonal causal mask)."""
+"""The data processors of twinkle-llm: raw text for ``causal_lm`` (``TextProcessor``) and conversations for
+``instruction_tuning`` (``ChatProcessor``), at any fsspec URI — tokenized, and packed into windows of
+``max_seq_len`` tokens without attention across documents (position ids restart at every document, which
+transformers' Llama and Qwen turn into a block-diagonal causal mask)."""
 
 from __future__ import annotations
 
-import io
-import json
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from twinkle_core.data import (
-    DataError,
-    DataProcessor,
-    DataSpec,
-    EmptyDataError,
-    MissingColumnError,
-    PreparedData,
-    PrepareContext,
-    Reader,
-    UnsupportedFormatError,
-)
+from twinkle_core.data import DataError, DataProcessor, DataSpec, EmptyDataError, PreparedData, PrepareContext, Reader
 from twinkle_core.errors import HyperparameterError
 from twinkle_core.planning import Decision
 from twinkle_core.types import Fraction, PositiveInt
 
+from twinkle_llm.chat import DEFAULT_TEMPLATE, ChatTemplate, Conversation, read_conversations
+from twinkle_llm.reading import read_documents
 from twinkle_llm.tokenizing import TextTokenizer
 
 IGNORE = -100
 """The label of a token that is not predicted (a document's first token, padding): transformers' ignore index."""
-
-FORMATS = (".txt", ".jsonl", ".parquet")
-
-
-@dataclass
-class Document:
-    """One text and where it came from (``file`` and ``line``; line 0 for a whole file)."""
-
-    text: str
-    file: str
-    line: int = 0
-
-
-def _decode(data: bytes, path: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise DataError(f"{path}, line {line}: bytes that are not UTF-8 ({data[err.start:err.start + 4]!r} at "
-                        f"byte {err.start}); save the file as UTF-8") from err
-
-
-def read_documents(uri: str, text_field: str = "text") -> tuple[list[Document], Reader]:
-    """Every document of ``uri`` in a stable order: a ``.txt`` file is one document, a JSONL line or a Parquet
-    row is one (its ``text_field``); a folder holds any of them.
-
-    Raises:
-        UnsupportedFormatError: a file of another kind (or a folder without any).
-        DataError: invalid JSON, a missing or non-string field, an empty text or non-UTF-8 bytes, naming the
-            file and line.
-    """
-    reader = Reader(uri)
-    paths = reader.files(*FORMATS) if reader.folder else reader.files()
-    if not reader.folder and not uri.lower().endswith(FORMATS):
-        raise UnsupportedFormatError(f"cannot read '{uri}' as text: expected {', '.join(FORMATS)} or a folder of them")
-    if not paths:
-        raise EmptyDataError(f"'{uri}' holds no {', '.join(FORMATS)} files")
-    documents: list[Document] = []
-    for path in paths:
-        data = reader.read(path)
-        if path.lower().endswith(".txt"):
-            text = _decode(data, path)
-            if not text.strip():
-                raise DataError(f"{path}: the file is empty; remove it or give it text")
-            documents.append(Document(text, path))
-        elif path.lower().endswith(".jsonl"):
-            for number, raw in enumerate(_decode(data, path).splitlines(), start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    row = json.loads(raw)
-                except ValueError as err:
-                    raise DataError(f"{path}, line {number}: not valid JSON ({err.msg}); each line holds one "
-                                    f"object such as {{\"{text_field}\": \"...\"}}") from err
-                documents.append(Document(_field(row, text_field, path, number), path, number))
-        else:
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(io.BytesIO(data))
-            if text_field not in table.column_names:
-                raise MissingColumnError(f"{path}: no column '{text_field}' (columns: "
-                                         f"{', '.join(table.column_names)}); pass text_field=...")
-            for number, value in enumerate(table.column(text_field).to_pylist(), start=1):
-                documents.append(Document(_field({text_field: value}, text_field, path, number), path, number))
-    if not documents:
-        raise EmptyDataError(f"'{uri}' holds no documents")
-    return documents, reader
-
-
-def _field(row: object, name: str, path: str, number: int) -> str:
-    if not isinstance(row, dict) or name not in row:
-        keys = ", ".join(map(str, row)) if isinstance(row, dict) else type(row).__name__
-        raise MissingColumnError(f"{path}, line {number}: no field '{name}' (found: {keys}); pass text_field=...")
-    value = row[name]
-    if not isinstance(value, str):
-        raise DataError(f"{path}, line {number}: '{name}' is {type(value).__name__}, not text")
-    if not value.strip():
-        raise DataError(f"{path}, line {number}: '{name}' is empty; remove the line or give it text")
-    return value
-
 
 @dataclass
 class Packed:
@@ -162,7 +73,91 @@ def pack(documents: list[list[int]], eos_id: int, pad_id: int, length: int) -> P
     return Packed(input_ids, label_ids, position_ids, total)
 
 
-class TextProcessor(DataProcessor):
+def pack_whole(samples: list[tuple[list[int], list[int]]], pad_id: int, length: int) -> Packed:
+    """Samples (ids and labels, each at most ``length`` long) placed whole into windows of ``length``, in order:
+    a sample that does not fit in what is left of a window starts the next one. Position ids restart at 0 for
+    every sample; the rest of a window is padding (``pad_id``, label ``IGNORE``)."""
+    rows: list[tuple[list[int], list[int], list[int]]] = []
+    ids: list[int] = []
+    labels: list[int] = []
+    positions: list[int] = []
+    for sample_ids, sample_labels in samples:
+        if len(ids) + len(sample_ids) > length:
+            rows.append((ids, labels, positions))
+            ids, labels, positions = [], [], []
+        ids, labels = ids + sample_ids, labels + sample_labels
+        positions += list(range(len(sample_ids)))
+    rows.append((ids, labels, positions))
+    tokens = sum(len(row[0]) for row in rows)
+
+    def padded(values: list[int], fill: list[int] | int) -> list[int]:
+        rest = length - len(values)
+        return values + (list(fill[:rest]) if isinstance(fill, list) else [fill] * rest)
+
+    tail = list(range(length))
+    return Packed(torch.tensor([padded(r[0], pad_id) for r in rows], dtype=torch.int64),
+                  torch.tensor([padded(r[1], IGNORE) for r in rows], dtype=torch.int64),
+                  torch.tensor([padded(r[2], tail) for r in rows], dtype=torch.int64), tokens)
+
+
+class LanguageDataProcessor(DataProcessor):
+    """What twinkle-llm's processors share: a split by record, the tokenizer (trained on the training split, a
+    model folder's, or a continued run's), and a data spec that stores it.
+
+    Subclasses set ``task`` and ``formats`` and implement ``prepare``.
+    """
+
+    def __init__(self, max_seq_len: PositiveInt = 256, vocab_size: PositiveInt = 2048,
+                 val_fraction: Fraction = 0.1) -> None:
+        """Keep the settings every processor has (see the subclasses)."""
+        super().__init__()
+        if vocab_size < 259:
+            raise HyperparameterError(f"vocab_size = {vocab_size} is too small: a byte-level BPE needs 256 byte "
+                                      "tokens plus its special tokens; use at least 259")
+        self.max_seq_len, self.vocab_size, self.val_fraction = max_seq_len, vocab_size, val_fraction
+
+    def split(self, count: int, seed: int) -> tuple[list[int], list[int]]:
+        """Indices of the training and held-out records (``val_fraction`` of them, at least one of each when
+        there are two or more; none held out of one)."""
+        order = [int(i) for i in np.random.default_rng(seed).permutation(count)]
+        if count < 2:
+            return order, []
+        n_val = min(max(1, round(count * self.val_fraction)), count - 1)
+        return order[n_val:], order[:n_val]
+
+    def tokenizer(self, context: PrepareContext, train_texts: list[str]) -> TextTokenizer:
+        """The model's tokenizer (its folder's, or a continued run's) when it names one, else a byte-level BPE of
+        ``vocab_size`` ids trained on ``train_texts``."""
+        wanted = context.model_input.tokenizer if context.model_input is not None else None
+        return TextTokenizer.resolve(wanted) if wanted else TextTokenizer.train(train_texts, self.vocab_size)
+
+    def finish(self, tokenizer: TextTokenizer, train: Packed, val: Packed, reader: Reader, uri: str,
+               details: dict[str, Any], extra: dict[str, Any] | None = None) -> PreparedData:
+        """The ``PreparedData`` of packed splits: the spec stores the tokenizer (a folder's by its path, a trained
+        one as JSON); the plan shows the tokenizer's origin and the packing efficiency."""
+        stored = tokenizer.source if tokenizer.from_folder_source else tokenizer.to_json()
+        spec = DataSpec(task=self.task, input_shape=(self.max_seq_len,), input_dtype="int64",
+                        vocab_size=tokenizer.vocab_size,
+                        extra={"tokenizer": stored, "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id,
+                               "max_seq_len": self.max_seq_len, **(extra or {})})
+        origin = {"trained": f"a byte-level BPE of {tokenizer.vocab_size} ids trained on the training split",
+                  "stored": f"the tokenizer the parent run trained ({tokenizer.vocab_size} ids): the ids keep their "
+                            "meaning"}.get(tokenizer.source, f"{tokenizer.source}'s own ({tokenizer.vocab_size} ids)")
+        decisions = [
+            Decision("tokenizer", tokenizer.vocab_size, origin),
+            Decision("packing", round(train.efficiency, 4),
+                     f"{train.tokens:,} training tokens in {len(train.input_ids)} windows of {self.max_seq_len}: "
+                     f"{train.efficiency:.1%} of the slots hold text, documents never attend to each other"),
+        ]
+        details = {**details, "train_tokens": train.tokens, "val_tokens": val.tokens,
+                   "packing_efficiency": round(train.efficiency, 4), "tokenizer": tokenizer.source}
+        manifest = reader.manifest()
+        return PreparedData(train.dataset(), val.dataset(), spec, f"md5:{manifest.md5}", uri,
+                            sum(size for size, _ in manifest.files.values()), details=details, manifest=manifest,
+                            decisions=decisions)
+
+
+class TextProcessor(LanguageDataProcessor):
     """Raw text → packed token windows for ``causal_lm``.
 
     A run from scratch trains a byte-level BPE of ``vocab_size`` ids on the training split and stores it with the
@@ -184,29 +179,19 @@ class TextProcessor(DataProcessor):
                 document).
             text_field: the JSONL field or Parquet column holding the text.
         """
-        super().__init__()
-        if vocab_size < 259:
-            raise HyperparameterError(f"vocab_size = {vocab_size} is too small: a byte-level BPE needs 256 byte "
-                                      "tokens plus its special tokens; use at least 259")
-        self.max_seq_len, self.vocab_size, self.val_fraction, self.text_field = (
-            max_seq_len, vocab_size, val_fraction, text_field)
+        super().__init__(max_seq_len, vocab_size, val_fraction)
+        self.text_field = text_field
 
     def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
         """Read, split by document, tokenize and pack."""
         context = self.context(context)
         documents, reader = read_documents(uri, self.text_field)
-        order = np.random.default_rng(context.seed).permutation(len(documents))
-        texts = [documents[i].text for i in order]
-        if len(texts) >= 2:
-            n_val = min(max(1, round(len(texts) * self.val_fraction)), len(texts) - 1)
-            train_texts, val_texts = texts[n_val:], texts[:n_val]
-            split = f"{len(train_texts)} documents for training, {len(val_texts)} held out"
-        else:
-            train_texts, val_texts = texts, []
-            split = "one document: its last tokens are held out"
-        wanted = context.model_input.tokenizer if context.model_input is not None else None
-        tokenizer = (TextTokenizer.resolve(wanted) if wanted
-                     else TextTokenizer.train(train_texts, self.vocab_size))
+        train_index, val_index = self.split(len(documents), context.seed)
+        train_texts = [documents[i].text for i in train_index]
+        val_texts = [documents[i].text for i in val_index]
+        split = (f"{len(train_texts)} documents for training, {len(val_texts)} held out" if val_texts
+                 else "one document: its last tokens are held out")
+        tokenizer = self.tokenizer(context, train_texts)
         train_ids = tokenizer.encode_batch(train_texts)
         val_ids = tokenizer.encode_batch(val_texts)
         if not val_ids:
@@ -218,24 +203,83 @@ class TextProcessor(DataProcessor):
             train_ids, val_ids = [train_ids[0][:cut]], [train_ids[0][cut:]]
         train = pack(train_ids, tokenizer.eos_id, tokenizer.pad_id, self.max_seq_len)
         val = pack(val_ids, tokenizer.eos_id, tokenizer.pad_id, self.max_seq_len)
-        stored = tokenizer.source if tokenizer.from_folder_source else tokenizer.to_json()
-        spec = DataSpec(task=self.task, input_shape=(self.max_seq_len,), input_dtype="int64",
-                        vocab_size=tokenizer.vocab_size,
-                        extra={"tokenizer": stored, "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id,
-                               "max_seq_len": self.max_seq_len})
-        origin = {"trained": f"a byte-level BPE of {tokenizer.vocab_size} ids trained on the training split",
-                  "stored": f"the tokenizer the parent run trained ({tokenizer.vocab_size} ids): the ids keep their "
-                            "meaning"}.get(tokenizer.source, f"{tokenizer.source}'s own ({tokenizer.vocab_size} ids)")
-        decisions = [
-            Decision("tokenizer", tokenizer.vocab_size, origin),
-            Decision("packing", round(train.efficiency, 4),
-                     f"{train.tokens:,} training tokens in {len(train.input_ids)} windows of {self.max_seq_len}: "
-                     f"{train.efficiency:.1%} of the slots hold text, documents never attend to each other"),
-        ]
-        details = {"documents": len(documents), "split": split, "train_tokens": train.tokens,
-                   "val_tokens": val.tokens, "packing_efficiency": round(train.efficiency, 4),
-                   "tokenizer": tokenizer.source}
-        manifest = reader.manifest()
-        return PreparedData(train.dataset(), val.dataset(), spec, f"md5:{manifest.md5}", uri,
-                            sum(size for size, _ in manifest.files.values()), details=details, manifest=manifest,
-                            decisions=decisions)
+        return self.finish(tokenizer, train, val, reader, uri, {"documents": len(documents), "split": split})
+
+
+class ChatProcessor(LanguageDataProcessor):
+    """Conversations → packed token windows for ``instruction_tuning``, trained on the assistant's tokens only.
+
+    Each record (``messages`` in the OpenAI chat shape, or ``prompt``/``response``) is rendered with the model
+    folder's chat template, or the documented default (``twinkle_llm.chat``); its tokens are labels only where
+    the assistant speaks. Conversations are packed whole (never cut across windows) with position ids restarting
+    at each. The tokenizer is the model folder's, a continued run's, or a BPE trained on the training split.
+    """
+
+    task = "instruction_tuning"
+    formats = ("jsonl", "parquet", "folder")
+
+    def __init__(self, max_seq_len: PositiveInt = 512, vocab_size: PositiveInt = 2048, val_fraction: Fraction = 0.1,
+                 truncate: bool = False) -> None:
+        """Configure the processor.
+
+        Args:
+            max_seq_len: tokens per training window; a conversation longer than this is refused, naming its file
+                and line (or cut, with ``truncate``).
+            vocab_size: the size of the BPE trained from scratch (a pretrained tokenizer keeps its own).
+            val_fraction: the share of conversations held out for validation.
+            truncate: cut conversations longer than ``max_seq_len`` to it (counted in the plan) instead of
+                refusing them.
+        """
+        super().__init__(max_seq_len, vocab_size, val_fraction)
+        self.truncate = truncate
+
+    def template(self, tokenizer: TextTokenizer) -> ChatTemplate:
+        """The chat template of ``tokenizer``'s model folder, else the default one."""
+        return ChatTemplate.for_folder(tokenizer.source if tokenizer.from_folder_source else None,
+                                       tokenizer.eos_text)
+
+    def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
+        """Read, check, split by conversation, tokenize with the assistant's tokens as the only labels, pack."""
+        context = self.context(context)
+        conversations, reader = read_conversations(uri)
+        train_index, val_index = self.split(len(conversations), context.seed)
+        if not val_index:
+            raise EmptyDataError(f"'{uri}' holds one conversation; give at least two (one is held out)")
+        default = ChatTemplate(DEFAULT_TEMPLATE, "")
+        wanted = context.model_input.tokenizer if context.model_input is not None else None
+        tokenizer = self.tokenizer(context, [] if wanted else
+                                   [default.render(conversations[i].messages) for i in train_index])
+        template = self.template(tokenizer)
+        truncated: list[str] = []
+        encoded = [self.encode(conversations[i], tokenizer, template, truncated) for i in range(len(conversations))]
+        train = pack_whole([encoded[i] for i in train_index], tokenizer.pad_id, self.max_seq_len)
+        val = pack_whole([encoded[i] for i in val_index], tokenizer.pad_id, self.max_seq_len)
+        details = {"conversations": len(conversations),
+                   "split": f"{len(train_index)} conversations for training, {len(val_index)} held out",
+                   "truncated": len(truncated), "chat_template": template.source,
+                   "trained_tokens": int((train.labels != IGNORE).sum())}
+        prepared = self.finish(tokenizer, train, val, reader, uri, details, {"chat_template": template.source})
+        if truncated:
+            prepared.decisions.append(Decision("truncate", len(truncated), f"{len(truncated)} conversations longer "
+                                               f"than {self.max_seq_len} tokens were cut (first: {truncated[0]})"))
+        return prepared
+
+    def encode(self, item: Conversation, tokenizer: TextTokenizer, template: ChatTemplate,
+               truncated: list[str]) -> tuple[list[int], list[int]]:
+        """The ids of one conversation and its labels (the id where the assistant speaks, ``IGNORE`` elsewhere).
+
+        Raises:
+            DataError: longer than ``max_seq_len`` without ``truncate`` (named by file and line).
+        """
+        text, spans = template.with_spans(item.messages, item.where())
+        ids, offsets = tokenizer.encode_offsets(text)
+        labels = [token if any(start <= begin < end for start, end in spans) else IGNORE
+                  for token, (begin, _) in zip(ids, offsets)]
+        if len(ids) > self.max_seq_len:
+            if not self.truncate:
+                raise DataError(f"{item.where()}: the conversation is {len(ids)} tokens, longer than max_seq_len = "
+                                f"{self.max_seq_len}; raise max_seq_len, shorten it, or pass truncate=True to cut "
+                                "such conversations (they are counted)")
+            truncated.append(item.where())
+            ids, labels = ids[: self.max_seq_len], labels[: self.max_seq_len]
+        return ids, labels

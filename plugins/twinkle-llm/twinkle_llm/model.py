@@ -4,7 +4,7 @@ preset config with random initialisation, or loaded from a local Hugging Face fo
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
@@ -12,7 +12,9 @@ from torch import nn
 from twinkle_core import Algorithm, DataSpec
 from twinkle_core.data import ModelInput
 from twinkle_core.errors import HyperparameterError, TwinkleError
+from twinkle_core.types import NonNegativeInt
 
+from twinkle_llm.chat import DEFAULT_TEMPLATE, ChatTemplate, Messages, check_messages
 from twinkle_llm.folders import read_config
 from twinkle_llm.presets import PRESETS
 from twinkle_llm.tokenizing import TextTokenizer
@@ -25,9 +27,17 @@ def build_config(model_type: str, settings: dict[str, Any]) -> Any:
     return AutoConfig.for_model(model_type, **settings)
 
 
+LORA_ALL = "all-linear"
+"""``lora_targets`` meaning every linear layer of the decoder (not the output head), as peft reads it."""
+
+
 class CausalLM(Algorithm):
-    """A decoder-only language model trained on next-token prediction (loss on every token a document
-    predicts; ``val_perplexity`` is the exponent of the validation loss per token).
+    """A decoder-only language model trained on next-token prediction: on every token of raw text
+    (``causal_lm``) or on the assistant's tokens of conversations (``instruction_tuning``); ``val_perplexity`` is
+    the exponent of the validation loss per predicted token.
+
+    With ``lora_rank`` the model folder's weights stay frozen and only low-rank adapters train (peft); the run's
+    checkpoints then hold the adapters alone, and ``weights`` (stored with the run) names the base.
 
     Class attributes a family sets: ``family`` (the Hugging Face ``model_type``) and ``default_size``.
     """
@@ -39,7 +49,10 @@ class CausalLM(Algorithm):
     """Whether ``weights`` may name a folder of another supported family (``llm-tiny``: any)."""
     optimizer_defaults: ClassVar[dict[str, Any]] = {"lr": 1e-3, "weight_decay": 0.01, "scheduler": "cosine"}
 
-    def __init__(self, size: str | None = None, weights: str | None = None, dropout: float = 0.0) -> None:
+    def __init__(self, size: str | None = None, weights: str | None = None, dropout: float = 0.0,
+                 lora_rank: NonNegativeInt = 0, lora_alpha: float | None = None, lora_targets: str = LORA_ALL,
+                 lora_dropout: float = 0.0,
+                 task: Literal["causal_lm", "instruction_tuning"] = "causal_lm") -> None:
         """Choose the model.
 
         Args:
@@ -48,8 +61,16 @@ class CausalLM(Algorithm):
                 to start from; its architecture and tokenizer are used. Never downloaded; pickled ``*.bin``
                 weights are refused.
             dropout: attention dropout while training.
+            lora_rank: train rank-``lora_rank`` adapters on a frozen base (``weights`` required); 0 trains every
+                weight.
+            lora_alpha: the adapters' scale numerator (the update is ``alpha / rank · B A``); default ``2 ×
+                lora_rank``.
+            lora_targets: ``all-linear`` (every linear layer but the output head), or the module names to adapt,
+                comma-separated (``q_proj,v_proj``).
+            lora_dropout: dropout on the adapters' input while training.
+            task: ``causal_lm`` (raw text) or ``instruction_tuning`` (conversations).
         """
-        super().__init__()
+        super().__init__(task=task)
         sizes = PRESETS[self.family]
         self.size = size or self.default_size
         if self.size not in sizes:
@@ -63,7 +84,23 @@ class CausalLM(Algorithm):
         if found != self.family and not self.any_folder:
             raise HyperparameterError(f"'weights' = {weights!r} is a {found} model, not {self.family}; use "
                                       f"{found}-<size> or llm-tiny with it")
+        if lora_rank and not weights:
+            raise HyperparameterError(f"'lora_rank' = {lora_rank} adapts a trained model, but 'weights' names none: "
+                                      "give weights='/path/to/hf-folder' (a pretrained model, or one exported with "
+                                      "format='hf'), or drop lora_rank to train every weight")
+        if lora_alpha is not None and lora_alpha <= 0:
+            raise HyperparameterError(f"'lora_alpha' = {lora_alpha} must be positive")
+        if not 0.0 <= lora_dropout < 1.0:
+            raise HyperparameterError(f"'lora_dropout' = {lora_dropout} is out of range: use a value in [0, 1)")
+        targets = [t.strip() for t in lora_targets.split(",") if t.strip()]
+        if not targets:
+            raise HyperparameterError(f"'lora_targets' = {lora_targets!r} names no module; use '{LORA_ALL}' or "
+                                      "names such as 'q_proj,v_proj'")
+        self.lora_rank, self.lora_dropout = lora_rank, lora_dropout
+        self.lora_alpha = float(lora_alpha) if lora_alpha is not None else 2.0 * lora_rank
+        self.lora_targets = LORA_ALL if targets == [LORA_ALL] else targets
         self._tokenizer: TextTokenizer | None = None
+        self._template: ChatTemplate | None = None
         self._val_sum: torch.Tensor | None = None
 
     # ------------------------------------------------------------------ the model
@@ -83,11 +120,53 @@ class CausalLM(Algorithm):
             if model.config.vocab_size < spec.vocab_size:
                 raise TwinkleError(f"the tokenizer has {spec.vocab_size} ids but '{self.weights}' embeds "
                                    f"{model.config.vocab_size}")
-            return model
+            return self.with_adapters(model) if self.lora_rank else model
         settings = {**PRESETS[self.family][self.size], "vocab_size": spec.vocab_size,
                     "eos_token_id": spec.extra.get("eos_id"), "pad_token_id": spec.extra.get("pad_id"),
                     "bos_token_id": None, "attention_dropout": self.dropout}
         return AutoModelForCausalLM.from_config(build_config(self.family, settings), dtype=torch.float32)
+
+    def with_adapters(self, model: nn.Module) -> nn.Module:
+        """``model`` frozen, with peft's LoRA adapters on ``lora_targets`` (the only weights that train)."""
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(r=self.lora_rank, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
+                            target_modules=self.lora_targets, task_type="CAUSAL_LM")
+        try:
+            return get_peft_model(model, config)
+        except ValueError as err:  # a target module the network does not have
+            named = self.lora_targets if isinstance(self.lora_targets, str) else ",".join(self.lora_targets)
+            raise HyperparameterError(f"'lora_targets' = {named!r} does not fit {type(model).__name__}: {err}") from err
+
+    @property
+    def adapted(self) -> bool:
+        """Whether only LoRA adapters train (the base is frozen, and left out of checkpoints)."""
+        return bool(self.lora_rank)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The module's state; with LoRA only the adapters' (the base is ``weights``, named in the run)."""
+        state = super().state_dict(*args, **kwargs)
+        if not self.adapted or args:
+            return state
+        prefix = kwargs.get("prefix", "")
+        trainable = {prefix + name for name, p in self.named_parameters() if p.requires_grad}
+        return type(state)((k, v) for k, v in state.items() if k in trainable)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        """Load a state; with LoRA an adapters-only state completes the base loaded from ``weights``.
+
+        Raises:
+            RuntimeError: with ``strict``, a name the model lacks, or a trainable weight the state lacks.
+        """
+        if not self.adapted:
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        result = super().load_state_dict(state_dict, strict=False, assign=assign)
+        trainable = {name for name, p in self.named_parameters() if p.requires_grad}
+        missing = [k for k in result.missing_keys if k in trainable]
+        if strict and (missing or result.unexpected_keys):
+            raise RuntimeError(f"the adapters' state does not fit {type(self).__name__}: missing {missing[:4]}, "
+                               f"unexpected {result.unexpected_keys[:4]}")
+        return result
 
     def enable_gradient_checkpointing(self) -> None:
         """transformers' activation checkpointing of every decoder layer."""
@@ -147,21 +226,52 @@ class CausalLM(Algorithm):
         """Validation windows per batch: the training micro-batch (logits of a window are ``L × vocab``)."""
         return micro_batch_size
 
+    # ---------------------------------------------------------------------- export
+    def export_module(self) -> nn.Module:
+        """The network with the tokenizer and chat template (``twinkle_llm.exporting``); forward: ids → logits."""
+        from twinkle_llm.exporting import LanguageModelExport
+
+        return LanguageModelExport(self.model, self.tokenizer, self.chat_template)
+
+    def export_metrics(self, outputs: torch.Tensor, batch: Any) -> dict[str, torch.Tensor]:
+        """The share of labelled next tokens an exported model's logits rank first (``token_accuracy``)."""
+        targets = batch[1][:, 1:]
+        mask = targets != -100
+        hits = (outputs[:, :-1].argmax(-1) == targets) & mask
+        return {"token_accuracy": hits.sum() / mask.sum().clamp(min=1)}
+
     # ------------------------------------------------------------------ generation
+    @property
+    def chat_template(self) -> ChatTemplate:
+        """The chat template the run's conversations were rendered with (the default one for raw-text runs)."""
+        if self._template is None:
+            source = str((self.data_spec.extra if self.data_spec else {}).get("chat_template", DEFAULT_TEMPLATE))
+            folder = None if source == DEFAULT_TEMPLATE else source
+            self._template = ChatTemplate.for_folder(folder, self.tokenizer.eos_text)
+        return self._template
+
     @torch.no_grad()
-    def generate(self, prompt: str, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-                 seed: int = 0) -> str:
+    def generate(self, prompt: str | Messages, max_new_tokens: int = 64, temperature: float = 0.0,
+                 top_p: float = 1.0, seed: int = 0) -> str:
         """The text the model writes after ``prompt`` (KV cache; stops at the end-of-text token).
 
+        ``prompt`` is raw text to continue, or a conversation (``[{"role": "user", "content": ...}]``, ending
+        with the user's turn) rendered with the run's chat template; the answer is the assistant's turn.
         ``temperature`` 0 is greedy; otherwise nucleus sampling with ``top_p``, reproducible for a ``seed``.
+
+        Raises:
+            HyperparameterError: ``max_new_tokens`` below 1; DataError: a malformed conversation.
         """
         if max_new_tokens < 1:
             raise HyperparameterError(f"max_new_tokens = {max_new_tokens}: give at least 1")
         tokenizer = self.tokenizer
+        if not isinstance(prompt, str):
+            prompt = self.chat_template.render(check_messages(prompt, "the prompt", complete=False),
+                                               add_generation_prompt=True)
         ids = torch.tensor([tokenizer.encode(prompt) or [tokenizer.eos_id]], device=self.device)
         sample = temperature > 0
         options: dict[str, Any] = {"do_sample": sample, "max_new_tokens": max_new_tokens,
-                                   "eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id}
+                                   "eos_token_id": list(tokenizer.stop_ids), "pad_token_id": tokenizer.pad_id}
         if sample:
             options.update(temperature=temperature, top_p=top_p)
         was_training = self.model.training
@@ -169,7 +279,7 @@ class CausalLM(Algorithm):
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
-                out = self.model.generate(ids, attention_mask=torch.ones_like(ids), **options)
+                out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **options)
         finally:
             self.model.train(was_training)
         return tokenizer.decode(out[0, ids.shape[1]:].tolist())

@@ -1,6 +1,7 @@
 """The Twinkle plugin of twinkle-llm, found through the ``twinkle`` entry-point group.
 
-It registers the ``causal_lm`` task, the raw-text ``TextProcessor`` and the decoder-only models: ``llm-tiny``
+It registers the ``causal_lm`` and ``instruction_tuning`` tasks, their processors (raw text, conversations) and
+the decoder-only models: ``llm-tiny``
 (CPU minutes), ``llama-<size>``, ``qwen2-<size>`` and ``qwen3-<size>`` (``twinkle_llm.presets``). Like every plugin
 module it imports nothing heavy at its top level.
 """
@@ -12,20 +13,28 @@ from twinkle_core import Register, hookimpl
 
 @hookimpl
 def register_tasks(register: Register) -> None:
-    """Causal language modelling (next-token prediction on raw text)."""
+    """Causal language modelling (next-token prediction on raw text) and instruction tuning (conversations)."""
     register("causal_lm", kind="generation", monitor="val_loss", mode="min",
              batch="(token ids int64 [B, L], labels int64 [B, L], position ids int64 [B, L])",
              description="predict the next token of raw text (pre-training, continued pre-training)")
+    register("instruction_tuning", kind="generation", monitor="val_loss", mode="min",
+             batch="(token ids int64 [B, L], labels int64 [B, L] (-100 off the assistant's turns), position ids "
+                   "int64 [B, L])",
+             description="answer like the assistant of chat conversations (SFT; loss on the assistant's tokens)")
+
+
+TASKS = ["causal_lm", "instruction_tuning"]
+"""The tasks every twinkle-llm model serves (``Trainer(..., task=...)``; ``causal_lm`` by default)."""
 
 
 @hookimpl
 def register_algorithms(register: Register) -> None:
     """llm-tiny and the Llama, Qwen2 and Qwen3 families by size."""
-    register("llm-tiny", "twinkle_llm.model:LlmTiny", task="causal_lm",
+    register("llm-tiny", "twinkle_llm.model:LlmTiny", task=TASKS,
              description="a 4-layer Llama for CPU minutes (random init), or any local HF folder with weights=")
     for family, label, sizes in (("llama", "Llama", "tiny, 60m, 1b, 3b, 8b, 13b, 70b"),
                                  ("qwen2", "Qwen2.5", "0.5b, 1.5b, 7b"), ("qwen3", "Qwen3", "0.6b, 1.7b, 4b, 8b")):
-        register(f"{family}-*", f"twinkle_llm.model:{family.capitalize()}", task="causal_lm",
+        register(f"{family}-*", f"twinkle_llm.model:{family.capitalize()}", task=TASKS,
                  variant_param="size",
                  description=f"{label} by size ({sizes}), random init unless weights= names a local folder")
 
@@ -36,3 +45,16 @@ def register_data_processors(register: Register) -> None:
     register("text", "twinkle_llm.data:TextProcessor", task="causal_lm",
              formats=["txt", "jsonl", "parquet", "folder"],
              description="raw text: documents tokenized (a BPE trained on the data, or the model's) and packed")
+    register("chat", "twinkle_llm.data:ChatProcessor", task="instruction_tuning",
+             formats=["jsonl", "parquet", "folder"],
+             description="conversations (OpenAI messages, or prompt/response) in the model's chat template, "
+                         "packed whole, trained on the assistant's tokens")
+
+
+@hookimpl
+def register_exporters(register: Register) -> None:
+    """Hugging Face model folders (merged) and peft adapter folders."""
+    register("hf", "twinkle_llm.exporting:HuggingFaceExporter", format="hf",
+             description="a Hugging Face model folder (safetensors, tokenizer, chat template), LoRA merged")
+    register("peft", "twinkle_llm.exporting:PeftExporter", format="peft",
+             description="the LoRA adapters alone, as peft loads them onto the base folder")

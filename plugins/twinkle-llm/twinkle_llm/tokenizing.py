@@ -25,12 +25,19 @@ class TextTokenizer:
         pad_id: the id that pads a batch (never a label).
         source: where it came from: ``"trained"`` (on this run's data), ``"stored"`` (with an earlier run: a
             continued one keeps its parent's) or the folder it was read from.
+        end_ids: more ids that end generation (a folder's ``eos_token_id`` list: a chat model's end of turn).
     """
 
     backend: Any
     eos_id: int
     pad_id: int
     source: str = "trained"
+    end_ids: tuple[int, ...] = ()
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Every id that ends generation: ``eos_id`` first."""
+        return tuple(dict.fromkeys((self.eos_id, *self.end_ids)))
 
     @property
     def vocab_size(self) -> int:
@@ -40,6 +47,16 @@ class TextTokenizer:
     def encode(self, text: str) -> list[int]:
         """The ids of ``text`` (no special tokens added)."""
         return list(self.backend.encode(text, add_special_tokens=False).ids)
+
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """The ids of ``text`` and each one's ``[start, end)`` characters in it."""
+        encoding = self.backend.encode(text, add_special_tokens=False)
+        return list(encoding.ids), [tuple(o) for o in encoding.offsets]
+
+    @property
+    def eos_text(self) -> str:
+        """The text of the end-of-text token (a chat template ends the assistant's turn with it)."""
+        return str(self.backend.id_to_token(self.eos_id))
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """The ids of each text."""
@@ -101,13 +118,14 @@ class TextTokenizer:
                     if ids.get(key) is None and found.get(key) is not None:
                         ids[key] = found[key]
         eos = ids.get("eos_token_id")
+        ends = tuple(int(i) for i in eos) if isinstance(eos, list) else ()
         eos = eos[0] if isinstance(eos, list) else eos
         if eos is None:
             eos = backend.token_to_id(EOS)
         if eos is None:
             raise TwinkleError(f"'{folder}' names no eos_token_id in config.json or generation_config.json")
         pad = ids.get("pad_token_id")
-        return cls(backend, int(eos), int(pad if pad is not None else eos), source=str(folder))
+        return cls(backend, int(eos), int(pad if pad is not None else eos), source=str(folder), end_ids=ends)
 
     @classmethod
     def resolve(cls, given: str) -> TextTokenizer:

@@ -1,0 +1,85 @@
+"""Instruction tuning with LoRA from a local Hugging Face folder: the pre-trained llm-tiny exported as an ``hf``
+folder is the base; LoRA adapters learn a generated task with a checkable answer (the opposite of a word, asked
+in eight phrasings) to exact match >= 0.9 on prompts held out of training, from 0 before; the base stays frozen
+and out of the checkpoints; the merged ``hf`` folder and the ``peft`` adapter reproduce the trained logits, and
+the exported folder's tokenizer renders the chat as training did."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from twinkle_core import RunStore, Trainer, load_torch_file
+
+pytestmark = pytest.mark.slow
+
+PAIRS = [("true", "false"), ("open", "close"), ("read", "write"), ("get", "set"), ("first", "last"),
+         ("left", "right"), ("input", "output"), ("before", "after"), ("min", "max"), ("add", "remove"),
+         ("upper", "lower"), ("start", "stop"), ("old", "new"), ("positive", "negative"), ("inside", "outside"),
+         ("local", "global")]
+PHRASINGS = ["What is the opposite of {w}?", "opposite of {w}", "Give the opposite of the word {w}.",
+             "{w}: what is its opposite?", "The opposite of {w} is", "Name the opposite of {w}.", "opposite: {w}",
+             "Which word means the opposite of {w}?"]
+
+
+def _opposites() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(prompt, answer) pairs of every word and phrasing (256), shuffled: 224 to train on, 32 held out (each
+    word is trained on in other phrasings)."""
+    facts = PAIRS + [(b, a) for a, b in PAIRS]
+    pairs = [(phrase.format(w=word), answer) for word, answer in facts for phrase in PHRASINGS]
+    random.Random(0).shuffle(pairs)
+    return pairs[32:], pairs[:32]
+
+
+def _exact_match(algorithm: object, prompts: list[tuple[str, str]]) -> float:
+    hits = sum(algorithm.generate([{"role": "user", "content": prompt}], max_new_tokens=8).strip() == answer
+               for prompt, answer in prompts)
+    return hits / len(prompts)
+
+
+def test_lora_sft_from_a_local_folder_learns_held_out_prompts_and_exports_with_parity(
+        pretrained: tuple, twinkle_home: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    base_trainer, _ = pretrained
+    base = base_trainer.export(format="hf", output=str(tmp_path / "base"))
+    assert base.max_abs_diff <= 1e-4 and base.details["merged_lora"] is False
+    train, held_out = _opposites()
+    data = tmp_path / "opposites.jsonl"
+    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p},
+                                                     {"role": "assistant", "content": a}]}) + "\n"
+                            for p, a in train))
+    before = _exact_match(base_trainer.algorithm, held_out)
+
+    trainer = Trainer("llm-tiny", task="instruction_tuning",
+                      hyperparams={"weights": base.path, "lora_rank": 16, "lr": 3e-3, "max_epochs": 50, "val_fraction": 0.05,
+                                   "batch_size": 8, "max_seq_len": 128},
+                      progress_bar=False, verbose=False)
+    result = trainer.fit(str(data))
+    after = _exact_match(trainer.algorithm, held_out)
+    print("exact match before", before, "after", after, result.metrics)
+    assert before <= 0.05 and after >= 0.9
+
+    # the base is frozen and named, not stored: checkpoints hold the adapters alone
+    net = trainer.algorithm.model
+    saved = load_file(Path(base.path) / "model.safetensors")
+    frozen = net.get_base_model().state_dict()["model.layers.1.mlp.down_proj.base_layer.weight"]
+    assert torch.equal(frozen, saved["model.layers.1.mlp.down_proj.weight"])
+    checkpoint = load_torch_file(result.best_checkpoint)
+    assert checkpoint["state_dict"] and all(".lora_" in key for key in checkpoint["state_dict"])
+    assert RunStore().get(result.run_uri).hyperparams["weights"] == base.path  # the run names its base
+
+    merged = trainer.export(format="hf")
+    adapter = trainer.export(format="peft")
+    assert merged.max_abs_diff <= 1e-4 and merged.details["merged_lora"] is True
+    assert adapter.max_abs_diff <= 1e-4 and adapter.details["base"] == base.path
+    assert merged.metric_export == merged.metric_torch  # the same next-token accuracy on the held-out windows
+    chat = [{"role": "user", "content": held_out[0][0]}]
+    rendered = AutoTokenizer.from_pretrained(merged.path).apply_chat_template(chat, tokenize=False,
+                                                                             add_generation_prompt=True)
+    assert rendered == trainer.algorithm.chat_template.render(chat, add_generation_prompt=True)
