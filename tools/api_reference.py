@@ -47,6 +47,7 @@ PLUGIN_OBJECTS = {
     ],
     "twinkle-llm": [
         "twinkle_llm.model.CausalLM", "twinkle_llm.data.TextProcessor", "twinkle_llm.data.ChatProcessor",
+        "twinkle_llm.data.PreferenceProcessor", "twinkle_llm.preference",
         "twinkle_llm.chat.ChatTemplate", "twinkle_llm.chat.ChatTemplateError", "twinkle_llm.tokenizing.TextTokenizer",
         "twinkle_llm.exporting.HuggingFaceExporter", "twinkle_llm.exporting.PeftExporter",
         "twinkle_llm.folders.ModelFolderError", "twinkle_llm.baselines",

@@ -4,6 +4,7 @@ once per session (a run store per test is twinkle-core's ``twinkle_home`` fixtur
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +38,52 @@ def pretrained(topics: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     trainer = Trainer("llm-tiny", hyperparams=PRETRAINING, home=str(tmp_path_factory.mktemp("pretrained")),
                       progress_bar=False, verbose=False)
     return trainer, trainer.fit(str(topics))
+
+
+@pytest.fixture(scope="session")
+def base_folder(pretrained: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The ``pretrained`` llm-tiny exported as a Hugging Face folder (the ``ExportResult``): the base that
+    instruction and preference tuning start from; read-only."""
+    trainer, _ = pretrained
+    return trainer.export(format="hf", output=str(tmp_path_factory.mktemp("base") / "llm-tiny-hf"))
+
+
+PAIRS = [("true", "false"), ("open", "close"), ("read", "write"), ("get", "set"), ("first", "last"),
+         ("left", "right"), ("input", "output"), ("before", "after"), ("min", "max"), ("add", "remove"),
+         ("upper", "lower"), ("start", "stop"), ("old", "new"), ("positive", "negative"), ("inside", "outside"),
+         ("local", "global")]
+PHRASINGS = ["What is the opposite of {w}?", "opposite of {w}", "Give the opposite of the word {w}.",
+             "{w}: what is its opposite?", "The opposite of {w} is", "Name the opposite of {w}.", "opposite: {w}",
+             "Which word means the opposite of {w}?"]
+
+
+@pytest.fixture(scope="session")
+def opposites() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """A generated task with a checkable answer, the opposite of a word asked in eight phrasings: (prompt, answer)
+    pairs of every word and phrasing (256), shuffled — 224 to train on, 32 held out (each word is trained on in
+    other phrasings)."""
+    facts = PAIRS + [(b, a) for a, b in PAIRS]
+    pairs = [(phrase.format(w=word), answer) for word, answer in facts for phrase in PHRASINGS]
+    random.Random(0).shuffle(pairs)
+    return pairs[32:], pairs[:32]
+
+
+@pytest.fixture(scope="session")
+def small_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small random Llama (2 layers, hidden 32) saved as Hugging Face saves it, with a tokenizer trained on
+    spelled-out numbers: a base for LoRA mechanics that need no learned weights; read-only."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from twinkle_llm.model import build_config
+    from twinkle_llm.tokenizing import TextTokenizer
+
+    folder = tmp_path_factory.mktemp("small-base")
+    tokenizer = TextTokenizer.train([f"Spell {n} backwards {str(n)[::-1]}" for n in range(100, 200)], 300)
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_config(build_config("llama", {
+        "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": tokenizer.vocab_size, "eos_token_id": tokenizer.eos_id}))
+    model.save_pretrained(folder)
+    tokenizer.backend.save(str(folder / "tokenizer.json"))
+    return folder

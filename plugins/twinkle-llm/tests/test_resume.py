@@ -32,28 +32,11 @@ def _run(done: subprocess.CompletedProcess[str]) -> dict[str, str]:
     return json.loads([line for line in done.stdout.splitlines() if line.startswith("RUN ")][-1][4:])
 
 
-def _base(folder: Path, texts: list[str]) -> Path:
-    """A small Llama saved as Hugging Face saves it, with a tokenizer trained on ``texts``."""
-    from transformers import AutoModelForCausalLM
-
-    from twinkle_llm.model import build_config
-    from twinkle_llm.tokenizing import TextTokenizer
-
-    tokenizer = TextTokenizer.train(texts, 300)
-    torch.manual_seed(1)
-    model = AutoModelForCausalLM.from_config(build_config("llama", {
-        "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "vocab_size": tokenizer.vocab_size, "eos_token_id": tokenizer.eos_id}))
-    model.save_pretrained(folder)
-    tokenizer.backend.save(str(folder / "tokenizer.json"))
-    return folder
-
-
-def test_a_lora_run_killed_mid_epoch_resumes_to_identical_adapters(tmp_path: Path) -> None:
+def test_a_lora_run_killed_mid_epoch_resumes_to_identical_adapters(small_base: Path, tmp_path: Path) -> None:
     pairs = [(f"Spell {n} backwards", str(n)[::-1]) for n in range(100, 127)]  # 27: 24 train, 3 held out
     data = tmp_path / "chats.jsonl"
     data.write_text("".join(json.dumps({"prompt": p, "response": r}) + "\n" for p, r in pairs))
-    base = str(_base(tmp_path / "base", [f"{p} {r}" for p, r in pairs]))
+    base = str(small_base)
     home = tmp_path / "home"
     full = _run(_train(home, "full", str(data), base))
     killed = _train(home, "kill", str(data), base, "5")  # in epoch 2, after the step-4 checkpoint

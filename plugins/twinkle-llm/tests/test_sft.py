@@ -7,8 +7,8 @@ the exported folder's tokenizer renders the chat as training did."""
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,24 +17,6 @@ from twinkle_core import RunStore, Trainer, load_torch_file
 
 pytestmark = pytest.mark.slow
 
-PAIRS = [("true", "false"), ("open", "close"), ("read", "write"), ("get", "set"), ("first", "last"),
-         ("left", "right"), ("input", "output"), ("before", "after"), ("min", "max"), ("add", "remove"),
-         ("upper", "lower"), ("start", "stop"), ("old", "new"), ("positive", "negative"), ("inside", "outside"),
-         ("local", "global")]
-PHRASINGS = ["What is the opposite of {w}?", "opposite of {w}", "Give the opposite of the word {w}.",
-             "{w}: what is its opposite?", "The opposite of {w} is", "Name the opposite of {w}.", "opposite: {w}",
-             "Which word means the opposite of {w}?"]
-
-
-def _opposites() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """(prompt, answer) pairs of every word and phrasing (256), shuffled: 224 to train on, 32 held out (each
-    word is trained on in other phrasings)."""
-    facts = PAIRS + [(b, a) for a, b in PAIRS]
-    pairs = [(phrase.format(w=word), answer) for word, answer in facts for phrase in PHRASINGS]
-    random.Random(0).shuffle(pairs)
-    return pairs[32:], pairs[:32]
-
-
 def _exact_match(algorithm: object, prompts: list[tuple[str, str]]) -> float:
     hits = sum(algorithm.generate([{"role": "user", "content": prompt}], max_new_tokens=8).strip() == answer
                for prompt, answer in prompts)
@@ -42,14 +24,14 @@ def _exact_match(algorithm: object, prompts: list[tuple[str, str]]) -> float:
 
 
 def test_lora_sft_from_a_local_folder_learns_held_out_prompts_and_exports_with_parity(
-        pretrained: tuple, twinkle_home: Path, tmp_path: Path) -> None:
+        pretrained: tuple, base_folder: Any, opposites: tuple, twinkle_home: Path, tmp_path: Path) -> None:
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
     base_trainer, _ = pretrained
-    base = base_trainer.export(format="hf", output=str(tmp_path / "base"))
+    base = base_folder
     assert base.max_abs_diff <= 1e-4 and base.details["merged_lora"] is False
-    train, held_out = _opposites()
+    train, held_out = opposites
     data = tmp_path / "opposites.jsonl"
     data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p},
                                                      {"role": "assistant", "content": a}]}) + "\n"

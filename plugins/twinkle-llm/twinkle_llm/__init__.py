@@ -1,6 +1,7 @@
 """twinkle-llm: decoder-only language models for Twinkle — Llama, Qwen2 and Qwen3 from a preset config or a
 local Hugging Face folder, raw-text pre-training with packed sequences and a BPE tokenizer trained on the data,
-instruction tuning (chat templates, loss on the assistant's tokens) with LoRA, and ``hf``/``peft`` exports.
+instruction tuning (chat templates, loss on the assistant's tokens) and DPO with LoRA, and ``hf``/``peft``
+exports.
 
 The Twinkle plugin lives in ``twinkle_llm.plugin``; it is found through the ``twinkle`` entry-point group.
 ``from twinkle_llm import CausalLM, TextProcessor, ChatProcessor`` imports torch and transformers (on first use).
@@ -19,6 +20,7 @@ except Exception:  # running from a source tree that is not installed
 
 
 _LAZY = {"CausalLM": "twinkle_llm.model", "TextProcessor": "twinkle_llm.data", "ChatProcessor": "twinkle_llm.data",
+         "PreferenceProcessor": "twinkle_llm.data",
          "ChatTemplate": "twinkle_llm.chat", "PRESETS": "twinkle_llm.presets",
          "bigram_perplexity": "twinkle_llm.baselines"}
 

@@ -1,4 +1,5 @@
-"""Conversations for instruction tuning and the chat templates that turn them into text.
+"""Conversations for instruction tuning, preference pairs for DPO, and the chat templates that turn them into
+text.
 
 A record is a JSONL line or Parquet row holding ``messages`` in the OpenAI chat shape (``[{"role": "user",
 "content": "..."}, {"role": "assistant", "content": "..."}]``, an optional ``system`` message first), or
@@ -18,6 +19,9 @@ it can reach Python); without one the documented default, ``DEFAULT_TEMPLATE``, 
 ```
 
 Only the assistant's text (and the token that ends its turn) is trained on.
+
+A preference record holds ``prompt`` (text, or messages ending with the user's turn), ``chosen`` and ``rejected``
+(text, or one assistant message each), as TRL's DPO data does.
 """
 
 from __future__ import annotations
@@ -126,6 +130,73 @@ def read_conversations(uri: str) -> tuple[list[Conversation], Reader]:
     found = [conversation(row) for path in paths for row in rows(reader, path, example)]
     if not found:
         raise EmptyDataError(f"'{uri}' holds no conversations")
+    return found, reader
+
+
+@dataclass
+class Pair:
+    """One preference: a prompt (the conversation so far, ending with the user's turn), the answer preferred
+    (``chosen``) and the one not (``rejected``), and the record it came from."""
+
+    prompt: Messages
+    chosen: str
+    rejected: str
+    file: str
+    line: int
+
+    def where(self) -> str:
+        """``file, line N`` for messages."""
+        return f"{self.file}, line {self.line}"
+
+    def conversations(self) -> tuple[Messages, Messages]:
+        """The prompt answered with ``chosen``, and with ``rejected``."""
+        return ([*self.prompt, {"role": "assistant", "content": self.chosen}],
+                [*self.prompt, {"role": "assistant", "content": self.rejected}])
+
+
+def _answer(row: Row, name: str) -> str:
+    """``chosen`` or ``rejected``: text, or TRL's conversational form (a list holding one assistant message)."""
+    value = row.values.get(name)
+    if isinstance(value, list):
+        if len(value) != 1 or not isinstance(value[0], dict) or value[0].get("role") != "assistant":
+            raise DataError(f"{row.where()}: '{name}' as a list must hold one assistant message, "
+                            f"{{\"role\": \"assistant\", \"content\": \"...\"}}")
+        return text_value(value[0].get("content"), f"{row.where()}: '{name}'")
+    return row.text(name)
+
+
+def pair(row: Row) -> Pair:
+    """The preference of a record: ``prompt`` (text, or messages ending with the user's turn), ``chosen`` and
+    ``rejected`` (text, or one assistant message each), as TRL's DPO data has them.
+
+    Raises:
+        MissingColumnError: a field is missing; DataError: an empty or malformed one, roles out of order, or
+            two answers that are the same.
+    """
+    for name in ("prompt", "chosen", "rejected"):
+        if name not in row.values:
+            raise MissingColumnError(f"{row.where()}: no field '{name}' (found: {', '.join(map(str, row.values))});"
+                                     " a preference holds prompt, chosen and rejected")
+    prompt = row.values["prompt"]
+    messages = (check_messages(prompt, row.where(), complete=False) if isinstance(prompt, list)
+                else [{"role": "user", "content": row.text("prompt")}])
+    chosen, rejected = _answer(row, "chosen"), _answer(row, "rejected")
+    if chosen == rejected:
+        raise DataError(f"{row.where()}: 'chosen' and 'rejected' are the same answer; a preference needs two")
+    return Pair(messages, chosen, rejected, row.file, row.line)
+
+
+def read_pairs(uri: str) -> tuple[list[Pair], Reader]:
+    """Every preference of the JSONL or Parquet file(s) at ``uri``, in a stable order.
+
+    Raises:
+        UnsupportedFormatError, EmptyDataError, DataError: naming the file and line.
+    """
+    reader, paths = source_files(uri, RECORD_FORMATS, "preferences")
+    example = '{"prompt": "...", "chosen": "...", "rejected": "..."}'
+    found = [pair(row) for path in paths for row in rows(reader, path, example)]
+    if not found:
+        raise EmptyDataError(f"'{uri}' holds no preferences")
     return found, reader
 
 

@@ -10,14 +10,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import TensorDataset
+from torch.utils.data import Dataset, TensorDataset
 
 from twinkle_core.data import DataError, DataProcessor, DataSpec, EmptyDataError, PreparedData, PrepareContext, Reader
 from twinkle_core.errors import HyperparameterError
 from twinkle_core.planning import Decision
 from twinkle_core.types import Fraction, PositiveInt
 
-from twinkle_llm.chat import DEFAULT_TEMPLATE, ChatTemplate, Conversation, read_conversations
+from twinkle_llm.chat import DEFAULT_TEMPLATE, ChatTemplate, Messages, read_conversations, read_pairs
 from twinkle_llm.reading import read_documents
 from twinkle_llm.tokenizing import TextTokenizer
 
@@ -107,6 +107,9 @@ class LanguageDataProcessor(DataProcessor):
     Subclasses set ``task`` and ``formats`` and implement ``prepare``.
     """
 
+    truncate: bool = False
+    """Whether a conversation longer than ``max_seq_len`` is cut (and counted) instead of refused."""
+
     def __init__(self, max_seq_len: PositiveInt = 256, vocab_size: PositiveInt = 2048,
                  val_fraction: Fraction = 0.1) -> None:
         """Keep the settings every processor has (see the subclasses)."""
@@ -131,10 +134,10 @@ class LanguageDataProcessor(DataProcessor):
         wanted = context.model_input.tokenizer if context.model_input is not None else None
         return TextTokenizer.resolve(wanted) if wanted else TextTokenizer.train(train_texts, self.vocab_size)
 
-    def finish(self, tokenizer: TextTokenizer, train: Packed, val: Packed, reader: Reader, uri: str,
-               details: dict[str, Any], extra: dict[str, Any] | None = None) -> PreparedData:
-        """The ``PreparedData`` of packed splits: the spec stores the tokenizer (a folder's by its path, a trained
-        one as JSON); the plan shows the tokenizer's origin and the packing efficiency."""
+    def finish(self, tokenizer: TextTokenizer, train: Dataset, val: Dataset, reader: Reader, uri: str,
+               details: dict[str, Any], layout: Decision, extra: dict[str, Any] | None = None) -> PreparedData:
+        """The ``PreparedData`` of the splits: the spec stores the tokenizer (a folder's by its path, a trained one
+        as JSON); the plan shows the tokenizer's origin and ``layout`` (how the tokens fill the windows)."""
         stored = tokenizer.source if tokenizer.from_folder_source else tokenizer.to_json()
         spec = DataSpec(task=self.task, input_shape=(self.max_seq_len,), input_dtype="int64",
                         vocab_size=tokenizer.vocab_size,
@@ -143,18 +146,47 @@ class LanguageDataProcessor(DataProcessor):
         origin = {"trained": f"a byte-level BPE of {tokenizer.vocab_size} ids trained on the training split",
                   "stored": f"the tokenizer the parent run trained ({tokenizer.vocab_size} ids): the ids keep their "
                             "meaning"}.get(tokenizer.source, f"{tokenizer.source}'s own ({tokenizer.vocab_size} ids)")
-        decisions = [
-            Decision("tokenizer", tokenizer.vocab_size, origin),
-            Decision("packing", round(train.efficiency, 4),
-                     f"{train.tokens:,} training tokens in {len(train.input_ids)} windows of {self.max_seq_len}: "
-                     f"{train.efficiency:.1%} of the slots hold text, documents never attend to each other"),
-        ]
-        details = {**details, "train_tokens": train.tokens, "val_tokens": val.tokens,
-                   "packing_efficiency": round(train.efficiency, 4), "tokenizer": tokenizer.source}
+        decisions = [Decision("tokenizer", tokenizer.vocab_size, origin), layout]
         manifest = reader.manifest()
-        return PreparedData(train.dataset(), val.dataset(), spec, f"md5:{manifest.md5}", uri,
-                            sum(size for size, _ in manifest.files.values()), details=details, manifest=manifest,
+        return PreparedData(train, val, spec, f"md5:{manifest.md5}", uri,
+                            sum(size for size, _ in manifest.files.values()),
+                            details={**details, "tokenizer": tokenizer.source}, manifest=manifest,
                             decisions=decisions)
+
+    def packed(self, tokenizer: TextTokenizer, train: Packed, val: Packed, reader: Reader, uri: str,
+               details: dict[str, Any], extra: dict[str, Any] | None = None) -> PreparedData:
+        """``finish`` for packed windows: the plan shows the packing efficiency."""
+        layout = Decision("packing", round(train.efficiency, 4),
+                          f"{train.tokens:,} training tokens in {len(train.input_ids)} windows of {self.max_seq_len}: "
+                          f"{train.efficiency:.1%} of the slots hold text, documents never attend to each other")
+        details = {**details, "train_tokens": train.tokens, "val_tokens": val.tokens,
+                   "packing_efficiency": round(train.efficiency, 4)}
+        return self.finish(tokenizer, train.dataset(), val.dataset(), reader, uri, details, layout, extra)
+
+    def labelled(self, messages: Messages, where: str, tokenizer: TextTokenizer, template: ChatTemplate,
+                 truncated: list[str]) -> tuple[list[int], list[int]]:
+        """The ids of one conversation and its labels (the id where the assistant speaks, ``IGNORE`` elsewhere).
+
+        Raises:
+            DataError: longer than ``max_seq_len`` without ``truncate`` (named by file and line).
+        """
+        text, spans = template.with_spans(messages, where)
+        ids, offsets = tokenizer.encode_offsets(text)
+        labels = [token if any(start <= begin < end for start, end in spans) else IGNORE
+                  for token, (begin, _) in zip(ids, offsets)]
+        if len(ids) > self.max_seq_len:
+            if not self.truncate:
+                raise DataError(f"{where}: the conversation is {len(ids)} tokens, longer than max_seq_len = "
+                                f"{self.max_seq_len}; raise max_seq_len, shorten it, or pass truncate=True to cut "
+                                "such conversations (they are counted)")
+            truncated.append(where)
+            ids, labels = ids[: self.max_seq_len], labels[: self.max_seq_len]
+        return ids, labels
+
+    def template(self, tokenizer: TextTokenizer) -> ChatTemplate:
+        """The chat template of ``tokenizer``'s model folder, else the default one."""
+        return ChatTemplate.for_folder(tokenizer.source if tokenizer.from_folder_source else None,
+                                       tokenizer.eos_text)
 
 
 class TextProcessor(LanguageDataProcessor):
@@ -203,7 +235,7 @@ class TextProcessor(LanguageDataProcessor):
             train_ids, val_ids = [train_ids[0][:cut]], [train_ids[0][cut:]]
         train = pack(train_ids, tokenizer.eos_id, tokenizer.pad_id, self.max_seq_len)
         val = pack(val_ids, tokenizer.eos_id, tokenizer.pad_id, self.max_seq_len)
-        return self.finish(tokenizer, train, val, reader, uri, {"documents": len(documents), "split": split})
+        return self.packed(tokenizer, train, val, reader, uri, {"documents": len(documents), "split": split})
 
 
 class ChatProcessor(LanguageDataProcessor):
@@ -233,11 +265,6 @@ class ChatProcessor(LanguageDataProcessor):
         super().__init__(max_seq_len, vocab_size, val_fraction)
         self.truncate = truncate
 
-    def template(self, tokenizer: TextTokenizer) -> ChatTemplate:
-        """The chat template of ``tokenizer``'s model folder, else the default one."""
-        return ChatTemplate.for_folder(tokenizer.source if tokenizer.from_folder_source else None,
-                                       tokenizer.eos_text)
-
     def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
         """Read, check, split by conversation, tokenize with the assistant's tokens as the only labels, pack."""
         context = self.context(context)
@@ -251,35 +278,87 @@ class ChatProcessor(LanguageDataProcessor):
                                    [default.render(conversations[i].messages) for i in train_index])
         template = self.template(tokenizer)
         truncated: list[str] = []
-        encoded = [self.encode(conversations[i], tokenizer, template, truncated) for i in range(len(conversations))]
+        encoded = [self.labelled(c.messages, c.where(), tokenizer, template, truncated) for c in conversations]
         train = pack_whole([encoded[i] for i in train_index], tokenizer.pad_id, self.max_seq_len)
         val = pack_whole([encoded[i] for i in val_index], tokenizer.pad_id, self.max_seq_len)
         details = {"conversations": len(conversations),
                    "split": f"{len(train_index)} conversations for training, {len(val_index)} held out",
                    "truncated": len(truncated), "chat_template": template.source,
                    "trained_tokens": int((train.labels != IGNORE).sum())}
-        prepared = self.finish(tokenizer, train, val, reader, uri, details, {"chat_template": template.source})
+        prepared = self.packed(tokenizer, train, val, reader, uri, details, {"chat_template": template.source})
         if truncated:
             prepared.decisions.append(Decision("truncate", len(truncated), f"{len(truncated)} conversations longer "
                                                f"than {self.max_seq_len} tokens were cut (first: {truncated[0]})"))
         return prepared
 
-    def encode(self, item: Conversation, tokenizer: TextTokenizer, template: ChatTemplate,
-               truncated: list[str]) -> tuple[list[int], list[int]]:
-        """The ids of one conversation and its labels (the id where the assistant speaks, ``IGNORE`` elsewhere).
 
-        Raises:
-            DataError: longer than ``max_seq_len`` without ``truncate`` (named by file and line).
+class PreferenceProcessor(LanguageDataProcessor):
+    """Preference pairs → ``(token ids [2, L], labels [2, L])`` samples for ``preference_tuning`` (DPO): the prompt
+    answered with the chosen answer, then with the rejected one, each rendered with the chat template and labelled
+    on the answer's tokens only.
+
+    Records hold ``prompt`` (text, or messages ending with the user's turn), ``chosen`` and ``rejected`` (text, or
+    one assistant message each), as TRL's DPO data does. The two sequences of a pair are padded to the longest
+    sequence of the data (at most ``max_seq_len``), not packed: DPO compares whole answers.
+    """
+
+    task = "preference_tuning"
+    formats = ("jsonl", "parquet", "folder")
+
+    def __init__(self, max_seq_len: PositiveInt = 512, vocab_size: PositiveInt = 2048, val_fraction: Fraction = 0.1,
+                 truncate: bool = False) -> None:
+        """Configure the processor.
+
+        Args:
+            max_seq_len: the longest prompt and answer; a longer one is refused, naming its file and line (or cut,
+                with ``truncate``).
+            vocab_size: the size of the BPE trained from scratch (a pretrained tokenizer keeps its own).
+            val_fraction: the share of pairs held out for validation.
+            truncate: cut sequences longer than ``max_seq_len`` (counted in the plan) instead of refusing them.
         """
-        text, spans = template.with_spans(item.messages, item.where())
-        ids, offsets = tokenizer.encode_offsets(text)
-        labels = [token if any(start <= begin < end for start, end in spans) else IGNORE
-                  for token, (begin, _) in zip(ids, offsets)]
-        if len(ids) > self.max_seq_len:
-            if not self.truncate:
-                raise DataError(f"{item.where()}: the conversation is {len(ids)} tokens, longer than max_seq_len = "
-                                f"{self.max_seq_len}; raise max_seq_len, shorten it, or pass truncate=True to cut "
-                                "such conversations (they are counted)")
-            truncated.append(item.where())
-            ids, labels = ids[: self.max_seq_len], labels[: self.max_seq_len]
-        return ids, labels
+        super().__init__(max_seq_len, vocab_size, val_fraction)
+        self.truncate = truncate
+
+    def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
+        """Read, check, split by pair, tokenize both answers of each pair with the answer as the only labels."""
+        context = self.context(context)
+        pairs, reader = read_pairs(uri)
+        train_index, val_index = self.split(len(pairs), context.seed)
+        if not val_index:
+            raise EmptyDataError(f"'{uri}' holds one preference; give at least two (one is held out)")
+        wanted = context.model_input.tokenizer if context.model_input is not None else None
+        default = ChatTemplate(DEFAULT_TEMPLATE, "")
+        texts = [] if wanted else [default.render(m) for i in train_index for m in pairs[i].conversations()]
+        tokenizer = self.tokenizer(context, texts)
+        template = self.template(tokenizer)
+        truncated: list[str] = []
+        encoded = [[self.labelled(m, p.where(), tokenizer, template, truncated) for m in p.conversations()]
+                   for p in pairs]
+        for p, sides in zip(pairs, encoded):
+            if any(all(label == IGNORE for label in labels) for _, labels in sides):
+                raise DataError(f"{p.where()}: the prompt fills max_seq_len = {self.max_seq_len}, so nothing of an "
+                                "answer is left after truncation; raise max_seq_len or shorten the prompt")
+        length = max(len(ids) for sides in encoded for ids, _ in sides)
+
+        def tensors(index: list[int]) -> TensorDataset:
+            ids = torch.full((len(index), 2, length), tokenizer.pad_id, dtype=torch.int64)
+            labels = torch.full((len(index), 2, length), IGNORE, dtype=torch.int64)
+            for row, i in enumerate(index):
+                for side, (side_ids, side_labels) in enumerate(encoded[i]):
+                    ids[row, side, : len(side_ids)] = torch.tensor(side_ids)
+                    labels[row, side, : len(side_labels)] = torch.tensor(side_labels)
+            return TensorDataset(ids, labels)
+
+        train, val = tensors(train_index), tensors(val_index)
+        tokens = sum(len(ids) for i in train_index for ids, _ in encoded[i])
+        fill = tokens / max(1, 2 * len(train_index) * length)
+        layout = Decision("padding", length, f"each answer of a pair is one sequence, padded to the longest ({length} "
+                                             f"tokens): {fill:.1%} of the slots hold text")
+        details = {"pairs": len(pairs), "split": f"{len(train_index)} pairs for training, {len(val_index)} held out",
+                   "truncated": len(truncated), "chat_template": template.source, "train_tokens": tokens}
+        prepared = self.finish(tokenizer, train, val, reader, uri, details, layout,
+                               {"chat_template": template.source})
+        if truncated:
+            prepared.decisions.append(Decision("truncate", len(truncated), f"{len(truncated)} sequences longer than "
+                                               f"{self.max_seq_len} tokens were cut (first: {truncated[0]})"))
+        return prepared

@@ -3,6 +3,7 @@ preset config with random initialisation, or loaded from a local Hugging Face fo
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, ClassVar, Literal
 
@@ -12,7 +13,7 @@ from torch import nn
 from twinkle_core import Algorithm, DataSpec
 from twinkle_core.data import ModelInput
 from twinkle_core.errors import HyperparameterError, TwinkleError
-from twinkle_core.types import NonNegativeInt
+from twinkle_core.types import NonNegativeInt, PositiveFloat
 
 from twinkle_llm.chat import DEFAULT_TEMPLATE, ChatTemplate, Messages, check_messages
 from twinkle_llm.folders import read_config
@@ -51,8 +52,8 @@ class CausalLM(Algorithm):
 
     def __init__(self, size: str | None = None, weights: str | None = None, dropout: float = 0.0,
                  lora_rank: NonNegativeInt = 0, lora_alpha: float | None = None, lora_targets: str = LORA_ALL,
-                 lora_dropout: float = 0.0,
-                 task: Literal["causal_lm", "instruction_tuning"] = "causal_lm") -> None:
+                 lora_dropout: float = 0.0, beta: PositiveFloat = 0.1,
+                 task: Literal["causal_lm", "instruction_tuning", "preference_tuning"] = "causal_lm") -> None:
         """Choose the model.
 
         Args:
@@ -68,7 +69,10 @@ class CausalLM(Algorithm):
             lora_targets: ``all-linear`` (every linear layer but the output head), or the module names to adapt,
                 comma-separated (``q_proj,v_proj``).
             lora_dropout: dropout on the adapters' input while training.
-            task: ``causal_lm`` (raw text) or ``instruction_tuning`` (conversations).
+            beta: DPO's strength (``preference_tuning``): how far the policy may move from the reference; TRL's
+                default.
+            task: ``causal_lm`` (raw text), ``instruction_tuning`` (conversations) or ``preference_tuning``
+                (DPO on chosen and rejected answers, against the starting model as the reference).
         """
         super().__init__(task=task)
         sizes = PRESETS[self.family]
@@ -96,7 +100,12 @@ class CausalLM(Algorithm):
         if not targets:
             raise HyperparameterError(f"'lora_targets' = {lora_targets!r} names no module; use '{LORA_ALL}' or "
                                       "names such as 'q_proj,v_proj'")
-        self.lora_rank, self.lora_dropout = lora_rank, lora_dropout
+        if self.task == "preference_tuning" and not weights:
+            raise HyperparameterError("task 'preference_tuning' tunes a trained model (the reference DPO compares "
+                                      "with): give weights='/path/to/hf-folder' (an instruction-tuned model, or one "
+                                      "exported with format='hf')")
+        self.lora_rank, self.lora_dropout, self.beta = lora_rank, lora_dropout, beta
+        self._reference: list[nn.Module] = []  # DPO's frozen reference without LoRA (not a submodule: not saved)
         self.lora_alpha = float(lora_alpha) if lora_alpha is not None else 2.0 * lora_rank
         self.lora_targets = LORA_ALL if targets == [LORA_ALL] else targets
         self._tokenizer: TextTokenizer | None = None
@@ -120,6 +129,8 @@ class CausalLM(Algorithm):
             if model.config.vocab_size < spec.vocab_size:
                 raise TwinkleError(f"the tokenizer has {spec.vocab_size} ids but '{self.weights}' embeds "
                                    f"{model.config.vocab_size}")
+            if self.task == "preference_tuning" and not self.lora_rank:
+                self._reference = [copy.deepcopy(model).eval().requires_grad_(False)]
             return self.with_adapters(model) if self.lora_rank else model
         settings = {**PRESETS[self.family][self.size], "vocab_size": spec.vocab_size,
                     "eos_token_id": spec.extra.get("eos_id"), "pad_token_id": spec.extra.get("pad_id"),
@@ -196,30 +207,73 @@ class CausalLM(Algorithm):
                                            targets.reshape(-1), ignore_index=-100, reduction="sum")
         return loss, (targets != -100).sum()
 
+    def reference_logits(self, ids: torch.Tensor) -> torch.Tensor:
+        """DPO's reference logits of ``ids``: the base without its adapters (LoRA), or the frozen copy of the
+        starting model (no gradients)."""
+        with torch.no_grad():
+            if self.adapted:
+                with self.model.disable_adapter():
+                    return self.model(input_ids=ids, use_cache=False).logits
+            if not self._reference:
+                raise TwinkleError(f"{type(self).__name__} has no reference model: only LoRA and preference_tuning "
+                                   "runs keep one")
+            reference = self._reference[0].to(self.device)
+            return reference(input_ids=ids, use_cache=False).logits
+
+    def preference_terms(self, batch: Any) -> Any:
+        """DPO's loss, rewards and log-likelihoods of a batch of pairs (``twinkle_llm.preference``)."""
+        from twinkle_llm.preference import dpo_terms, sequence_logps
+
+        ids, labels = batch[0].flatten(0, 1), batch[1].flatten(0, 1)  # chosen, rejected, chosen, ...
+        policy = sequence_logps(self(ids), labels).view(-1, 2)
+        reference = sequence_logps(self.reference_logits(ids), labels).view(-1, 2)
+        return dpo_terms(policy, reference, self.beta)
+
     def batch_loss(self, batch: Any) -> torch.Tensor:
-        """The mean cross-entropy per predicted token."""
+        """The mean cross-entropy per predicted token; for ``preference_tuning`` DPO's loss per pair (the reward
+        margin and preference accuracy are logged beside it)."""
+        if self.task == "preference_tuning":
+            terms = self.preference_terms(batch)
+            self.log_dict({"train_reward_margin": terms.margin.mean(),
+                           "train_preference_accuracy": (terms.margin > 0).float().mean()},
+                          on_step=True, on_epoch=True, batch_size=len(terms.loss))
+            return terms.loss.mean()
         total, count = self._token_loss(batch)
         return total / count.clamp(min=1)
 
     def on_validation_epoch_start(self) -> None:
-        """Start the token-weighted sums."""
-        self._val_sum = torch.zeros(2, dtype=torch.float64, device=self.device)
+        """Start the sums (token-weighted; per pair for DPO)."""
+        self._val_sum = torch.zeros(5, dtype=torch.float64, device=self.device)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        """Add the batch's summed loss and token count."""
-        total, count = self._token_loss(batch)
+        """Add the batch's summed loss and its count (tokens; pairs, with rewards and likelihoods, for DPO)."""
         if self._val_sum is None:
             self.on_validation_epoch_start()
-        self._val_sum += torch.stack([total.detach().double(), count.double()])
+        if self.task == "preference_tuning":
+            terms = self.preference_terms(batch)
+            parts = [terms.loss.sum(), torch.tensor(len(terms.loss)), (terms.margin > 0).sum(), terms.margin.sum(),
+                     (terms.chosen_logp > terms.rejected_logp).sum()]
+        else:
+            total, count = self._token_loss(batch)
+            parts = [total, count, torch.tensor(0), torch.tensor(0), torch.tensor(0)]
+        self._val_sum += torch.stack([p.detach().double().to(self.device) for p in parts])
 
     def on_validation_epoch_end(self) -> None:
-        """Log ``val_loss`` (per token, over every rank's batches) and ``val_perplexity``."""
-        sums = self._val_sum if self._val_sum is not None else torch.zeros(2, dtype=torch.float64)
+        """Log ``val_loss`` (per token, or per pair for DPO, over every rank's batches) and ``val_perplexity``;
+        for DPO ``val_preference_accuracy`` (the chosen answer's reward above the rejected's),
+        ``val_reward_margin`` and ``val_likelihood_accuracy`` (the policy finds the chosen answer likelier)."""
+        sums = self._val_sum if self._val_sum is not None else torch.zeros(5, dtype=torch.float64)
         if self.trainer.world_size > 1:
             sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
-        loss = float(sums[0] / sums[1].clamp(min=1))
-        self.log_dict({"val_loss": loss, "val_perplexity": math.exp(min(loss, 50.0))}, prog_bar=True,
-                      sync_dist=False)
+        count = float(sums[1].clamp(min=1))
+        loss = float(sums[0]) / count
+        metrics = {"val_loss": loss}
+        if self.task == "preference_tuning":
+            metrics.update(val_preference_accuracy=float(sums[2]) / count, val_reward_margin=float(sums[3]) / count,
+                           val_likelihood_accuracy=float(sums[4]) / count)
+        else:
+            metrics["val_perplexity"] = math.exp(min(loss, 50.0))
+        self.log_dict(metrics, prog_bar=True, sync_dist=False)
         self._val_sum = None
 
     def eval_batch_size(self, micro_batch_size: int) -> int:
@@ -233,9 +287,14 @@ class CausalLM(Algorithm):
 
         return LanguageModelExport(self.model, self.tokenizer, self.chat_template)
 
+    def export_inputs(self, batch: Any) -> torch.Tensor:
+        """The token ids of a validation batch (a preference batch's answers one after another)."""
+        return batch[0].flatten(0, 1) if batch[0].dim() == 3 else batch[0]
+
     def export_metrics(self, outputs: torch.Tensor, batch: Any) -> dict[str, torch.Tensor]:
         """The share of labelled next tokens an exported model's logits rank first (``token_accuracy``)."""
-        targets = batch[1][:, 1:]
+        labels = batch[1].flatten(0, 1) if batch[1].dim() == 3 else batch[1]
+        targets = labels[:, 1:]
         mask = targets != -100
         hits = (outputs[:, :-1].argmax(-1) == targets) & mask
         return {"token_accuracy": hits.sum() / mask.sum().clamp(min=1)}
@@ -249,6 +308,35 @@ class CausalLM(Algorithm):
             folder = None if source == DEFAULT_TEMPLATE else source
             self._template = ChatTemplate.for_folder(folder, self.tokenizer.eos_text)
         return self._template
+
+    @torch.no_grad()
+    def log_likelihood(self, prompt: str | Messages, answer: str, reference: bool = False) -> float:
+        """The model's log-probability of ``answer`` after ``prompt``: raw text continued by ``answer``, or a
+        conversation (ending with the user's turn) answered by the assistant with ``answer`` and the token that
+        ends its turn, rendered with the run's chat template. With ``reference``, DPO's reference model's (a
+        ``preference_tuning`` run's implicit reward of an answer is ``beta`` × the difference of the two).
+
+        Raises:
+            DataError: a malformed conversation.
+        """
+        from twinkle_llm.preference import sequence_logps
+
+        if isinstance(prompt, str):
+            text, span = prompt + answer, (len(prompt), len(prompt) + len(answer))
+        else:
+            turns = [*check_messages(prompt, "the prompt", complete=False), {"role": "assistant", "content": answer}]
+            text, spans = self.chat_template.with_spans(turns, "the prompt")
+            span = spans[-1]
+        ids, offsets = self.tokenizer.encode_offsets(text)
+        labels = [token if span[0] <= begin < span[1] else -100 for token, (begin, _) in zip(ids, offsets)]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            tensor = torch.tensor([ids], device=self.device)
+            logits = self.reference_logits(tensor) if reference else self(tensor)
+        finally:
+            self.model.train(was_training)
+        return float(sequence_logps(logits, torch.tensor([labels], device=self.device))[0])
 
     @torch.no_grad()
     def generate(self, prompt: str | Messages, max_new_tokens: int = 64, temperature: float = 0.0,

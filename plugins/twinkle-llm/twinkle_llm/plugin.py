@@ -1,7 +1,7 @@
 """The Twinkle plugin of twinkle-llm, found through the ``twinkle`` entry-point group.
 
-It registers the ``causal_lm`` and ``instruction_tuning`` tasks, their processors (raw text, conversations) and
-the decoder-only models: ``llm-tiny``
+It registers the ``causal_lm``, ``instruction_tuning`` and ``preference_tuning`` tasks, their processors (raw text,
+conversations, preference pairs) and the decoder-only models: ``llm-tiny``
 (CPU minutes), ``llama-<size>``, ``qwen2-<size>`` and ``qwen3-<size>`` (``twinkle_llm.presets``). Like every plugin
 module it imports nothing heavy at its top level.
 """
@@ -13,7 +13,7 @@ from twinkle_core import Register, hookimpl
 
 @hookimpl
 def register_tasks(register: Register) -> None:
-    """Causal language modelling (next-token prediction on raw text) and instruction tuning (conversations)."""
+    """Causal language modelling (raw text), instruction tuning (conversations) and preference tuning (DPO)."""
     register("causal_lm", kind="generation", monitor="val_loss", mode="min",
              batch="(token ids int64 [B, L], labels int64 [B, L], position ids int64 [B, L])",
              description="predict the next token of raw text (pre-training, continued pre-training)")
@@ -21,9 +21,13 @@ def register_tasks(register: Register) -> None:
              batch="(token ids int64 [B, L], labels int64 [B, L] (-100 off the assistant's turns), position ids "
                    "int64 [B, L])",
              description="answer like the assistant of chat conversations (SFT; loss on the assistant's tokens)")
+    register("preference_tuning", kind="generation", monitor="val_loss", mode="min",
+             batch="(token ids int64 [B, 2, L]: the chosen then the rejected answer, labels int64 [B, 2, L] "
+                   "(-100 off the answers))",
+             description="prefer the chosen answer over the rejected one (DPO against the starting model)")
 
 
-TASKS = ["causal_lm", "instruction_tuning"]
+TASKS = ["causal_lm", "instruction_tuning", "preference_tuning"]
 """The tasks every twinkle-llm model serves (``Trainer(..., task=...)``; ``causal_lm`` by default)."""
 
 
@@ -49,6 +53,9 @@ def register_data_processors(register: Register) -> None:
              formats=["jsonl", "parquet", "folder"],
              description="conversations (OpenAI messages, or prompt/response) in the model's chat template, "
                          "packed whole, trained on the assistant's tokens")
+    register("preference", "twinkle_llm.data:PreferenceProcessor", task="preference_tuning",
+             formats=["jsonl", "parquet", "folder"],
+             description="preference pairs (prompt, chosen, rejected) in the model's chat template, for DPO")
 
 
 @hookimpl
