@@ -108,7 +108,8 @@ def test_dpo_with_lora_prefers_the_right_answer_on_held_out_prompts(base_folder:
     wrong = {answer: rng.choice([w for w in words if w not in (answer, asked[answer])]) for answer in words}
     data = _write(tmp_path / "prefs.jsonl", [{"prompt": p, "chosen": a, "rejected": wrong[a]} for p, a in train])
     trainer = Trainer("llm-tiny", task="preference_tuning",
-                      hyperparams={"weights": base_folder.path, "lora_rank": 16, "lr": 5e-3, "beta": 1.0,  # type: ignore[attr-defined]
+                      hyperparams={"weights": base_folder.path,  # type: ignore[attr-defined]
+                                   "lora_rank": 16, "lr": 5e-3, "beta": 1.0,
                                    "max_epochs": 10, "batch_size": 16, "val_fraction": 0.05},
                       progress_bar=False, verbose=False)
     result = trainer.fit(str(data))

@@ -39,7 +39,8 @@ def test_lora_sft_from_a_local_folder_learns_held_out_prompts_and_exports_with_p
     before = _exact_match(base_trainer.algorithm, held_out)
 
     trainer = Trainer("llm-tiny", task="instruction_tuning",
-                      hyperparams={"weights": base.path, "lora_rank": 16, "lr": 3e-3, "max_epochs": 50, "val_fraction": 0.05,
+                      hyperparams={"weights": base.path, "lora_rank": 16, "lr": 3e-3, "max_epochs": 50,
+                                   "val_fraction": 0.05,
                                    "batch_size": 8, "max_seq_len": 128},
                       progress_bar=False, verbose=False)
     result = trainer.fit(str(data))
@@ -62,6 +63,6 @@ def test_lora_sft_from_a_local_folder_learns_held_out_prompts_and_exports_with_p
     assert adapter.max_abs_diff <= 1e-4 and adapter.details["base"] == base.path
     assert merged.metric_export == merged.metric_torch  # the same next-token accuracy on the held-out windows
     chat = [{"role": "user", "content": held_out[0][0]}]
-    rendered = AutoTokenizer.from_pretrained(merged.path).apply_chat_template(chat, tokenize=False,
-                                                                             add_generation_prompt=True)
+    tokenizer = AutoTokenizer.from_pretrained(merged.path, local_files_only=True)
+    rendered = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
     assert rendered == trainer.algorithm.chat_template.render(chat, add_generation_prompt=True)

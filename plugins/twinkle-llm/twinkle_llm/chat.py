@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twinkle_core.data import DataError, EmptyDataError, MissingColumnError, Reader
+from twinkle_core.data import DataError, MissingColumnError, Reader
 
-from twinkle_llm.reading import RECORD_FORMATS, Row, rows, source_files, text_value
+from twinkle_llm.reading import Row, read_records, text_value
 
 ROLES = ("system", "user", "assistant")
 DEFAULT_TEMPLATE = "twinkle"
@@ -125,12 +125,8 @@ def read_conversations(uri: str) -> tuple[list[Conversation], Reader]:
     Raises:
         UnsupportedFormatError, EmptyDataError, DataError: naming the file and line.
     """
-    reader, paths = source_files(uri, RECORD_FORMATS, "conversations")
     example = '{"messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]}'
-    found = [conversation(row) for path in paths for row in rows(reader, path, example)]
-    if not found:
-        raise EmptyDataError(f"'{uri}' holds no conversations")
-    return found, reader
+    return read_records(uri, "conversations", example, conversation)
 
 
 @dataclass
@@ -192,12 +188,7 @@ def read_pairs(uri: str) -> tuple[list[Pair], Reader]:
     Raises:
         UnsupportedFormatError, EmptyDataError, DataError: naming the file and line.
     """
-    reader, paths = source_files(uri, RECORD_FORMATS, "preferences")
-    example = '{"prompt": "...", "chosen": "...", "rejected": "..."}'
-    found = [pair(row) for path in paths for row in rows(reader, path, example)]
-    if not found:
-        raise EmptyDataError(f"'{uri}' holds no preferences")
-    return found, reader
+    return read_records(uri, "preferences", '{"prompt": "...", "chosen": "...", "rejected": "..."}', pair)
 
 
 class ChatTemplate:

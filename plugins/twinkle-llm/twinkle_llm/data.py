@@ -5,6 +5,7 @@ transformers' Llama and Qwen turn into a block-diagonal causal mask)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,9 +129,20 @@ class LanguageDataProcessor(DataProcessor):
         n_val = min(max(1, round(count * self.val_fraction)), count - 1)
         return order[n_val:], order[:n_val]
 
-    def tokenizer(self, context: PrepareContext, train_texts: list[str]) -> TextTokenizer:
+    def held_out(self, count: int, seed: int, uri: str, what: str) -> tuple[list[int], list[int]]:
+        """``split`` of records that cannot be cut (conversations, pairs: ``what``): at least one is held out.
+
+        Raises:
+            EmptyDataError: a single record.
+        """
+        train_index, val_index = self.split(count, seed)
+        if not val_index:
+            raise EmptyDataError(f"'{uri}' holds one of its {what}; give at least two (one is held out)")
+        return train_index, val_index
+
+    def tokenizer(self, context: PrepareContext, train_texts: Iterable[str]) -> TextTokenizer:
         """The model's tokenizer (its folder's, or a continued run's) when it names one, else a byte-level BPE of
-        ``vocab_size`` ids trained on ``train_texts``."""
+        ``vocab_size`` ids trained on ``train_texts`` (consumed only then: it may be a generator)."""
         wanted = context.model_input.tokenizer if context.model_input is not None else None
         return TextTokenizer.resolve(wanted) if wanted else TextTokenizer.train(train_texts, self.vocab_size)
 
@@ -269,13 +281,9 @@ class ChatProcessor(LanguageDataProcessor):
         """Read, check, split by conversation, tokenize with the assistant's tokens as the only labels, pack."""
         context = self.context(context)
         conversations, reader = read_conversations(uri)
-        train_index, val_index = self.split(len(conversations), context.seed)
-        if not val_index:
-            raise EmptyDataError(f"'{uri}' holds one conversation; give at least two (one is held out)")
+        train_index, val_index = self.held_out(len(conversations), context.seed, uri, "conversations")
         default = ChatTemplate(DEFAULT_TEMPLATE, "")
-        wanted = context.model_input.tokenizer if context.model_input is not None else None
-        tokenizer = self.tokenizer(context, [] if wanted else
-                                   [default.render(conversations[i].messages) for i in train_index])
+        tokenizer = self.tokenizer(context, (default.render(conversations[i].messages) for i in train_index))
         template = self.template(tokenizer)
         truncated: list[str] = []
         encoded = [self.labelled(c.messages, c.where(), tokenizer, template, truncated) for c in conversations]
@@ -323,13 +331,9 @@ class PreferenceProcessor(LanguageDataProcessor):
         """Read, check, split by pair, tokenize both answers of each pair with the answer as the only labels."""
         context = self.context(context)
         pairs, reader = read_pairs(uri)
-        train_index, val_index = self.split(len(pairs), context.seed)
-        if not val_index:
-            raise EmptyDataError(f"'{uri}' holds one preference; give at least two (one is held out)")
-        wanted = context.model_input.tokenizer if context.model_input is not None else None
+        train_index, val_index = self.held_out(len(pairs), context.seed, uri, "preferences")
         default = ChatTemplate(DEFAULT_TEMPLATE, "")
-        texts = [] if wanted else [default.render(m) for i in train_index for m in pairs[i].conversations()]
-        tokenizer = self.tokenizer(context, texts)
+        tokenizer = self.tokenizer(context, (default.render(m) for i in train_index for m in pairs[i].conversations()))
         template = self.template(tokenizer)
         truncated: list[str] = []
         encoded = [[self.labelled(m, p.where(), tokenizer, template, truncated) for m in p.conversations()]

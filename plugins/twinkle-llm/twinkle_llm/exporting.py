@@ -148,6 +148,6 @@ class PeftExporter(Exporter):
         def load() -> nn.Module:
             network = AutoModelForCausalLM.from_pretrained(base, local_files_only=True, use_safetensors=True,
                                                            dtype=torch.float32)
-            return PeftModel.from_pretrained(network, path)
+            return PeftModel.from_pretrained(network, path, local_files_only=True)
 
         return _runner(load)

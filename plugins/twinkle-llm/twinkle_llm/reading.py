@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 from twinkle_core.data import DataError, EmptyDataError, MissingColumnError, Reader, UnsupportedFormatError
 
@@ -122,6 +124,20 @@ def rows(reader: Reader, path: str, example: str) -> Iterator[Row]:
 
     for number, value in enumerate(pq.read_table(io.BytesIO(data)).to_pylist(), start=1):
         yield Row(value, path, number)
+
+
+def read_records(uri: str, what: str, example: str, parse: Callable[[Row], T]) -> tuple[list[T], Reader]:
+    """Every record of the JSONL or Parquet file(s) at ``uri``, in a stable order, each ``parse``d (``what``
+    names them in errors; ``example`` shows one).
+
+    Raises:
+        UnsupportedFormatError, EmptyDataError, DataError: naming the file and line.
+    """
+    reader, paths = source_files(uri, RECORD_FORMATS, what)
+    found = [parse(row) for path in paths for row in rows(reader, path, example)]
+    if not found:
+        raise EmptyDataError(f"'{uri}' holds no {what}")
+    return found, reader
 
 
 def read_documents(uri: str, text_field: str = "text") -> tuple[list[Document], Reader]:
