@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -187,88 +187,3 @@ class JobRunner:
 def run_job() -> JobRunner:
     """``run_job(script, *args)`` → per-rank results; ``run_job.raw(...)`` → the process (a killed job)."""
     return JobRunner()
-
-
-class ServiceRunner:
-    """Starts ``twinkle serve`` processes on loopback ports for a test (each in its own session) and kills
-    whatever is left at the end; the servers' output goes to ``server.log``."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.log = folder / "server.log"
-        self.processes: list[subprocess.Popen[bytes]] = []
-
-    def home(self, csv: Path, *users: str) -> tuple[Path, str, dict[str, str]]:
-        """A run store with ``datasets/cancer.csv``; returns it, the data path and each user's token."""
-        import shutil
-
-        from twinkle_core.serve import Accounts, ServerConfig
-
-        home = self.folder / "home"
-        (home / "datasets").mkdir(parents=True, exist_ok=True)
-        shutil.copy(csv, home / "datasets" / "cancer.csv")
-        accounts = Accounts(ServerConfig(home=str(home)).db_path)
-        return home, str(home / "datasets" / "cancer.csv"), {name: accounts.add_user(name) for name in users}
-
-    @staticmethod
-    def free_port() -> int:
-        """A port nobody listens on now."""
-        import socket
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return sock.getsockname()[1]
-
-    def start(self, home: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
-        """``twinkle serve --home HOME --port PORT EXTRA...``, once it answers ``/api/v1/health``."""
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "TWINKLE_HOME": str(home)}
-        with open(self.log, "ab") as out:
-            process = subprocess.Popen([sys.executable, "-m", "twinkle_core", "serve", "--home", str(home), "--port",
-                                        str(port), *extra], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
-        self.processes.append(process)
-        self.wait_for(lambda: self._healthy(port) or process.poll() is not None, 60, "the server to answer")
-        assert process.poll() is None, self.log.read_text()[-3000:]
-        return process
-
-    @staticmethod
-    def _healthy(port: int) -> bool:
-        import socket
-
-        from twinkle_core.client import Client
-
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return Client(f"http://127.0.0.1:{port}").request("GET", "/health")["status"] == "ok"
-        except OSError:
-            return False
-
-    @staticmethod
-    def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-        """Poll ``condition`` until it returns something true (that value), or fail naming ``what``."""
-        import time
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = condition()
-            if value:
-                return value
-            time.sleep(0.2)
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-    def stop_all(self) -> None:
-        """SIGKILL every server's whole session that is still alive."""
-        import signal
-
-        for process in self.processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-
-
-@pytest.fixture
-def twinkle_service(tmp_path: Path) -> Iterator[ServiceRunner]:
-    """Start ``twinkle serve`` processes; everything left running is killed after the test."""
-    runner = ServiceRunner(tmp_path)
-    yield runner
-    runner.stop_all()

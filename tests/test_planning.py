@@ -166,3 +166,18 @@ def test_trainer_plan_reuses_a_finished_run(twinkle_home, cancer_csv) -> None:
     again = Trainer("tabular-mlp", hyperparams={"max_epochs": 3}, verbose=False).plan(str(cancer_csv))
     assert again.history_run == first.run_uri.removeprefix("twinkle://")
     assert again.estimates["estimate_source"] == again.history_run
+
+
+def test_the_memory_line_adds_up_state_a_frozen_base_and_activations_per_token() -> None:
+    """The plan's ``memory`` decision is the state (16 B per trainable parameter, 4 per frozen one) plus the
+    activations and their gradients × the micro-batch, said per token for token inputs; under FSDP2 the state is
+    divided between the shards."""
+    lora = ModelFacts(parameters=1_000_000, trainable=10_000, flops_per_sample=6_000_000,
+                      activation_bytes_per_sample=64_000, state_bytes=16 * 10_000 + 4 * 990_000)
+    p = plan(model=lora, tokens_per_sample=128)
+    memory = next(d for d in p.decisions if d.name == "memory")
+    assert memory.value == "8.2 MB"  # 4.12 MB of state + 2 × 64 kB × 32 = 4.1 MB of activations
+    assert "16 B × 10.0k trainable + frozen weights 4 B × 990.0k = 4.1 MB" in memory.reason
+    assert "2 × 500 B per token × 128 tokens × 32 = 4.1 MB" in memory.reason
+    sharded = reasons(plan(H200, facts(7e9)))["memory"]
+    assert "/ 8 shards = 14.0 GB" in sharded and "per sample" in sharded

@@ -109,6 +109,13 @@ def test_synthesize_is_a_named_error_for_a_model_that_makes_no_audio(trained) ->
         trainer.synthesize("hello")
 
 
+def test_generate_is_a_named_error_for_a_model_that_writes_no_text(trained) -> None:
+    """Trainer.generate names the algorithm when it defines no generate(prompt, ...)."""
+    trainer, _, _ = trained
+    with pytest.raises(TwinkleError, match="TabularMLP does not generate text"):
+        trainer.generate("hello")
+
+
 def test_wav_bytes_are_16_bit_pcm() -> None:
     import io
     import wave
@@ -202,3 +209,26 @@ def test_a_processor_is_prepared_with_a_context_and_still_takes_a_0_2_seed(cance
     rows = lambda prepared: np.asarray([float(x[0]) for x, _ in prepared.val])  # noqa: E731
     assert np.array_equal(rows(new), rows(old)) and not np.array_equal(rows(new), rows(other))
     assert new.sample_counts() == {"train_samples": len(new.train), "val_samples": len(new.val)}
+
+
+class _Noting(TabularMLP):
+    """A tabular MLP that writes a note into its run at every validation (``Algorithm.write_to_run``)."""
+
+    def on_validation_epoch_end(self) -> None:
+        if not self.trainer.sanity_checking:
+            self.write_to_run(f"notes/epoch-{self.current_epoch}.txt", f"epoch {self.current_epoch}")
+
+
+def test_write_to_run_puts_an_algorithms_files_in_its_run_and_refuses_paths_out_of_it(cancer_csv, tmp_path) -> None:
+    """Files an algorithm writes while it trains land in its run's folder, once per validation; a path that is
+    absolute or climbs out is a named error; outside a fit nothing is written."""
+    trainer = Trainer(algorithm=_Noting, task="tabular_classification", home=str(tmp_path / "home"),
+                      hyperparams={"max_epochs": 2, "batch_size": 128}, progress_bar=False, verbose=False)
+    result = trainer.fit(data=str(cancer_csv))
+    notes = sorted(p.name for p in (Path(result.run_dir) / "notes").iterdir())
+    assert notes == ["epoch-0.txt", "epoch-1.txt"]
+    assert (Path(result.run_dir) / "notes" / "epoch-1.txt").read_text() == "epoch 1"
+    assert _Noting().write_to_run("notes/x.txt", "x") is None  # no trainer attached
+    for bad in ["/etc/passwd", "../escape.txt", "notes/../../x", "a//b"]:
+        with pytest.raises(TwinkleError, match="not a relative path inside the run's folder"):
+            _Noting().write_to_run(bad, "x")

@@ -50,7 +50,7 @@ PLUGIN_OBJECTS = {
         "twinkle_llm.data.PreferenceProcessor", "twinkle_llm.preference",
         "twinkle_llm.chat.ChatTemplate", "twinkle_llm.chat.ChatTemplateError", "twinkle_llm.tokenizing.TextTokenizer",
         "twinkle_llm.exporting.HuggingFaceExporter", "twinkle_llm.exporting.PeftExporter",
-        "twinkle_llm.folders.ModelFolderError", "twinkle_llm.baselines",
+        "twinkle_llm.folders.ModelFolderError", "twinkle_llm.baselines", "twinkle_llm.samples",
     ],
 }
 

@@ -1,13 +1,15 @@
 """GPU smoke checks for a machine with CUDA: the engine's mixed precision and measured MFU, Kronos, the
 distribution strategies (FSDP2, DDP over NCCL with and without bf16/PowerSGD gradient compression, DeepSpeed
-when installed) on the GPU, and MelOTTS's quality curve on the GPU (``TTS_STEPS``, default 3000; the same
-probe as ``bench/tts_quality.py``: MCD-DTW, closed-set identification, Whisper WER every ``TTS_EVERY`` steps).
+when installed) on the GPU, llama-60m pre-training (bf16, tokens/s, MFU), and MelOTTS's quality curve on the GPU
+(``TTS_STEPS``, default 3000; the same probe as ``bench/tts_quality.py``: MCD-DTW, closed-set identification,
+Whisper WER every ``TTS_EVERY`` steps).
 
 Not part of the test suite (CI has no GPU). Run on a CUDA machine after installing twinkle-core and the
 plugins; ``BARS`` is a folder of daily OHLCV CSVs (one per symbol). Prints one JSON line per check and
 exits non-zero when one fails.
 
     BARS=path/to/bars python tools/gpu_check.py
+    CHECKS=llm,resnet18 python tools/gpu_check.py     # only those checks
 """
 
 from __future__ import annotations
@@ -88,6 +90,38 @@ def check_kronos(bars: Path) -> dict:
             "last_history_close": float(history["adj_close"].iloc[-1])}  # predict works in split-adjusted prices
 
 
+def check_llm(work: Path) -> dict:
+    """``llama-60m`` pre-trained from scratch on CPython's help topics on the GPU: the planned precision (bf16 on
+    GPUs that have it), tokens/s and MFU against the device's datasheet peak, the perplexity, a greedy generation,
+    and an ``hf`` export that reproduces the logits."""
+    import pydoc_data.topics
+
+    data = work / "topics.jsonl"
+    with data.open("w") as out:
+        for name in sorted(pydoc_data.topics.topics):
+            out.write(json.dumps({"text": pydoc_data.topics.topics[name]}) + "\n")
+    trainer = Trainer(os.environ.get("LLM_MODEL", "llama-60m"), verbose=False, progress_bar=False,
+                      hyperparams={"max_epochs": int(os.environ.get("LLM_EPOCHS", 4)), "max_seq_len": 512,
+                                   "vocab_size": 4096, "batch_size": 16, "lr": 1e-3})
+    start = time.perf_counter()
+    result = trainer.fit(data=str(data))
+    seconds = time.perf_counter() - start
+    exported = trainer.export(format="hf")
+    from twinkle_core import RunStore
+
+    measured = RunStore().get(result.run_uri).measured
+    memory = next((d.reason for d in result.plan.decisions if d.name == "memory"), None)
+    return {"accelerator": result.plan.accelerator, "precision": result.plan.precision,
+            "micro_batch": result.plan.micro_batch_size, "val_perplexity": result.metrics.get("val_perplexity"),
+            "fit_seconds": round(seconds, 1), "memory_plan": memory,
+            "peak_memory_bytes": measured.get("peak_memory_bytes"),
+            "generated": trainer.generate("The with statement", max_new_tokens=24),
+            "hf_max_abs_diff": exported.max_abs_diff,
+            "utilisation": {k: measured.get(k) for k in ("tokens_per_second", "samples_per_second",
+                                                         "achieved_flops_per_second", "mfu", "peak_source",
+                                                         "data_wait_fraction")}}
+
+
 def check_strategies(work: Path) -> dict:
     """The distribution strategies the CPU tests cannot reach: FSDP2 and DDP over the GPUs (NCCL), and
     DeepSpeed ZeRO when the ``deepspeed`` extra is installed. One run per fit; its metric reduced over ranks."""
@@ -135,10 +169,14 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="twinkle-gpu-"))
     os.environ.setdefault("TWINKLE_HOME", str(work / "home"))
     failed = 0
+    chosen = set(os.environ.get("CHECKS", "kronos,resnet18,llm,strategies,tts").split(","))
     for name, check in (("kronos", lambda: check_kronos(Path(os.environ["BARS"]))),
                         ("resnet18", lambda: check_resnet(work)),
+                        ("llm", lambda: check_llm(work)),
                         ("strategies", lambda: check_strategies_in_a_job(work)),
                         ("tts", lambda: check_tts(work))):
+        if name not in chosen:
+            continue
         try:
             print(json.dumps({"check": name, **check()}, default=str), flush=True)
         except Exception:

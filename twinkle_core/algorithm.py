@@ -396,6 +396,35 @@ class Algorithm(L.LightningModule):
         """Called after a pruner removed channels of ``prunable_network``'s network: copies of it (a
         moving average) take its new shapes here. Default: nothing."""
 
+    def write_to_run(self, name: str, data: str | bytes) -> str | None:
+        """Write ``data`` atomically to ``name`` inside the folder of the run being trained, from global rank
+        zero only — for what a model shows of itself while it trains (a language model's generations at each
+        validation, say). The folder is the Lightning trainer's ``default_root_dir``, which Twinkle's engine
+        sets to the run's folder (any URI).
+
+        Args:
+            name: a relative path such as ``generations/step-0000100.jsonl``.
+            data: text (written as UTF-8) or bytes.
+
+        Returns:
+            Where it was written; ``None`` on the other ranks, or when no trainer is attached.
+
+        Raises:
+            TwinkleError: ``name`` is absolute or climbs out of the run's folder.
+        """
+        from twinkle_core.store.atomic import atomic_write_bytes
+        from twinkle_core.uris import join
+
+        parts = name.replace("\\", "/").split("/")
+        if name.startswith("/") or ".." in parts or not all(parts):
+            raise TwinkleError(f"write_to_run: {name!r} is not a relative path inside the run's folder; "
+                               "give one such as 'samples/step-100.jsonl'")
+        if self._trainer is None or not self.trainer.is_global_zero:
+            return None
+        uri = join(str(self.trainer.default_root_dir), *parts)
+        atomic_write_bytes(uri, data.encode() if isinstance(data, str) else data)
+        return uri
+
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         """Log ``val_loss`` and every metric of ``compute_metrics`` as ``val_<name>``."""
         self._evaluate(batch, "val")

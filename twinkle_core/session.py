@@ -36,6 +36,7 @@ from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.run import RunSetup, run_lightning
 from twinkle_core.engine.selection import choose_processor, choose_strategy, resolve_algorithm, resolve_task
 from twinkle_core.engine.settings import Routed, TrainerSettings, check_names, route, trainer_settings
+from twinkle_core.engine.utilisation import tokens_per_sample
 from twinkle_core.errors import HyperparameterError, TwinkleError
 from twinkle_core.hyperparams import coerce, with_new_names
 from twinkle_core.lookup import list_components
@@ -290,6 +291,7 @@ class Session:
             supports_mixed_precision=algorithm.supports_mixed_precision,
             memory_limit_bytes=self.settings.memory_limit_bytes,
             data_sharded=isinstance(prepared.train, IterableDataset),
+            tokens_per_sample=tokens_per_sample(prepared.spec.input_shape, prepared.spec.input_dtype),
         )
         strategy = choose_strategy(self.task, self.resource_strategy).load()()
         plan = strategy.plan(context)

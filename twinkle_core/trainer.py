@@ -197,6 +197,22 @@ class Trainer(Operations):
         model, _, run_uri, _ = self.model_for_export()
         return synthesize(self.session.store, model, run_uri, text, output, options)
 
+    def generate(self, prompt: Any, **options: Any) -> str:
+        """The text the best checkpoint's model writes after ``prompt``.
+
+        For algorithms that generate text (they define ``generate(prompt, **options)``): twinkle-llm's models
+        take raw text or a conversation (``[{"role": "user", "content": ...}]``) and ``max_new_tokens=``,
+        ``temperature=`` (0: greedy), ``top_p=`` and ``seed=``.
+
+        Raises:
+            TwinkleError: the algorithm generates no text, or there is nothing trained yet.
+        """
+        model = self.model_for_export()[0]
+        write = getattr(model, "generate", None)
+        if not callable(write):
+            raise TwinkleError(f"{type(model).__name__} does not generate text (it defines no generate(prompt, ...))")
+        return str(write(prompt, **options))
+
     def model_for_export(self) -> tuple[Algorithm, PreparedData, str | None, str | None]:
         """The model to export (best checkpoint's weights), its data, its run URI and checkpoint URI."""
         return self.session.model_for_export()

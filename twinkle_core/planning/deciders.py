@@ -59,6 +59,7 @@ class PlanContext:
         supports_mixed_precision: whether the algorithm trains safely in 16-bit.
         memory_limit_bytes: the memory the run may use per device (``memory_limit_bytes``), if capped.
         data_sharded: whether the data was prepared as streamed shards (``None``: not known yet).
+        tokens_per_sample: tokens in one sample for token-id inputs (sequence models), else ``None``.
     """
 
     algorithm_name: str
@@ -75,6 +76,7 @@ class PlanContext:
     supports_mixed_precision: bool = True
     memory_limit_bytes: int | None = None
     data_sharded: bool | None = None
+    tokens_per_sample: int | None = None
 
     def __post_init__(self) -> None:
         """Take past runs given as catalogue dicts (the form before 0.3) as ``PastRun``s."""
@@ -329,6 +331,31 @@ class BatchingDecider(Decider):
         draft.decide("accumulate_grad_batches", accumulate,
                      f"{micro} × {workers} device(s) × {accumulate} = effective batch {micro * workers * accumulate}"
                      + (f" (requested {effective})" if micro * workers * accumulate != effective else ""))
+        total, parts = memory_breakdown(c, micro, workers if sharded else 1)
+        draft.decide("memory", nbytes(total),
+                     f"per device: {parts}; device memory {nbytes(c.hardware.device_memory_bytes)}")
+
+
+def memory_breakdown(c: PlanContext, micro_batch: int, shards: int = 1) -> tuple[int, str]:
+    """One training step's estimated memory per device and what it is made of, in words.
+
+    Weights, gradients and AdamW's two moments take 16 bytes per trainable parameter (fp32), a frozen
+    parameter (LoRA's base) 4; activations and their gradients twice the bytes measured per sample (per token
+    for token inputs) × the micro-batch. ``shards`` divides the parameter state (FSDP, DeepSpeed).
+    """
+    f = c.facts
+    frozen = f.parameters - f.trainable
+    state = f.state_bytes / shards
+    activations = 2 * f.activation_bytes_per_sample * micro_batch
+    share = f" / {shards} shards" if shards > 1 else ""
+    parts = [f"weights, gradients and AdamW moments 16 B × {human(f.trainable)} trainable"
+             + (f" + frozen weights 4 B × {human(frozen)}" if frozen else "") + f"{share} = {nbytes(state)}"]
+    per = f"{nbytes(f.activation_bytes_per_sample)} per sample"
+    if c.tokens_per_sample:
+        per = (f"{nbytes(f.activation_bytes_per_sample / c.tokens_per_sample)} per token × "
+               f"{c.tokens_per_sample} tokens")
+    parts.append(f"activations and their gradients 2 × {per} × {micro_batch} = {nbytes(activations)}")
+    return int(state + activations), "; ".join(parts)
 
 
 class DataLoadingDecider(Decider):

@@ -12,6 +12,8 @@
   worker (a trained run, a built site), and a private copy of it for a test that changes it;
 * ``run_script`` — ``python SCRIPT ARGS...`` in a process of its own, forked from a template that imported the
   Trainer once (a test that trains in a separate process skips 10–20 s of imports);
+* ``ServiceRunner`` — ``twinkle serve`` on loopback ports, killed whole at the end (the fixture ``twinkle_service``
+  gives one per test); imported on first use;
 * the marker ``processes`` (declared by the pytest plugin): tests that start several busy processes themselves run
   one after another on one xdist worker (``--dist loadgroup``), never beside each other.
 """
@@ -35,6 +37,7 @@ __all__ = [
     "HEAVY_MODULES",
     "ContractReport",
     "KillAtStep",
+    "ServiceRunner",
     "assert_plugin_contract",
     "check_plugin_contract",
     "copy_of",
@@ -46,9 +49,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """``KillAtStep``, imported on first use."""
+    """``KillAtStep`` and ``ServiceRunner``, imported on first use."""
     if name == "KillAtStep":
         from twinkle_core.testing.faults import KillAtStep
 
         return KillAtStep
+    if name == "ServiceRunner":
+        from twinkle_core.testing.service import ServiceRunner
+
+        return ServiceRunner
     raise AttributeError(f"module 'twinkle_core.testing' has no attribute {name!r}")

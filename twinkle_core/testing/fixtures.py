@@ -38,6 +38,17 @@ def twinkle_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+@pytest.fixture
+def twinkle_service(tmp_path: Path) -> Iterator[Any]:
+    """``twinkle serve`` on loopback ports for one test (``twinkle_core.testing.ServiceRunner``): every server
+    it started is killed, with its workers, when the test ends."""
+    from twinkle_core.testing.service import ServiceRunner
+
+    runner = ServiceRunner(tmp_path)
+    yield runner
+    runner.stop_all()
+
+
 PROCESSES_GROUP = "processes"
 """The pytest-xdist group of tests marked ``processes``: they run one after another on one worker."""
 

@@ -3,8 +3,6 @@ once per session (a run store per test is twinkle-core's ``twinkle_home`` fixtur
 
 from __future__ import annotations
 
-import json
-import random
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +12,10 @@ import pytest
 @pytest.fixture(scope="session")
 def topics(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """CPython's ``pydoc_data.topics`` (the help topics of the language reference, PSF licence, shipped with every
-    Python): 79 documents as JSONL lines with a ``text`` field."""
-    import pydoc_data.topics
+    Python): 79 documents as JSONL lines with a ``text`` field (``twinkle_llm.samples.write_topics``)."""
+    from twinkle_llm.samples import write_topics
 
-    path = tmp_path_factory.mktemp("text") / "topics.jsonl"
-    with path.open("w") as out:
-        for name in sorted(pydoc_data.topics.topics):
-            out.write(json.dumps({"text": pydoc_data.topics.topics[name]}) + "\n")
-    return path
+    return write_topics(tmp_path_factory.mktemp("text") / "topics.jsonl")
 
 
 PRETRAINING = {"max_epochs": 6, "max_seq_len": 128, "vocab_size": 1024, "batch_size": 8, "lr": 3e-3,
@@ -48,24 +42,14 @@ def base_folder(pretrained: tuple[Any, Any], tmp_path_factory: pytest.TempPathFa
     return trainer.export(format="hf", output=str(tmp_path_factory.mktemp("base") / "llm-tiny-hf"))
 
 
-PAIRS = [("true", "false"), ("open", "close"), ("read", "write"), ("get", "set"), ("first", "last"),
-         ("left", "right"), ("input", "output"), ("before", "after"), ("min", "max"), ("add", "remove"),
-         ("upper", "lower"), ("start", "stop"), ("old", "new"), ("positive", "negative"), ("inside", "outside"),
-         ("local", "global")]
-PHRASINGS = ["What is the opposite of {w}?", "opposite of {w}", "Give the opposite of the word {w}.",
-             "{w}: what is its opposite?", "The opposite of {w} is", "Name the opposite of {w}.", "opposite: {w}",
-             "Which word means the opposite of {w}?"]
-
-
 @pytest.fixture(scope="session")
 def opposites() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """A generated task with a checkable answer, the opposite of a word asked in eight phrasings: (prompt, answer)
-    pairs of every word and phrasing (256), shuffled — 224 to train on, 32 held out (each word is trained on in
-    other phrasings)."""
-    facts = PAIRS + [(b, a) for a, b in PAIRS]
-    pairs = [(phrase.format(w=word), answer) for word, answer in facts for phrase in PHRASINGS]
-    random.Random(0).shuffle(pairs)
-    return pairs[32:], pairs[:32]
+    """A generated task with a checkable answer, the opposite of a word asked in eight phrasings
+    (``twinkle_llm.samples.opposites``): 224 (prompt, answer) pairs to train on, 32 held out (each word is trained
+    on in other phrasings)."""
+    from twinkle_llm.samples import opposites
+
+    return opposites()
 
 
 @pytest.fixture(scope="session")

@@ -102,3 +102,64 @@ def test_llm_tiny_beats_a_bigram_on_held_out_python_docs(pretrained: tuple, topi
     assert sampled == trainer.algorithm.generate("The ", max_new_tokens=20, temperature=1.0, seed=3)
     with pytest.raises(TwinkleError, match="max_new_tokens = 0"):
         trainer.algorithm.generate("The ", max_new_tokens=0)
+
+
+def test_every_validation_writes_the_models_own_generations_and_the_plan_explains_memory(pretrained: tuple) -> None:
+    """Each of the ``pretrained`` run's six validations wrote two held-out prompts with the model's greedy
+    continuation and the text's own, and the last file's continuations are what the final model writes; the
+    plan's ``memory`` line adds up weights, gradients, AdamW moments and activations per token × window."""
+    trainer, result = pretrained
+    written = sorted((Path(result.run_dir) / "generations").glob("step-*.jsonl"))
+    assert len(written) == 6
+    records = [json.loads(line) for line in written[-1].read_text().splitlines()]
+    assert len(records) == 2 and all(r["prompt"] and r["reference"] and r["epoch"] == 5 for r in records)
+    model = trainer.algorithm
+    for record in records:
+        ids = model.tokenizer.encode(record["prompt"])
+        assert model.tokenizer.decode(model.continue_ids(ids, 32)) == record["generated"]
+    memory = next(d for d in result.plan.decisions if d.name == "memory")
+    assert "per token × 128 tokens × 8" in memory.reason and "16 B ×" in memory.reason
+
+
+def test_an_onnx_export_of_llm_tiny_gives_its_logits_at_any_batch_and_length(pretrained: tuple,
+                                                                              tmp_path: Path) -> None:
+    """``format="onnx"``: one graph whose ``input_ids`` take any batch and length, verified on the held-out
+    windows (max |Δ| ≤ 1e-4, the same next-token accuracy) and matching the model at lengths it was not traced at."""
+    import numpy as np
+    import onnxruntime as ort
+
+    trainer, _ = pretrained
+    exported = trainer.export(format="onnx", output=str(tmp_path / "llm-tiny.onnx"))
+    assert exported.max_abs_diff <= 1e-4 and exported.metric_export == exported.metric_torch
+    assert exported.details["input"] == ["input_ids"]
+    session = ort.InferenceSession(exported.path, providers=["CPUExecutionProvider"])
+    network = trainer.algorithm.export_module().eval()
+    for shape in [(1, 5), (3, 200)]:
+        ids = np.random.default_rng(0).integers(0, 1024, shape)
+        with torch.no_grad():
+            expected = network(torch.as_tensor(ids)).numpy()
+        assert np.abs(session.run(None, {"input_ids": ids})[0] - expected).max() <= 1e-4
+
+
+def test_a_finetuned_child_keeps_its_parents_tokenizer_and_starts_from_its_weights(pretrained: tuple,
+                                                                                   topics: Path,
+                                                                                   tmp_path: Path) -> None:
+    """``Trainer.from_checkpoint(run, mode="finetune", new_data=...)`` on other text: a child run of the
+    ``pretrained`` one that encodes with the parent's tokenizer (no new BPE is trained) and starts from its weights:
+    after one epoch its perplexity is far below a fresh model's after the same epoch on the same text."""
+    trainer, result = pretrained
+    some = tmp_path / "some.jsonl"
+    some.write_text("".join(topics.read_text().splitlines(keepends=True)[::8]))
+    home = str(Path(result.run_dir).parents[3])  # the fixture's own store: a new child run, the parent untouched
+    child = Trainer.from_checkpoint(result.run_uri, new_data=str(some), mode="finetune", home=home,
+                                    hyperparams={"max_epochs": 1}, verbose=False)
+    done = child.fit()
+    record = RunStore(home).get(done.run_uri)
+    assert done.parent == result.run_uri and record.mode == "finetune"
+    assert child.algorithm.data_spec.extra["tokenizer"] == trainer.algorithm.data_spec.extra["tokenizer"]
+    text = "The with statement"
+    assert child.algorithm.tokenizer.encode(text) == trainer.algorithm.tokenizer.encode(text)
+    same = {"max_epochs": 1, "max_seq_len": 128, "vocab_size": 1024, "batch_size": 8, "lr": 3e-3, "scheduler": "none"}
+    fresh = Trainer("llm-tiny", hyperparams=same, home=str(tmp_path / "fresh"), verbose=False).fit(str(some))
+    print("finetuned", done.metrics["val_perplexity"], "fresh", fresh.metrics["val_perplexity"])
+    assert done.metrics["val_perplexity"] < fresh.metrics["val_perplexity"] / 2

@@ -96,17 +96,12 @@ def test_dpo_with_lora_prefers_the_right_answer_on_held_out_prompts(base_folder:
     over a fixed wrong one), then judged on the 32 prompts held out of training: the preference accuracy (the
     chosen answer's implicit reward, beta × log π/π_ref, above the rejected one's — TRL's rewards/accuracies) is at
     least 0.9, and the model's own choice (the likelier answer) moves from chance towards the right one."""
-    import random
-    import re
-
     from twinkle_core import Trainer
+    from twinkle_llm.samples import wrong_answers, write_preferences
 
     train, held_out = opposites
-    words = sorted({answer for _, answer in train + held_out})
-    asked = {a: next(w for w in re.findall(r"[a-z]+", p) if w in words) for p, a in train}
-    rng = random.Random(1)  # a fixed wrong answer per word: neither the word nor its opposite
-    wrong = {answer: rng.choice([w for w in words if w not in (answer, asked[answer])]) for answer in words}
-    data = _write(tmp_path / "prefs.jsonl", [{"prompt": p, "chosen": a, "rejected": wrong[a]} for p, a in train])
+    wrong = wrong_answers()  # a fixed wrong answer per word: neither the word nor its opposite
+    data = write_preferences(tmp_path / "prefs.jsonl", train, wrong)
     trainer = Trainer("llm-tiny", task="preference_tuning",
                       hyperparams={"weights": base_folder.path,  # type: ignore[attr-defined]
                                    "lora_rank": 16, "lr": 5e-3, "beta": 1.0,

@@ -2,7 +2,8 @@
 folder is the base; LoRA adapters learn a generated task with a checkable answer (the opposite of a word, asked
 in eight phrasings) to exact match >= 0.9 on prompts held out of training, from 0 before; the base stays frozen
 and out of the checkpoints; the merged ``hf`` folder and the ``peft`` adapter reproduce the trained logits, and
-the exported folder's tokenizer renders the chat as training did."""
+the exported folder's tokenizer renders the chat as training did; every validation wrote held-out generations, and
+`twinkle llm generate --chat` answers from the run."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from typing import Any
 
 import pytest
 import torch
+from click.testing import CliRunner
 
 from twinkle_core import RunStore, Trainer, load_torch_file
+from twinkle_core.cli import main
+from twinkle_llm.samples import write_conversations
 
 pytestmark = pytest.mark.slow
 
@@ -32,10 +36,7 @@ def test_lora_sft_from_a_local_folder_learns_held_out_prompts_and_exports_with_p
     base = base_folder
     assert base.max_abs_diff <= 1e-4 and base.details["merged_lora"] is False
     train, held_out = opposites
-    data = tmp_path / "opposites.jsonl"
-    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p},
-                                                     {"role": "assistant", "content": a}]}) + "\n"
-                            for p, a in train))
+    data = write_conversations(tmp_path / "opposites.jsonl", train)
     before = _exact_match(base_trainer.algorithm, held_out)
 
     trainer = Trainer("llm-tiny", task="instruction_tuning",
@@ -47,6 +48,17 @@ def test_lora_sft_from_a_local_folder_learns_held_out_prompts_and_exports_with_p
     after = _exact_match(trainer.algorithm, held_out)
     print("exact match before", before, "after", after, result.metrics)
     assert before <= 0.05 and after >= 0.9
+
+    # every validation wrote held-out generations; by the last one the model gives the data's own answers
+    written = sorted((Path(result.run_dir) / "generations").glob("step-*.jsonl"))
+    assert len(written) == 50
+    last = [json.loads(line) for line in written[-1].read_text().splitlines()]
+    assert len(last) == 2 and all(r["generated"] == r["reference"] for r in last)
+    # `twinkle llm generate --chat` answers a held-out prompt from the run's best checkpoint
+    prompt, answer = held_out[1]
+    said = CliRunner().invoke(main, ["llm", "generate", result.run_uri, prompt, "--chat", "--max-new-tokens", "8"])
+    assert said.exit_code == 0, said.output
+    assert said.stdout.strip() == answer
 
     # the base is frozen and named, not stored: checkpoints hold the adapters alone
     net = trainer.algorithm.model

@@ -48,8 +48,9 @@ class LanguageModelExport(nn.Module):
         self.tokenizer, self.chat_template = tokenizer, chat_template
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """The logits ``[B, L, vocab]`` of ``input_ids`` (one causal sequence per row)."""
-        return self.network(input_ids=input_ids, use_cache=False).logits
+        """The logits ``[B, L, vocab]`` of ``input_ids`` (one causal sequence per row; the all-ones attention mask
+        keeps transformers from looking for packed documents in the positions, which no exporter can trace)."""
+        return self.network(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), use_cache=False).logits
 
     @property
     def adapted(self) -> bool:
@@ -73,8 +74,9 @@ def _runner(load: Callable[[], nn.Module]) -> Callable[[np.ndarray], np.ndarray]
     model = load().eval()
 
     def run(batch: Any) -> np.ndarray:
+        ids = torch.as_tensor(batch["input_ids"] if isinstance(batch, dict) else batch)
         with torch.no_grad():
-            return model(input_ids=torch.as_tensor(batch), use_cache=False).logits.float().numpy()
+            return model(input_ids=ids, use_cache=False).logits.float().numpy()
 
     return run
 

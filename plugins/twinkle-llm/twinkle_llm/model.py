@@ -18,6 +18,7 @@ from twinkle_core.types import NonNegativeInt, PositiveFloat
 from twinkle_llm.chat import DEFAULT_TEMPLATE, ChatTemplate, Messages, check_messages
 from twinkle_llm.folders import read_config
 from twinkle_llm.presets import PRESETS
+from twinkle_llm.prompts import Prompt, held_out_prompts
 from twinkle_llm.tokenizing import TextTokenizer
 
 
@@ -27,6 +28,9 @@ def build_config(model_type: str, settings: dict[str, Any]) -> Any:
 
     return AutoConfig.for_model(model_type, **settings)
 
+
+GENERATED_TOKENS = 32
+"""Tokens generated for each held-out prompt at a validation."""
 
 LORA_ALL = "all-linear"
 """``lora_targets`` meaning every linear layer of the decoder (not the output head), as peft reads it."""
@@ -52,7 +56,7 @@ class CausalLM(Algorithm):
 
     def __init__(self, size: str | None = None, weights: str | None = None, dropout: float = 0.0,
                  lora_rank: NonNegativeInt = 0, lora_alpha: float | None = None, lora_targets: str = LORA_ALL,
-                 lora_dropout: float = 0.0, beta: PositiveFloat = 0.1,
+                 lora_dropout: float = 0.0, beta: PositiveFloat = 0.1, val_generations: NonNegativeInt = 2,
                  task: Literal["causal_lm", "instruction_tuning", "preference_tuning"] = "causal_lm") -> None:
         """Choose the model.
 
@@ -71,6 +75,8 @@ class CausalLM(Algorithm):
             lora_dropout: dropout on the adapters' input while training.
             beta: DPO's strength (``preference_tuning``): how far the policy may move from the reference; TRL's
                 default.
+            val_generations: held-out prompts the model answers (greedily, up to 32 tokens) at every validation,
+                written to ``generations/step-<N>.jsonl`` in the run beside the data's own answer; 0: none.
             task: ``causal_lm`` (raw text), ``instruction_tuning`` (conversations) or ``preference_tuning``
                 (DPO on chosen and rejected answers, against the starting model as the reference).
         """
@@ -105,6 +111,8 @@ class CausalLM(Algorithm):
                                       "with): give weights='/path/to/hf-folder' (an instruction-tuned model, or one "
                                       "exported with format='hf')")
         self.lora_rank, self.lora_dropout, self.beta = lora_rank, lora_dropout, beta
+        self.val_generations = val_generations
+        self._val_prompts: list[Prompt] = []
         self._reference: list[nn.Module] = []  # DPO's frozen reference without LoRA (not a submodule: not saved)
         self.lora_alpha = float(lora_alpha) if lora_alpha is not None else 2.0 * lora_rank
         self.lora_targets = LORA_ALL if targets == [LORA_ALL] else targets
@@ -257,6 +265,8 @@ class CausalLM(Algorithm):
             total, count = self._token_loss(batch)
             parts = [total, count, torch.tensor(0), torch.tensor(0), torch.tensor(0)]
         self._val_sum += torch.stack([p.detach().double().to(self.device) for p in parts])
+        if batch_idx == 0 and self.val_generations:
+            self._val_prompts = held_out_prompts(batch, self.task, self.val_generations, GENERATED_TOKENS)
 
     def on_validation_epoch_end(self) -> None:
         """Log ``val_loss`` (per token, or per pair for DPO, over every rank's batches) and ``val_perplexity``;
@@ -275,6 +285,9 @@ class CausalLM(Algorithm):
             metrics["val_perplexity"] = math.exp(min(loss, 50.0))
         self.log_dict(metrics, prog_bar=True, sync_dist=False)
         self._val_sum = None
+        if self.val_generations and not self.trainer.sanity_checking:
+            self.write_generations(self._val_prompts)
+        self._val_prompts = []
 
     def eval_batch_size(self, micro_batch_size: int) -> int:
         """Validation windows per batch: the training micro-batch (logits of a window are ``L × vocab``)."""
@@ -287,9 +300,10 @@ class CausalLM(Algorithm):
 
         return LanguageModelExport(self.model, self.tokenizer, self.chat_template)
 
-    def export_inputs(self, batch: Any) -> torch.Tensor:
-        """The token ids of a validation batch (a preference batch's answers one after another)."""
-        return batch[0].flatten(0, 1) if batch[0].dim() == 3 else batch[0]
+    def export_inputs(self, batch: Any) -> dict[str, torch.Tensor]:
+        """The token ids of a validation batch as the input ``input_ids`` (a preference batch's answers one after
+        another); an ONNX graph takes any batch and length."""
+        return {"input_ids": batch[0].flatten(0, 1) if batch[0].dim() == 3 else batch[0]}
 
     def export_metrics(self, outputs: torch.Tensor, batch: Any) -> dict[str, torch.Tensor]:
         """The share of labelled next tokens an exported model's logits rank first (``token_accuracy``)."""
@@ -356,10 +370,21 @@ class CausalLM(Algorithm):
         if not isinstance(prompt, str):
             prompt = self.chat_template.render(check_messages(prompt, "the prompt", complete=False),
                                                add_generation_prompt=True)
-        ids = torch.tensor([tokenizer.encode(prompt) or [tokenizer.eos_id]], device=self.device)
+        ids = tokenizer.encode(prompt) or [tokenizer.eos_id]
+        return tokenizer.decode(self.continue_ids(ids, max_new_tokens, temperature, top_p, seed))
+
+    @torch.no_grad()
+    def continue_ids(self, ids: list[int], max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+                     seed: int = 0, synced: bool = False) -> list[int]:
+        """The token ids the model writes after ``ids`` (transformers' ``generate`` with its KV cache), up to
+        ``max_new_tokens`` or a stop token. ``synced``: every rank of a job calls this together (a sharded model's
+        layers gather their weights collectively; transformers' ``synced_gpus``)."""
+        tokenizer = self.tokenizer
+        tensor = torch.tensor([ids], device=self.device)
         sample = temperature > 0
         options: dict[str, Any] = {"do_sample": sample, "max_new_tokens": max_new_tokens,
-                                   "eos_token_id": list(tokenizer.stop_ids), "pad_token_id": tokenizer.pad_id}
+                                   "eos_token_id": list(tokenizer.stop_ids), "pad_token_id": tokenizer.pad_id,
+                                   "synced_gpus": synced}
         if sample:
             options.update(temperature=temperature, top_p=top_p)
         was_training = self.model.training
@@ -367,10 +392,31 @@ class CausalLM(Algorithm):
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
-                out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **options)
+                out = self.model.generate(input_ids=tensor, attention_mask=torch.ones_like(tensor), **options)
         finally:
             self.model.train(was_training)
-        return tokenizer.decode(out[0, ids.shape[1]:].tolist())
+        return out[0, len(ids):].tolist()
+
+    def write_generations(self, prompts: list[Prompt]) -> str | None:
+        """Answer held-out ``prompts`` greedily and write them, with the data's own continuation, to
+        ``generations/step-<global step>.jsonl`` in the run (global rank zero writes; every rank generates the
+        rank-zero prompts together, so a sharded model stays in step)."""
+        import json
+
+        if self.trainer.world_size > 1:
+            prompts = self.trainer.strategy.broadcast(prompts, src=0)
+        if not prompts:
+            return None
+        decode, stops = self.tokenizer.decode, set(self.tokenizer.stop_ids)
+        lines = []
+        for prompt in prompts:
+            written = self.continue_ids(prompt.ids, GENERATED_TOKENS, synced=self.trainer.world_size > 1)
+            ends = [i for i, token in enumerate(prompt.reference) if token in stops]
+            reference = prompt.reference[:ends[0]] if ends else prompt.reference  # the answer, up to its turn's end
+            lines.append(json.dumps({"epoch": self.current_epoch, "step": self.global_step,
+                                     "prompt": decode(prompt.ids), "generated": decode(written),
+                                     "reference": decode(reference)}, ensure_ascii=False))
+        return self.write_to_run(f"generations/step-{self.global_step:07d}.jsonl", "\n".join(lines) + "\n")
 
 
 class LlmTiny(CausalLM):

@@ -1,7 +1,7 @@
 """The Twinkle plugin of twinkle-llm, found through the ``twinkle`` entry-point group.
 
 It registers the ``causal_lm``, ``instruction_tuning`` and ``preference_tuning`` tasks, their processors (raw text,
-conversations, preference pairs) and the decoder-only models: ``llm-tiny``
+conversations, preference pairs), the ``twinkle llm`` commands and the decoder-only models: ``llm-tiny``
 (CPU minutes), ``llama-<size>``, ``qwen2-<size>`` and ``qwen3-<size>`` (``twinkle_llm.presets``). Like every plugin
 module it imports nothing heavy at its top level.
 """
@@ -25,6 +25,12 @@ def register_tasks(register: Register) -> None:
              batch="(token ids int64 [B, 2, L]: the chosen then the rejected answer, labels int64 [B, 2, L] "
                    "(-100 off the answers))",
              description="prefer the chosen answer over the rejected one (DPO against the starting model)")
+
+
+@hookimpl
+def register_commands(register: Register) -> None:
+    """``twinkle llm`` (``generate``)."""
+    register("llm", "twinkle_llm.cli:llm", description="Language models: generate text with a trained run")
 
 
 TASKS = ["causal_lm", "instruction_tuning", "preference_tuning"]
