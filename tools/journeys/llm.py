@@ -4,7 +4,6 @@ continued run encodes its data with the tokenizer its parent trained)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,14 +15,10 @@ from common import continued, start
 def main(work: Path) -> None:
     """Run the journey in ``work`` (its data and run store)."""
     start("llm", "twinkle_llm")
-    import pydoc_data.topics
-
     from twinkle_core import RunStore, Trainer
+    from twinkle_llm.samples import write_topics
 
-    data = work / "topics.jsonl"
-    with data.open("w") as out:
-        for name in sorted(pydoc_data.topics.topics)[:30]:
-            out.write(json.dumps({"text": pydoc_data.topics.topics[name]}) + "\n")
+    data = write_topics(work / "topics.jsonl", count=12)  # a smoke test of the wheel: a few thousand tokens
     trainer = Trainer("llm-tiny", hyperparams={"max_epochs": 1, "max_seq_len": 64, "vocab_size": 512},
                       home=str(work / "home"), progress_bar=False)
     result = trainer.fit(data=str(data))

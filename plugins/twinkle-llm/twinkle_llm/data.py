@@ -147,11 +147,13 @@ class LanguageDataProcessor(DataProcessor):
         return TextTokenizer.resolve(wanted) if wanted else TextTokenizer.train(train_texts, self.vocab_size)
 
     def finish(self, tokenizer: TextTokenizer, train: Dataset, val: Dataset, reader: Reader, uri: str,
-               details: dict[str, Any], layout: Decision, extra: dict[str, Any] | None = None) -> PreparedData:
+               details: dict[str, Any], layout: Decision, extra: dict[str, Any] | None = None,
+               input_shape: tuple[int, ...] | None = None) -> PreparedData:
         """The ``PreparedData`` of the splits: the spec stores the tokenizer (a folder's by its path, a trained one
-        as JSON); the plan shows the tokenizer's origin and ``layout`` (how the tokens fill the windows)."""
+        as JSON) and the shape of one sample's token ids (default: a window of ``max_seq_len``); the plan shows the
+        tokenizer's origin and ``layout`` (how the tokens fill the windows)."""
         stored = tokenizer.source if tokenizer.from_folder_source else tokenizer.to_json()
-        spec = DataSpec(task=self.task, input_shape=(self.max_seq_len,), input_dtype="int64",
+        spec = DataSpec(task=self.task, input_shape=input_shape or (self.max_seq_len,), input_dtype="int64",
                         vocab_size=tokenizer.vocab_size,
                         extra={"tokenizer": stored, "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id,
                                "max_seq_len": self.max_seq_len, **(extra or {})})
@@ -361,7 +363,7 @@ class PreferenceProcessor(LanguageDataProcessor):
         details = {"pairs": len(pairs), "split": f"{len(train_index)} pairs for training, {len(val_index)} held out",
                    "truncated": len(truncated), "chat_template": template.source, "train_tokens": tokens}
         prepared = self.finish(tokenizer, train, val, reader, uri, details, layout,
-                               {"chat_template": template.source})
+                               {"chat_template": template.source}, input_shape=(2, length))
         if truncated:
             prepared.decisions.append(Decision("truncate", len(truncated), f"{len(truncated)} sequences longer than "
                                                f"{self.max_seq_len} tokens were cut (first: {truncated[0]})"))

@@ -202,7 +202,10 @@ class CausalLM(Algorithm):
         return self._tokenizer
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """The next-token logits ``[B, L, vocab]`` of token ids ``x`` (``position_ids`` mark packed documents)."""
+        """The next-token logits ``[B, L, vocab]`` of token ids ``x`` (``position_ids`` mark packed documents);
+        preference pairs ``[B, 2, L]`` give ``[B, 2, L, vocab]`` (the planner measures a pair as one sample)."""
+        if x.dim() == 3:
+            return self(x.flatten(0, 1)).unflatten(0, x.shape[:2])
         return self.model(input_ids=x, position_ids=position_ids, use_cache=False).logits
 
     # ------------------------------------------------------------- loss and metrics
