@@ -19,6 +19,7 @@ import torch
 from twinkle_core import RunStore, Trainer
 from twinkle_core.errors import TwinkleError
 from twinkle_core.jobs import RESTART_KIND
+from twinkle_core.testing.service import wait_for
 
 HP = {"max_epochs": 12, "batch_size": 16, "checkpoint_every_n_steps": 4, "seed": 3, "progress_bar": False}
 
@@ -41,13 +42,7 @@ def _supervisor_state(home: Path) -> dict:
 
 
 def _wait_for(condition, timeout: float = 120.0, what: str = "the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_for(condition, timeout, what, poll=0.05)
 
 
 def _weights(path: str) -> dict[str, torch.Tensor]:

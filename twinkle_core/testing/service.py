@@ -27,6 +27,22 @@ from typing import Any, Callable
 from twinkle_core.client import Client
 
 
+def wait_for(condition: Callable[[], Any], timeout: float, what: str, poll: float = 0.2) -> Any:
+    """Poll ``condition`` every ``poll`` seconds until it returns something true (and return that), or fail naming
+    ``what``.
+
+    Raises:
+        AssertionError: ``timeout`` seconds passed.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
 class ServiceRunner:
     """Starts ``twinkle serve`` processes on loopback ports (each in its own session, one torch thread per
     process) and kills whatever is left at the end; the servers' output goes to ``log``.
@@ -91,18 +107,8 @@ class ServiceRunner:
 
     @staticmethod
     def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-        """Poll ``condition`` until it returns something true (and return that), or fail naming ``what``.
-
-        Raises:
-            AssertionError: ``timeout`` seconds passed.
-        """
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = condition()
-            if value:
-                return value
-            time.sleep(0.2)
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        """``wait_for`` (this module's), polling every 0.2 s."""
+        return wait_for(condition, timeout, what)
 
     def stop_all(self) -> None:
         """SIGKILL the whole session of every server still alive (its workers and their training processes)."""

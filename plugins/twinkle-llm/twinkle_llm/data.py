@@ -197,6 +197,13 @@ class LanguageDataProcessor(DataProcessor):
             ids, labels = ids[: self.max_seq_len], labels[: self.max_seq_len]
         return ids, labels
 
+    def count_truncated(self, prepared: PreparedData, truncated: list[str], what: str) -> PreparedData:
+        """``prepared`` with a ``truncate`` decision in its plan when ``labelled`` cut any of ``what``."""
+        if truncated:
+            prepared.decisions.append(Decision("truncate", len(truncated), f"{len(truncated)} {what} longer than "
+                                               f"{self.max_seq_len} tokens were cut (first: {truncated[0]})"))
+        return prepared
+
     def template(self, tokenizer: TextTokenizer) -> ChatTemplate:
         """The chat template of ``tokenizer``'s model folder, else the default one."""
         return ChatTemplate.for_folder(tokenizer.source if tokenizer.from_folder_source else None,
@@ -296,10 +303,7 @@ class ChatProcessor(LanguageDataProcessor):
                    "truncated": len(truncated), "chat_template": template.source,
                    "trained_tokens": int((train.labels != IGNORE).sum())}
         prepared = self.packed(tokenizer, train, val, reader, uri, details, {"chat_template": template.source})
-        if truncated:
-            prepared.decisions.append(Decision("truncate", len(truncated), f"{len(truncated)} conversations longer "
-                                               f"than {self.max_seq_len} tokens were cut (first: {truncated[0]})"))
-        return prepared
+        return self.count_truncated(prepared, truncated, "conversations")
 
 
 class PreferenceProcessor(LanguageDataProcessor):
@@ -364,7 +368,4 @@ class PreferenceProcessor(LanguageDataProcessor):
                    "truncated": len(truncated), "chat_template": template.source, "train_tokens": tokens}
         prepared = self.finish(tokenizer, train, val, reader, uri, details, layout,
                                {"chat_template": template.source}, input_shape=(2, length))
-        if truncated:
-            prepared.decisions.append(Decision("truncate", len(truncated), f"{len(truncated)} sequences longer than "
-                                               f"{self.max_seq_len} tokens were cut (first: {truncated[0]})"))
-        return prepared
+        return self.count_truncated(prepared, truncated, "sequences")
