@@ -7,7 +7,15 @@ import pytest
 import torch
 from torch import nn
 
-from twinkle_core.planning import DefaultStrategy, Hardware, ModelFacts, PlanContext, measure, plan_layout
+from twinkle_core.planning import (
+    DefaultStrategy,
+    Hardware,
+    ModelFacts,
+    PlanContext,
+    PlanningError,
+    measure,
+    plan_layout,
+)
 
 GB = 10**9
 
@@ -37,7 +45,7 @@ def test_a_12b_model_is_laid_out_from_memory_arithmetic_without_allocating() -> 
     assert 12.5e9 < facts.parameters < 13.5e9
     cluster = Hardware.cluster(devices=8, device_memory="80GB", nodes=2, interconnect="nvlink+infiniband")
     plan = DefaultStrategy().plan(PlanContext("gpt-13b", "language_modeling", facts, 10**12, 10**7, 1, 512, 1,
-                                              cluster))
+                                              cluster, splits_tensors=True))  # as if it supplied a tensor plan
     layout = plan.estimates["layout"]
     assert (layout["data"], layout["tensor"], layout["pipeline"]) == (8, 2, 1)
     p, act = facts.parameters, facts.activation_bytes_per_sample
@@ -71,3 +79,49 @@ def test_a_model_that_fits_gets_no_layout() -> None:
     plan = DefaultStrategy().plan(PlanContext("mlp", "tabular_classification", facts, 10**6, 1000, 32, None, 5,
                                               Hardware.cluster(devices=8, device_memory="80GB")))
     assert "layout" not in plan.estimates and all(d.name != "layout" for d in plan.decisions)
+
+
+FACTS_13B = ModelFacts(parameters=13 * 10**9, trainable=13 * 10**9, flops_per_sample=10**14,
+                       activation_bytes_per_sample=8 * GB, state_bytes=16 * 13 * 10**9)
+
+
+def test_a_model_without_a_tensor_parallel_plan_gets_no_tensor_factor_and_the_plan_says_why() -> None:
+    """The 13B model that gets tp 2 when it can split (above) gets pipeline stages instead when its algorithm
+    supplies no tensor-parallel plan, and the reason names the missing hook."""
+    cluster = Hardware.cluster(devices=8, device_memory="80GB", nodes=2, interconnect="nvlink+infiniband")
+    plan = DefaultStrategy().plan(PlanContext("resnet-13b", "image_classification", FACTS_13B, 10**12, 10**7, 1,
+                                              512, 1, cluster))
+    layout = plan.estimates["layout"]
+    assert layout["tensor"] == 1 and layout["pipeline"] > 1
+    assert "supplies no tensor-parallel plan" in next(d.reason for d in plan.decisions if d.name == "layout")
+    with_plan = DefaultStrategy().plan(PlanContext("gpt-13b", "language_modeling", FACTS_13B, 10**12, 10**7, 1,
+                                                   512, 1, cluster, splits_tensors=True))
+    assert with_plan.estimates["layout"]["tensor"] > 1 and with_plan.strategy == "fsdp2"
+    assert with_plan.tensor_parallel_size == with_plan.estimates["layout"]["tensor"]
+
+
+def test_a_tensor_parallel_size_runs_as_asked_or_is_refused_by_name() -> None:
+    """``tensor_parallel_size`` fixes the layout (FSDP2 + TP in Lightning's ModelParallelStrategy, the batch per
+    replica), and is refused before anything runs when the algorithm cannot split, the size does not divide the
+    processes, or another strategy is forced."""
+    small = ModelFacts(parameters=10**6, trainable=10**6, flops_per_sample=10**8, activation_bytes_per_sample=10**5,
+                       state_bytes=16 * 10**6)
+    node = Hardware.cluster(devices=4, device_memory="80GB", nodes=1)
+
+    def plan(splits: bool = True, **overrides: object):  # noqa: ANN202
+        return DefaultStrategy().plan(PlanContext("llm", "causal_lm", small, 10**6, 1000, 8, None, 1, node,
+                                                  overrides={"devices": 4, **overrides}, splits_tensors=splits))
+
+    planned = plan(tensor_parallel_size=2)
+    layout = planned.estimates["layout"]
+    assert (layout["data"], layout["tensor"], layout["pipeline"]) == (2, 2, 1) and planned.strategy == "fsdp2"
+    assert planned.effective_batch_size == 8 * 2  # two replicas read a batch each; a tensor-parallel pair reads one
+    strategy = planned.lightning_strategy()
+    assert (strategy._data_parallel_size, strategy._tensor_parallel_size) == (2, 2)
+    assert "tp 2: set by the user" in next(d.reason for d in planned.decisions if d.name == "layout")
+    with pytest.raises(PlanningError, match="supplies no tensor-parallel plan"):
+        plan(splits=False, tensor_parallel_size=2)
+    with pytest.raises(PlanningError, match="does not divide the job's 4"):
+        plan(tensor_parallel_size=3)
+    with pytest.raises(PlanningError, match="not strategy='ddp'"):
+        plan(tensor_parallel_size=2, strategy="ddp")

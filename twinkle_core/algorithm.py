@@ -172,11 +172,17 @@ class Algorithm(L.LightningModule):
         return state_dict
 
     def configure_model(self) -> None:
-        """Shard the network with FSDP2 when the plan says ``fsdp2`` (Lightning's ``ModelParallelStrategy``).
+        """Lay the network out over the devices when the plan runs in Lightning's ``ModelParallelStrategy``.
 
-        Each child module of ``model`` that holds parameters is one shard unit (its parameters are
-        gathered for its forward and freed after), then the whole network; override ``shard_units`` to
-        choose the units. Under any other strategy nothing happens.
+        With a tensor-parallel degree above 1, ``tensor_parallel_plan`` splits the layers over the mesh's
+        ``tensor_parallel`` dimension (``torch.distributed.tensor.parallel.parallelize_module``). With more than one
+        data-parallel replica, FSDP2 then shards what each replica holds over the ``data_parallel`` dimension: each
+        child module of ``model`` that holds parameters is one shard unit (its parameters are gathered for its
+        forward and freed after), then the whole network; override ``shard_units`` to choose the units. Under any
+        other strategy nothing happens.
+
+        Raises:
+            TwinkleError: the plan asks for tensor parallel and the algorithm supplies no plan.
         """
         from lightning.pytorch.strategies import ModelParallelStrategy
 
@@ -185,10 +191,39 @@ class Algorithm(L.LightningModule):
             return
         from torch.distributed.fsdp import fully_shard
 
-        mesh = self.device_mesh["data_parallel"]
+        tensor, data = self.device_mesh["tensor_parallel"], self.device_mesh["data_parallel"]
+        if tensor.size() > 1:
+            from torch.distributed.tensor.parallel import parallelize_module
+
+            plan = self.tensor_parallel_plan(tensor)
+            if not plan:
+                raise TwinkleError(f"{type(self).__name__} supplies no tensor-parallel plan (tensor_parallel_plan); "
+                                   "drop tensor_parallel_size or implement it")
+            tied = _tied_parameters(self.model)
+            parallelize_module(self.model, tensor, plan)
+            _tie_again(self.model, tied)
+            if data.size() == 1:
+                return  # one replica: nothing to shard across
         for unit in self.shard_units():
-            fully_shard(unit, mesh=mesh)
-        fully_shard(self.model, mesh=mesh)
+            fully_shard(unit, mesh=data)
+        fully_shard(self.model, mesh=data)
+
+    def tensor_parallel_plan(self, mesh: Any) -> dict[str, Any] | None:
+        """How the network splits over a tensor-parallel ``mesh`` (a 1-D ``DeviceMesh``): a plan for
+        ``torch.distributed.tensor.parallel.parallelize_module`` — module names (relative to ``model``, ``*``
+        wildcards allowed) mapped to their ``ParallelStyle`` (``ColwiseParallel``, ``RowwiseParallel``,
+        ``SequenceParallel``, ``PrepareModuleInput``), as torchtitan plans Llama. Default ``None``: the algorithm
+        does not split, and the planner gives it no tensor factor (and says so).
+
+        Raise ``TwinkleError`` naming the size that does not divide (attention heads, say) when the network
+        cannot split ``mesh.size()`` ways.
+        """
+        return None
+
+    @classmethod
+    def splits_tensors(cls) -> bool:
+        """Whether the algorithm supplies a tensor-parallel plan (overrides ``tensor_parallel_plan``)."""
+        return cls.tensor_parallel_plan is not Algorithm.tensor_parallel_plan
 
     def shard_units(self) -> list[nn.Module]:
         """The modules FSDP2 shards one by one (default: the network's children that hold parameters)."""
@@ -495,3 +530,29 @@ class Algorithm(L.LightningModule):
         else:
             sched = torch.optim.lr_scheduler.MultiStepLR(opt, [int(total * 0.6), int(total * 0.85)], gamma=0.1)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def _tied_parameters(model: nn.Module) -> list[list[str]]:
+    """Names of parameters that are one tensor (tied weights: an embedding and its output layer), in groups."""
+    groups: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(parameter), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def _tie_again(model: nn.Module, tied: list[list[str]]) -> None:
+    """After ``parallelize_module`` gave each name its own sharded parameter: one parameter per tied group again.
+
+    Raises:
+        TwinkleError: the plan split tied weights differently.
+    """
+    for first, *others in tied:
+        kept = model.get_parameter(first)
+        for name in others:
+            owner, _, leaf = name.rpartition(".")
+            module = model.get_submodule(owner)
+            if getattr(getattr(module, leaf), "placements", None) != getattr(kept, "placements", None):
+                raise TwinkleError(f"the tensor-parallel plan splits tied weights {first!r} and {name!r} differently; "
+                                   "split them the same way (both by rows, say)")
+            setattr(module, leaf, kept)
+

@@ -1,9 +1,19 @@
 """The job's process group as ``torch.distributed`` sees it, and seeds derived per epoch.
 
 Shared by the engine (ranks, samplers) and the data layer (sharded datasets), which sits below the engine.
+
+Ranks that split one model between them (tensor parallel) must read the same samples: the engine says how many
+consecutive ranks form such a group (``model_parallel``), and the samplers split the data by ``data_rank_and_world``
+— the group's index and the number of groups — instead of the plain rank and world size.
 """
 
 from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+_MODEL_PARALLEL_SIZE = 1
+"""Consecutive ranks that hold one model between them (tensor-parallel degree) in the fit under way."""
 
 
 def process_group() -> tuple[int, int] | None:
@@ -18,6 +28,26 @@ def process_group() -> tuple[int, int] | None:
 def rank_and_world() -> tuple[int, int]:
     """This process's rank and the number of ranks (``(0, 1)`` without a process group)."""
     return process_group() or (0, 1)
+
+
+@contextlib.contextmanager
+def model_parallel(size: int) -> Iterator[None]:
+    """Within this block, every ``size`` consecutive ranks share one model (its tensor-parallel group) and read
+    the same data: ``data_rank_and_world`` counts groups, not ranks."""
+    global _MODEL_PARALLEL_SIZE
+    before, _MODEL_PARALLEL_SIZE = _MODEL_PARALLEL_SIZE, max(int(size), 1)
+    try:
+        yield
+    finally:
+        _MODEL_PARALLEL_SIZE = before
+
+
+def data_rank_and_world() -> tuple[int, int]:
+    """``(replica, replicas)``: which data-parallel replica this rank belongs to and how many there are — the
+    rank and world size, unless ranks share a model (``model_parallel``), whose group then counts as one."""
+    rank, world = rank_and_world()
+    size = _MODEL_PARALLEL_SIZE if world % _MODEL_PARALLEL_SIZE == 0 else 1
+    return rank // size, world // size
 
 
 def epoch_seed(seed: int, epoch: int, salt: int = 0) -> int:

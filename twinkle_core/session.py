@@ -292,6 +292,7 @@ class Session:
             memory_limit_bytes=self.settings.memory_limit_bytes,
             data_sharded=isinstance(prepared.train, IterableDataset),
             tokens_per_sample=tokens_per_sample(prepared.spec.input_shape, prepared.spec.input_dtype),
+            splits_tensors=algorithm.splits_tensors(),
         )
         strategy = choose_strategy(self.task, self.resource_strategy).load()()
         plan = strategy.plan(context)

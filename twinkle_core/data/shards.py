@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from twinkle_core.data.index import index_header
-from twinkle_core.parallel import epoch_seed, rank_and_world
+from twinkle_core.parallel import data_rank_and_world, epoch_seed
 from twinkle_core.uris import filesystem
 
 DEFAULT_SHARD_ROWS = 4096
@@ -83,7 +83,7 @@ class ShardedRows(IterableDataset):
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (with padding; all ranks alike)."""
-        rank, world = rank_and_world()
+        rank, world = data_rank_and_world()
         if not self.pad:
             return sum(len(self.shards[s]) for s in self._order(0)[rank::world])
         workers = getattr(self, "_workers", 1)
@@ -117,7 +117,7 @@ class ShardedRows(IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         """This rank's and worker's samples of the current epoch (from the saved position after a resume)."""
-        rank, world = rank_and_world()
+        rank, world = data_rank_and_world()
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         epoch, skip = self.epoch, self._skip

@@ -90,13 +90,32 @@ class RestoreOptimizerState(L.Callback):
         self.states = states
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Copy each state into its optimizer (lr and schedule settings of the new run are kept)."""
+        """Copy each state into its optimizer (lr and schedule settings of the new run are kept); parameters
+        split over devices (Lightning's ``ModelParallelStrategy``) get their shard of each saved full state."""
+        from lightning.pytorch.strategies import ModelParallelStrategy
+
+        split = isinstance(trainer.strategy, ModelParallelStrategy)
         for optimizer, state in zip(trainer.optimizers, self.states):
             current = [dict(g) for g in optimizer.param_groups]
-            optimizer.load_state_dict(state)
+            if split:
+                _load_full_state(pl_module, optimizer, state)
+            else:
+                optimizer.load_state_dict(state)
             for group, fresh in zip(optimizer.param_groups, current):
                 group.update({k: v for k, v in fresh.items() if k != "params"})
                 for param in group["params"]:  # a reshaped parameter (a remapped head) starts afresh
                     saved = optimizer.state.get(param, {})
                     if any(torch.is_tensor(v) and v.dim() and v.shape != param.shape for v in saved.values()):
                         del optimizer.state[param]
+
+
+def _load_full_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load a whole (unsharded) optimizer state, keyed by parameter index as ``Optimizer.state_dict`` writes it,
+    into an optimizer over ``module``'s sharded or split parameters (each rank keeps its shard)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+    from torch.distributed.fsdp import FullyShardedDataParallel, OptimStateKeyType
+
+    by_name = FullyShardedDataParallel.rekey_optim_state_dict(state, OptimStateKeyType.PARAM_NAME, module)
+    set_optimizer_state_dict(module, optimizer, optim_state_dict=by_name,
+                             options=StateDictOptions(full_state_dict=True))
+

@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from twinkle_core.parallel import epoch_seed, rank_and_world
+from twinkle_core.parallel import data_rank_and_world, epoch_seed
 
 
 class EpochShuffle(Sampler[int]):
@@ -42,7 +42,7 @@ class EpochShuffle(Sampler[int]):
     def permutation(self, epoch: int) -> list[int]:
         """This rank's share of the order of ``epoch`` (all of it in a single process)."""
         order = torch.randperm(self.n, generator=torch.Generator().manual_seed(epoch_seed(self.seed, epoch))).tolist()
-        rank, world = rank_and_world()
+        rank, world = data_rank_and_world()
         if world == 1:
             return order
         per_rank = -(-self.n // world)
@@ -55,7 +55,7 @@ class EpochShuffle(Sampler[int]):
 
     def __len__(self) -> int:
         """The number of indices this rank yields per epoch."""
-        world = rank_and_world()[1]
+        world = data_rank_and_world()[1]
         return self.n if world == 1 else -(-self.n // world)
 
 
@@ -68,12 +68,12 @@ class RankSlice(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         """This rank's indices."""
-        rank, world = rank_and_world()
+        rank, world = data_rank_and_world()
         return iter(range(rank, self.n, world))
 
     def __len__(self) -> int:
         """How many indices this rank yields."""
-        rank, world = rank_and_world()
+        rank, world = data_rank_and_world()
         return len(range(rank, self.n, world))
 
 

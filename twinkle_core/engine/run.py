@@ -46,6 +46,7 @@ from twinkle_core.ops.budget import BudgetConfig, BudgetGuard, forecast
 from twinkle_core.ops.memory import MemoryGuard, apply_gpu_limit, facts_of
 from twinkle_core.ops.monitor import Monitor, MonitorConfig
 from twinkle_core.ops.notify import run_notifier
+from twinkle_core.parallel import model_parallel
 from twinkle_core.planning import Decision, Plan
 from twinkle_core.processes import inside_ray_worker
 from twinkle_core.store.catalogue import RunRecord, RunStatus
@@ -244,8 +245,14 @@ def run_lightning(setup: RunSetup) -> FitResult:
 
     With ``auto_batch_scaling``, an out-of-memory error halves the micro-batch, doubles the gradient
     accumulation (the effective batch stays) and continues from the last checkpoint — or from the start
-    when there is none yet. Every rank returns the same result (rank 0's, broadcast).
+    when there is none yet. Every rank returns the same result (rank 0's, broadcast). The ranks of one
+    tensor-parallel group read the same batches (``twinkle_core.parallel.model_parallel``).
     """
+    with model_parallel(setup.plan.tensor_parallel_size):
+        return _run_lightning(setup)
+
+
+def _run_lightning(setup: RunSetup) -> FitResult:
     if setup.plan.strategy == "pipeline":  # one stage per process: a loop of its own (Lightning has none)
         try:
             return run_pipeline(setup)

@@ -31,6 +31,9 @@ class TrainerSettings:
             started — ``twinkle launch`` prints the torchrun command per node.
         strategy: force the distribution: ``ddp``, ``fsdp2``, a DeepSpeed ZeRO stage, or ``pipeline`` (one stage
             of the network per process, see ``twinkle_core.engine.pipeline``) (default: the plan's).
+        tensor_parallel_size: split the model over this many devices (its tensor-parallel degree; the rest
+            replicate it, sharded with FSDP2); the algorithm must supply a plan (``Algorithm.tensor_parallel_plan``)
+            (default: the plan's — above 1 only when the model fits no device otherwise).
         num_workers: force data-loader workers (default: the plan's).
         gradient_clip_val: clip gradients to this norm.
         checkpoint_every_n_steps: also checkpoint ``last.ckpt`` every N optimizer steps (mid-epoch).
@@ -63,6 +66,7 @@ class TrainerSettings:
     devices: PositiveInt | None = None
     num_nodes: PositiveInt | None = None
     strategy: Distribution | None = None
+    tensor_parallel_size: PositiveInt | None = None
     num_workers: NonNegativeInt | None = None
     gradient_clip_val: PositiveFloat | None = None
     checkpoint_every_n_steps: PositiveInt | None = None
@@ -118,6 +122,7 @@ class TrainerSettings:
             "devices": self.devices,
             "num_nodes": self.num_nodes,
             "strategy": self.strategy,
+            "tensor_parallel_size": self.tensor_parallel_size,
             "num_workers": self.num_workers,
             "gradient_compression": self.gradient_compression,
         }

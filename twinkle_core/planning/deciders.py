@@ -60,6 +60,7 @@ class PlanContext:
         memory_limit_bytes: the memory the run may use per device (``memory_limit_bytes``), if capped.
         data_sharded: whether the data was prepared as streamed shards (``None``: not known yet).
         tokens_per_sample: tokens in one sample for token-id inputs (sequence models), else ``None``.
+        splits_tensors: whether the algorithm supplies a tensor-parallel plan (``Algorithm.tensor_parallel_plan``).
     """
 
     algorithm_name: str
@@ -77,6 +78,7 @@ class PlanContext:
     memory_limit_bytes: int | None = None
     data_sharded: bool | None = None
     tokens_per_sample: int | None = None
+    splits_tensors: bool = False
 
     def __post_init__(self) -> None:
         """Take past runs given as catalogue dicts (the form before 0.3) as ``PastRun``s."""
@@ -280,25 +282,63 @@ class LayoutDecider(Decider):
     concern = "layout"
 
     def decide(self, draft: PlanDraft) -> None:
-        """Decide ``layout`` (only when the state does not fit one device)."""
-        from twinkle_core.planning.layout import plan_layout
+        """Decide ``layout``: the user's ``tensor_parallel_size``, else (only when the state does not fit one
+        device) the first layout that fits."""
+        from twinkle_core.planning.layout import layout_for, plan_layout
 
         c, hw = draft.context, draft.context.hardware
-        if c.facts.state_bytes < 0.8 * hw.device_memory_bytes or draft.world_size <= 1:
-            return
         mixed = str(draft.values.get("precision", "32-true")).endswith("mixed")
         global_batch = c.effective_batch_size or c.batch_size * draft.world_size
-        layout = plan_layout(c.facts.parameters, c.facts.activation_bytes_per_sample, c.facts.flops_per_sample,
-                             hw, global_batch, int(draft.values.get("micro_batch_size", 1)), mixed)
+        sizes = (c.facts.parameters, c.facts.activation_bytes_per_sample, c.facts.flops_per_sample, hw, global_batch,
+                 int(draft.values.get("micro_batch_size", 1)), mixed)
+        tensor = c.overrides.get("tensor_parallel_size")
+        if tensor is not None:
+            self._check(draft, int(tensor))
+            layout = layout_for(*sizes, draft.world_size // int(tensor), int(tensor), 1, c.splits_tensors)
+            layout.reasons[0] = f"tp {tensor}: set by the user (tensor_parallel_size)"
+            draft.layout = layout
+            if int(tensor) > 1:
+                draft.decide("strategy", "fsdp2", f"tensor_parallel_size={tensor}: the model splits {tensor} ways "
+                                                  "inside Lightning's ModelParallelStrategy, FSDP2 across its "
+                                                  f"{layout.data} replica(s)")
+            draft.decide("layout", layout.describe(), "; ".join(layout.reasons))
+            return
+        if c.facts.state_bytes < 0.8 * hw.device_memory_bytes or draft.world_size <= 1:
+            return
+        layout = plan_layout(*sizes, splits_tensors=c.splits_tensors)
         if layout is None:
             draft.decide("layout", "none fits", f"no data × tensor × pipeline layout of {draft.world_size} devices "
                                                 f"fits {nbytes(hw.device_memory_bytes)} each; add devices")
             return
         draft.layout = layout
+        if layout.tensor > 1:  # runs as planned: tensor parallel inside Lightning's ModelParallelStrategy
+            draft.decide("strategy", "fsdp2", f"{layout.describe()}: the model splits {layout.tensor} ways (tensor "
+                                              "parallel) inside Lightning's ModelParallelStrategy, FSDP2 across replicas")
         engine = draft.values.get("strategy")
         draft.decide("layout", layout.describe(), "; ".join(layout.reasons) + (
-            f". Twinkle's engine runs it as {engine} (data parallel, sharded); tensor and pipeline parallel run "
-            "where the model supplies its parallel plan" if layout.tensor * layout.pipeline > 1 else ""))
+            f". Twinkle's engine runs it as {engine} (data parallel, sharded); pipeline stages run where the model "
+            "supplies its parallel plan" if layout.pipeline > 1 else ""))
+
+    @staticmethod
+    def _check(draft: PlanDraft, tensor: int) -> None:
+        """Refuse a ``tensor_parallel_size`` that cannot run, naming why.
+
+        Raises:
+            PlanningError: the algorithm supplies no plan, the size does not divide the processes, or another
+                strategy was asked for.
+        """
+        c = draft.context
+        if tensor > 1 and not c.splits_tensors:
+            raise PlanningError(f"tensor_parallel_size={tensor}: {c.algorithm_name} supplies no tensor-parallel plan "
+                                "(Algorithm.tensor_parallel_plan); drop tensor_parallel_size (FSDP2 shards it instead)")
+        if draft.world_size % tensor:
+            raise PlanningError(f"tensor_parallel_size={tensor} does not divide the job's {draft.world_size} "
+                                f"process(es); use devices (× num_nodes) that {tensor} divides, or set "
+                                "tensor_parallel_size=1")
+        fixed = c.overrides.get("strategy")
+        if tensor > 1 and fixed not in (None, "fsdp2"):
+            raise PlanningError(f"tensor_parallel_size={tensor} runs in Lightning's ModelParallelStrategy "
+                                f"(strategy 'fsdp2'), not strategy={fixed!r}; drop one of them")
 
 
 class BatchingDecider(Decider):
@@ -312,10 +352,12 @@ class BatchingDecider(Decider):
 
     def decide(self, draft: PlanDraft) -> None:
         """Decide ``micro_batch_size`` and ``accumulate_grad_batches``."""
-        c, workers = draft.context, draft.world_size
+        c, devices = draft.context, draft.world_size
+        tensor = int(c.overrides.get("tensor_parallel_size") or 1)
+        workers = max(devices // tensor, 1)  # data-parallel replicas: a tensor-parallel group reads one batch
         effective = c.effective_batch_size or c.batch_size * workers
-        sharded = str(draft.values.get("strategy", "")).startswith(("fsdp", "deepspeed"))
-        state = c.facts.state_bytes / (workers if sharded else 1)
+        sharded = str(draft.values.get("strategy", "")).startswith(("fsdp", "deepspeed")) or tensor > 1
+        state = c.facts.state_bytes / (devices if sharded else 1)
         budget = 0.8 * c.hardware.device_memory_bytes - state
         per_sample = max(c.facts.activation_bytes_per_sample * 2, 1)  # activations and their gradients
         micro = c.batch_size
@@ -329,9 +371,10 @@ class BatchingDecider(Decider):
         micro = int(draft.decide("micro_batch_size", micro, reason))
         accumulate = max(1, math.ceil(effective / (micro * workers)))
         draft.decide("accumulate_grad_batches", accumulate,
-                     f"{micro} × {workers} device(s) × {accumulate} = effective batch {micro * workers * accumulate}"
+                     f"{micro} × {workers} {'device(s)' if tensor == 1 else 'replica(s) of tp ' + str(tensor)} × "
+                     f"{accumulate} = effective batch {micro * workers * accumulate}"
                      + (f" (requested {effective})" if micro * workers * accumulate != effective else ""))
-        total, parts = memory_breakdown(c, micro, workers if sharded else 1)
+        total, parts = memory_breakdown(c, micro, devices if sharded else 1)
         draft.decide("memory", nbytes(total),
                      f"per device: {parts}; device memory {nbytes(c.hardware.device_memory_bytes)}")
 

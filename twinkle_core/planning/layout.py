@@ -95,35 +95,49 @@ def _powers_of_two(limit: int) -> list[int]:
     return out
 
 
-def plan_layout(parameters: int, activation_bytes_per_sample: int, flops_per_sample: int, hardware: Hardware,
-                global_batch: int, micro_batch: int = 1, mixed: bool = True) -> Layout | None:
-    """The first layout (least communication first) whose memory fits, or ``None`` when none does."""
-    per_node, total = max(hardware.devices, 1), max(hardware.devices, 1) * max(hardware.nodes, 1)
+def layout_for(parameters: int, activation_bytes_per_sample: int, flops_per_sample: int, hardware: Hardware,
+               global_batch: int, micro_batch: int, mixed: bool, data: int, tensor: int, pipeline: int,
+               splits_tensors: bool = True) -> Layout:
+    """The ``data × tensor × pipeline`` layout given, with its memory per device, bubble, time and reasons
+    (whether or not it fits: compare ``memory["total"]`` with ``budget_bytes``)."""
+    per_node = max(hardware.devices, 1)
+    total = data * tensor * pipeline
     budget = int(MEMORY_BUDGET * hardware.device_memory_bytes)
+    memory = memory_per_device(parameters, activation_bytes_per_sample, micro_batch, data, tensor, pipeline, mixed)
+    micro_batches = max(global_batch // max(data * micro_batch, 1), 1)
+    bubble = (pipeline - 1) / (micro_batches + pipeline - 1)
+    peak = device_peak_table(hardware.device_name, "16" if mixed else "32")
+    seconds = (flops_per_sample * global_batch / (total * peak * ASSUMED_MFU) / (1 - bubble)) if peak else None
+    return Layout(data, tensor, pipeline, micro_batch, micro_batches, memory, budget, round(bubble, 4), seconds,
+                  _reasons(parameters, memory, budget, data, tensor, pipeline, per_node, hardware, bubble,
+                           splits_tensors))
+
+
+def plan_layout(parameters: int, activation_bytes_per_sample: int, flops_per_sample: int, hardware: Hardware,
+                global_batch: int, micro_batch: int = 1, mixed: bool = True,
+                splits_tensors: bool = True) -> Layout | None:
+    """The first layout (least communication first) whose memory fits, or ``None`` when none does; without
+    ``splits_tensors`` (the model supplies no tensor-parallel plan) only layouts of ``tp 1``."""
+    per_node, total = max(hardware.devices, 1), max(hardware.devices, 1) * max(hardware.nodes, 1)
     for pipeline in _powers_of_two(total):
-        for tensor in _powers_of_two(per_node):
+        for tensor in _powers_of_two(per_node if splits_tensors else 1):
             if total % (tensor * pipeline):
                 continue
-            data = total // (tensor * pipeline)
-            memory = memory_per_device(parameters, activation_bytes_per_sample, micro_batch, data, tensor, pipeline,
-                                       mixed)
-            if memory["total"] > budget:
-                continue
-            micro_batches = max(global_batch // max(data * micro_batch, 1), 1)
-            bubble = (pipeline - 1) / (micro_batches + pipeline - 1)
-            peak = device_peak_table(hardware.device_name, "16" if mixed else "32")
-            seconds = (flops_per_sample * global_batch / (total * peak * ASSUMED_MFU) / (1 - bubble)) if peak else None
-            return Layout(data, tensor, pipeline, micro_batch, micro_batches, memory, budget, round(bubble, 4),
-                          seconds, _reasons(parameters, memory, budget, data, tensor, pipeline, per_node, hardware,
-                                            bubble))
+            layout = layout_for(parameters, activation_bytes_per_sample, flops_per_sample, hardware, global_batch,
+                                micro_batch, mixed, total // (tensor * pipeline), tensor, pipeline, splits_tensors)
+            if layout.memory["total"] <= layout.budget_bytes:
+                return layout
     return None
 
 
 def _reasons(parameters: int, memory: dict[str, int], budget: int, data: int, tensor: int, pipeline: int,
-             per_node: int, hardware: Hardware, bubble: float) -> list[str]:
+             per_node: int, hardware: Hardware, bubble: float, splits_tensors: bool = True) -> list[str]:
     gb = 1e9
     reasons = []
-    if tensor == 1:
+    if tensor == 1 and not splits_tensors:
+        reasons.append("tp 1: the model supplies no tensor-parallel plan (Algorithm.tensor_parallel_plan), so it is "
+                       "not split")
+    elif tensor == 1:
         reasons.append(f"tp 1: {parameters / 1e9:.1f}B parameters' weights and gradients ({(memory['weights'] + memory['gradients']) / gb:.1f} GB) "
                        "fit a device unsplit")
     else:

@@ -146,14 +146,20 @@ class Plan:
             "accumulate_grad_batches": self.accumulate_grad_batches,
         }
 
+    @property
+    def tensor_parallel_size(self) -> int:
+        """Devices one copy of the model is split over (the layout's tensor-parallel degree; 1 without one)."""
+        return int((self.estimates.get("layout") or {}).get("tensor", 1))
+
     def lightning_strategy(self) -> Any:
         """The Lightning strategy (a name, or a configured strategy object for ``fsdp2``)."""
         if self.strategy == "fsdp2":
             from lightning.pytorch.strategies import ModelParallelStrategy
 
-            # one full checkpoint file written by rank 0: it loads into any number of processes, even one
-            return ModelParallelStrategy(data_parallel_size=self.devices * self.num_nodes, tensor_parallel_size=1,
-                                         save_distributed_checkpoint=False)
+            # one full checkpoint file written by rank 0: it loads into any number of processes and any layout
+            tensor = self.tensor_parallel_size
+            return ModelParallelStrategy(data_parallel_size=self.devices * self.num_nodes // tensor,
+                                         tensor_parallel_size=tensor, save_distributed_checkpoint=False)
         return self.strategy
 
     def explain(self) -> str:

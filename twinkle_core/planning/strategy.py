@@ -93,7 +93,7 @@ class DefaultStrategy(ResourceStrategy):
         for decider in self.deciders:
             decider.decide(draft)
         v = draft.values
-        workers = draft.world_size
+        workers = draft.world_size // (draft.layout.tensor if draft.layout is not None else 1)  # data replicas
         micro, accumulate = int(v["micro_batch_size"]), int(v["accumulate_grad_batches"])
         steps_per_epoch = math.ceil(context.train_samples / max(micro * workers, 1) / accumulate)
         estimates: PlanEstimates = {
@@ -103,7 +103,7 @@ class DefaultStrategy(ResourceStrategy):
             "train_samples": context.train_samples,
             "optimizer_steps_per_epoch": steps_per_epoch,
             "optimizer_steps": steps_per_epoch * context.max_epochs,
-            **self._time(context, int(v["torch_threads"]), workers),
+            **self._time(context, int(v["torch_threads"]), draft.world_size),
         }
         if draft.layout is not None:
             estimates["layout"] = draft.layout.to_dict()

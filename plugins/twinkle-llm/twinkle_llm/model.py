@@ -157,6 +157,21 @@ class CausalLM(Algorithm):
             named = self.lora_targets if isinstance(self.lora_targets, str) else ",".join(self.lora_targets)
             raise HyperparameterError(f"'lora_targets' = {named!r} does not fit {type(model).__name__}: {err}") from err
 
+    def tensor_parallel_plan(self, mesh: Any) -> dict[str, Any]:
+        """The Llama plan (``twinkle_llm.parallel``): attention and MLP split by heads and width, sequence-parallel
+        norms, the vocabulary split in the embedding and ``lm_head``.
+
+        Raises:
+            HyperparameterError: the size does not divide the heads, MLP width or vocabulary, or the run trains
+                LoRA adapters (not split yet).
+        """
+        from twinkle_llm.parallel import llama_plan
+
+        if self.adapted:
+            raise HyperparameterError("tensor_parallel_size > 1 with LoRA adapters is not supported yet: drop "
+                                      "tensor_parallel_size (LoRA's base is frozen, so FSDP2 or DDP suffice) or lora_rank")
+        return llama_plan(self.model.config, mesh.size())
+
     @property
     def adapted(self) -> bool:
         """Whether only LoRA adapters train (the base is frozen, and left out of checkpoints)."""
