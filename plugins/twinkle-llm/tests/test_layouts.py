@@ -1,16 +1,17 @@
 """llm-tiny split over two CPU processes (tensor parallel over gloo, in Lightning's ModelParallelStrategy) trains
-exactly as one process does, and its checkpoints move between layouts."""
+exactly as one process does, resumes exactly after SIGKILL, and its checkpoints move between layouts."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
 import torch
 
-from twinkle_core import Trainer
+from twinkle_core import RunStore, Trainer
 from twinkle_core.testing import run_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.processes]  # two training processes
@@ -18,13 +19,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.processes]  # two training processes
 SCRIPT = Path(__file__).with_name("train_layout.py")
 
 
-def _train(data: Path, out: Path, home: Path, devices: int, tensor: int, parent: str | None = None) -> list[dict]:
-    """Run ``train_layout.py`` in ``out`` (its store ``home``); every rank's JSON."""
+def _train(mode: str, data: Path, out: Path, home: Path, devices: int, tensor: int, arg: str | None = None,
+           killed: bool = False) -> list[dict]:
+    """Run ``train_layout.py MODE`` in ``out`` (its store ``home``); every rank's JSON (none when ``killed``)."""
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "TWINKLE_HOME": str(home),
            "TWINKLE_USER": "tester"}
-    done = run_script([str(SCRIPT), str(data), str(out), str(devices), str(tensor), *([parent] if parent else [])],
+    done = run_script([str(SCRIPT), mode, str(data), str(out), str(devices), str(tensor), *([arg] if arg else [])],
                       env=env, timeout=600)
+    if killed:
+        assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+        return []
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(devices)]
 
@@ -34,23 +39,32 @@ def _weights(run: str, home: Path) -> dict[str, torch.Tensor]:
     return {name: value.detach().clone() for name, value in model.state_dict().items()}
 
 
+@pytest.fixture(scope="module")
+def runs(topics: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Ten steps of llm-tiny on 40 help topics in one process and split over two (tp 2), each in its own store."""
+    folder = tmp_path_factory.mktemp("layouts")
+    data = folder / "topics-40.jsonl"
+    data.write_text("".join(topics.read_text().splitlines(keepends=True)[:40]))
+    one_home, split_home = folder / "one", folder / "split"
+    (one,) = _train("fresh", data, folder / "out-one", one_home, 1, 1)
+    split = _train("fresh", data, folder / "out-tp2", split_home, 2, 2)
+    return {"data": data, "folder": folder, "one": one, "one_home": one_home, "split": split,
+            "split_home": split_home}
+
+
 def test_tensor_parallel_on_two_processes_trains_as_one_process_does_and_its_checkpoints_change_layout(
-        topics: Path, tmp_path: Path) -> None:
+        runs: dict) -> None:
     """tp 2 (sequence-parallel norms, vocabulary-split embedding and head, tied weights kept tied): the first ten
     losses equal one process's within 1e-4 relative (fp32, the same seed and batches) and the final weights —
     gathered into one checkpoint — within Adam's rounding; the plan records dp 1 × tp 2. Each run's checkpoint
     then continues in the other layout: the tp-2 run in one process, the one-process run split over two."""
-    data = tmp_path / "topics-40.jsonl"
-    data.write_text("".join(topics.read_text().splitlines(keepends=True)[:40]))
-    one_home, split_home = tmp_path / "one", tmp_path / "split"
-    (one,) = _train(data, tmp_path / "out-one", one_home, 1, 1)
-    split = _train(data, tmp_path / "out-tp2", split_home, 2, 2)
+    one, split, one_home, split_home = runs["one"], runs["split"], runs["one_home"], runs["split_home"]
     assert split[0]["strategy"] == "fsdp2" and split[0]["layout"]["layout"].startswith("dp 1 × tp 2 × pp 1")
     assert len(one["losses"]) == 10
     for rank in split:  # both ranks of the tensor-parallel pair saw the same batches, so the same losses
         assert rank["losses"] == pytest.approx(one["losses"], rel=1e-4)
     assert one["losses"][-1] < one["losses"][0]
-    plan = json.loads((split_home / "runs" / "tester" / "default" / "run1" / "plan.json").read_text())
+    plan = json.loads((split_home / "runs" / "tester" / "fresh" / "run1" / "plan.json").read_text())
     assert plan["strategy"] == "fsdp2" and plan["estimates"]["layout"]["tensor"] == 2
 
     single, shared = _weights(one["run_uri"], one_home), _weights(split[0]["run_uri"], split_home)
@@ -62,6 +76,27 @@ def test_tensor_parallel_on_two_processes_trains_as_one_process_does_and_its_che
                                      hyperparams={"devices": 1, "tensor_parallel_size": 1, "max_steps": 14}).fit()
     assert onward.status == "finished" and onward.plan.strategy != "fsdp2"
     assert onward.metrics["train_loss"] < one["losses"][4]  # it starts from the trained weights, not afresh
-    (again, _) = _train(data, tmp_path / "out-onward", one_home, 2, 2, parent=one["run_uri"])
+    (again, _) = _train("continue", runs["data"], runs["folder"] / "out-onward", one_home, 2, 2, one["run_uri"])
     assert again["status"] == "finished" and again["layout"]["tensor"] == 2
     assert again["losses"][0] < one["losses"][4]  # the one-process weights and Adam state, split over two
+
+
+def test_a_tensor_parallel_run_killed_mid_epoch_resumes_to_the_same_weights(runs: dict) -> None:
+    """tp 2 SIGKILLed (both ranks) before step 6 — after the step-4 checkpoint, mid-epoch — and resumed on two
+    processes ends with weights and Adam moments bit-identical to the uninterrupted tp-2 run's."""
+    home = runs["split_home"]
+    _train("kill", runs["data"], runs["folder"] / "out-kill", home, 2, 2, "6", killed=True)
+    store = RunStore(str(home))
+    (victim,) = store.list(project="kill")
+    assert victim.status == "running"  # nothing could mark it
+    resumed = _train("resume", runs["data"], runs["folder"] / "out-resume", home, 2, 2, victim.uri)
+    assert resumed[0]["losses"] == resumed[1]["losses"] and len(resumed[0]["losses"]) == 6  # from the checkpoint
+    assert resumed[0]["losses"] == runs["split"][0]["losses"][4:]  # at step 4: the same batches, the same losses
+    reference = torch.load(runs["split"][0]["last_checkpoint"], weights_only=True)
+    again = torch.load(resumed[0]["last_checkpoint"], weights_only=True)
+    assert reference["global_step"] == again["global_step"] == 10
+    for key, value in reference["state_dict"].items():
+        assert torch.equal(value, again["state_dict"][key]), key
+    for saved, restored in zip(reference["optimizer_states"][0]["state"].values(),
+                               again["optimizer_states"][0]["state"].values()):
+        assert all(torch.equal(saved[k], restored[k]) for k in ("exp_avg", "exp_avg_sq"))

@@ -1,9 +1,14 @@
 """llm-tiny for ten steps in a given layout, for ``test_layouts.py``.
 
-``python train_layout.py DATA OUT DEVICES TENSOR_PARALLEL [RUN]`` trains ten optimizer steps (fp32, seed 0, the
-same batches in every layout) — or, given ``RUN``, continues that run as a new run of 14 steps — and writes
-``OUT/rank<N>.json``: the run, its plan's layout and the loss of every step this rank saw. With more than one
-device Lightning starts the other ranks by running this script again.
+``python train_layout.py MODE DATA OUT DEVICES TENSOR_PARALLEL [ARG]`` with MODE
+
+* ``fresh``: ten optimizer steps (fp32, seed 0, the same batches in every layout, a checkpoint every four);
+* ``kill``: the same, SIGKILLed (every rank) before optimizer step ARG;
+* ``resume``: resumes run ARG to its end;
+* ``continue``: continues run ARG as a new run of 14 steps;
+
+then writes ``OUT/rank<N>.json``: the run, its plan's layout, its last checkpoint and the loss of every step this
+rank saw. With more than one device Lightning starts the other ranks by running this script again.
 """
 
 import json
@@ -14,6 +19,7 @@ from pathlib import Path
 import lightning as L
 
 from twinkle_core import Trainer
+from twinkle_core.testing import KillAtStep
 
 
 class StepLosses(L.Callback):
@@ -28,19 +34,22 @@ class StepLosses(L.Callback):
 
 
 if __name__ == "__main__":
-    data, out, devices, tensor = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    parent = sys.argv[5] if len(sys.argv) > 5 else None
-    hp = {"accelerator": "cpu", "devices": devices, "max_steps": 10, "max_epochs": 1, "max_seq_len": 64,
-          "vocab_size": 512, "batch_size": 4, "effective_batch_size": 4, "lr": 3e-3, "scheduler": "none",
-          "val_generations": 0, "progress_bar": False}
-    hp["tensor_parallel_size"] = tensor
+    mode, data, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    devices, tensor, arg = int(sys.argv[4]), int(sys.argv[5]), (sys.argv[6] if len(sys.argv) > 6 else None)
+    hp = {"accelerator": "cpu", "devices": devices, "tensor_parallel_size": tensor, "max_steps": 10, "max_epochs": 1,
+          "max_seq_len": 64, "vocab_size": 512, "batch_size": 4, "effective_batch_size": 4, "lr": 3e-3,
+          "scheduler": "none", "val_generations": 0, "checkpoint_every_n_steps": 4, "progress_bar": False}
     losses = StepLosses()
-    if parent:
+    if mode == "resume":
+        result = Trainer.from_checkpoint(arg, mode="resume", verbose=False, callbacks=[losses]).fit()
+    elif mode == "continue":
         more = {"devices": devices, "tensor_parallel_size": tensor, "max_steps": 14, "accelerator": "cpu"}
-        result = Trainer.from_checkpoint(parent, hyperparams=more, verbose=False, callbacks=[losses]).fit(data)
+        result = Trainer.from_checkpoint(arg, hyperparams=more, verbose=False, callbacks=[losses]).fit(data)
     else:
-        result = Trainer("llm-tiny", hyperparams=hp, verbose=False, callbacks=[losses]).fit(data)
+        callbacks = [losses] + ([KillAtStep(int(arg))] if mode == "kill" else [])
+        result = Trainer("llm-tiny", hyperparams=hp, project=mode, verbose=False, callbacks=callbacks).fit(data)
     rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))
     (out / f"rank{rank}.json").write_text(json.dumps({
         "run_uri": result.run_uri, "losses": losses.losses, "strategy": result.plan.strategy,
-        "layout": result.plan.estimates.get("layout"), "status": result.status}))
+        "layout": result.plan.estimates.get("layout"), "status": result.status,
+        "last_checkpoint": result.last_checkpoint}))
