@@ -204,8 +204,8 @@ class Algorithm(L.LightningModule):
             _tie_again(self.model, tied)
             if data.size() == 1:
                 return  # one replica: nothing to shard across
-        for unit in self.shard_units():
-            fully_shard(unit, mesh=data)
+        for units in _sharing_parameters(self.shard_units()):  # tied weights: their modules shard as one unit
+            fully_shard(units if len(units) > 1 else units[0], mesh=data)
         fully_shard(self.model, mesh=data)
 
     def tensor_parallel_plan(self, mesh: Any) -> dict[str, Any] | None:
@@ -555,4 +555,16 @@ def _tie_again(model: nn.Module, tied: list[list[str]]) -> None:
                 raise TwinkleError(f"the tensor-parallel plan splits tied weights {first!r} and {name!r} differently; "
                                    "split them the same way (both by rows, say)")
             setattr(module, leaf, kept)
+
+
+def _sharing_parameters(units: list[nn.Module]) -> list[list[nn.Module]]:
+    """``units`` in groups: modules that hold one parameter between them (tied weights) in the same group."""
+    groups: list[tuple[set[int], list[nn.Module]]] = []
+    for unit in units:
+        ids, members = {id(p) for p in unit.parameters()}, [unit]
+        for group in [g for g in groups if g[0] & ids]:
+            groups.remove(group)
+            ids, members = ids | group[0], group[1] + members
+        groups.append((ids, members))
+    return [members for _, members in groups]
 

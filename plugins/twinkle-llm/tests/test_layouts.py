@@ -1,5 +1,6 @@
-"""llm-tiny split over two CPU processes (tensor parallel over gloo, in Lightning's ModelParallelStrategy) trains
-exactly as one process does, resumes exactly after SIGKILL, and its checkpoints move between layouts."""
+"""llm-tiny split over CPU processes (gloo, in Lightning's ModelParallelStrategy) — tensor parallel on two, FSDP2
+on two, data × tensor parallel on four — trains as one process does; a tensor-parallel run resumes exactly after
+SIGKILL, and checkpoints move between layouts."""
 
 from __future__ import annotations
 
@@ -20,13 +21,13 @@ SCRIPT = Path(__file__).with_name("train_layout.py")
 
 
 def _train(mode: str, data: Path, out: Path, home: Path, devices: int, tensor: int, arg: str | None = None,
-           killed: bool = False) -> list[dict]:
+           killed: bool = False, strategy: str = "auto") -> list[dict]:
     """Run ``train_layout.py MODE`` in ``out`` (its store ``home``); every rank's JSON (none when ``killed``)."""
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "TWINKLE_HOME": str(home),
            "TWINKLE_USER": "tester"}
-    done = run_script([str(SCRIPT), mode, str(data), str(out), str(devices), str(tensor), *([arg] if arg else [])],
-                      env=env, timeout=600)
+    done = run_script([str(SCRIPT), mode, str(data), str(out), str(devices), str(tensor), strategy,
+                       *([arg] if arg else [])], env=env, timeout=600)
     if killed:
         assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
         return []
@@ -46,7 +47,7 @@ def runs(topics: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     data = folder / "topics-40.jsonl"
     data.write_text("".join(topics.read_text().splitlines(keepends=True)[:40]))
     one_home, split_home = folder / "one", folder / "split"
-    (one,) = _train("fresh", data, folder / "out-one", one_home, 1, 1)
+    (one,) = _train("fresh", data, folder / "out-one", one_home, 1, 1)  # the reference
     split = _train("fresh", data, folder / "out-tp2", split_home, 2, 2)
     return {"data": data, "folder": folder, "one": one, "one_home": one_home, "split": split,
             "split_home": split_home}
@@ -100,3 +101,21 @@ def test_a_tensor_parallel_run_killed_mid_epoch_resumes_to_the_same_weights(runs
     for saved, restored in zip(reference["optimizer_states"][0]["state"].values(),
                                again["optimizer_states"][0]["state"].values()):
         assert all(torch.equal(saved[k], restored[k]) for k in ("exp_avg", "exp_avg_sq"))
+
+
+@pytest.mark.parametrize(("devices", "tensor", "strategy", "layout"), [(2, 1, "fsdp2", "dp 2 × tp 1 × pp 1"),
+                                                                       (4, 2, "auto", "dp 2 × tp 2 × pp 1")])
+def test_sharded_and_two_dimensional_layouts_train_as_one_process_does(runs: dict, devices: int, tensor: int,
+                                                                       strategy: str, layout: str) -> None:
+    """FSDP2 over two replicas, and two replicas of a tensor-parallel pair (FSDP2 × TP on a 2 × 2 mesh), each
+    replica reading half of every batch: the first ten whole-batch losses equal one process's within 1e-4
+    relative, and the final weights (gathered) match within Adam's rounding."""
+    home = runs["folder"] / f"home-{devices}-{tensor}"
+    ranks = _train("fresh", runs["data"], runs["folder"] / f"out-{devices}-{tensor}", home, devices, tensor,
+                   strategy=strategy)
+    assert ranks[0]["strategy"] == "fsdp2" and ranks[0]["layout"]["layout"].startswith(layout)
+    for rank in ranks:
+        assert rank["losses"] == pytest.approx(runs["one"]["losses"], rel=1e-4)
+    single, shared = _weights(runs["one"]["run_uri"], runs["one_home"]), _weights(ranks[0]["run_uri"], home)
+    for name in single:
+        torch.testing.assert_close(shared[name], single[name], rtol=0, atol=5e-4, msg=name)

@@ -1,8 +1,10 @@
 """llm-tiny for ten steps in a given layout, for ``test_layouts.py``.
 
-``python train_layout.py MODE DATA OUT DEVICES TENSOR_PARALLEL [ARG]`` with MODE
+``python train_layout.py MODE DATA OUT DEVICES TENSOR_PARALLEL STRATEGY [ARG]`` (STRATEGY: ``auto`` or ``fsdp2``)
+with MODE
 
-* ``fresh``: ten optimizer steps (fp32, seed 0, the same batches in every layout, a checkpoint every four);
+* ``fresh``: ten optimizer steps (fp32, seed 0, the same four windows per step in every layout — split between
+  the data-parallel replicas — and a checkpoint every four);
 * ``kill``: the same, SIGKILLed (every rank) before optimizer step ARG;
 * ``resume``: resumes run ARG to its end;
 * ``continue``: continues run ARG as a new run of 14 steps;
@@ -17,28 +19,36 @@ import sys
 from pathlib import Path
 
 import lightning as L
+import torch
 
 from twinkle_core import Trainer
 from twinkle_core.testing import KillAtStep
 
 
 class StepLosses(L.Callback):
-    """The training loss of every optimizer step (this rank's; with tensor parallel every rank of a group
-    computes the same one)."""
+    """The loss of every optimizer step over the whole batch: the mean of the ranks' (every replica's windows
+    hold as many tokens, and the ranks of a tensor-parallel group compute the same loss)."""
 
     def __init__(self) -> None:
         self.losses: list[float] = []
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
-        self.losses.append(float(outputs["loss"]))
+        loss = outputs["loss"].detach().clone()
+        if trainer.world_size > 1:
+            torch.distributed.all_reduce(loss)
+            loss /= trainer.world_size
+        self.losses.append(float(loss))
 
 
 if __name__ == "__main__":
     mode, data, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    devices, tensor, arg = int(sys.argv[4]), int(sys.argv[5]), (sys.argv[6] if len(sys.argv) > 6 else None)
+    devices, tensor, strategy = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+    arg = sys.argv[7] if len(sys.argv) > 7 else None
     hp = {"accelerator": "cpu", "devices": devices, "tensor_parallel_size": tensor, "max_steps": 10, "max_epochs": 1,
-          "max_seq_len": 64, "vocab_size": 512, "batch_size": 4, "effective_batch_size": 4, "lr": 3e-3,
-          "scheduler": "none", "val_generations": 0, "checkpoint_every_n_steps": 4, "progress_bar": False}
+          "max_seq_len": 64, "vocab_size": 512, "batch_size": 4 // (devices // tensor), "effective_batch_size": 4,
+          "lr": 3e-3, "scheduler": "none", "val_generations": 0, "checkpoint_every_n_steps": 4, "progress_bar": False}
+    if strategy != "auto":
+        hp["strategy"] = strategy
     losses = StepLosses()
     if mode == "resume":
         result = Trainer.from_checkpoint(arg, mode="resume", verbose=False, callbacks=[losses]).fit()

@@ -172,6 +172,12 @@ class CausalLM(Algorithm):
                                       "tensor_parallel_size (LoRA's base is frozen, so FSDP2 or DDP suffice) or lora_rank")
         return llama_plan(self.model.config, mesh.size())
 
+    def shard_units(self) -> list[nn.Module]:
+        """FSDP2's units: each decoder layer (as torchtitan shards Llama); the embedding, final norm and head
+        (one tensor where tied) go with the whole model."""
+        layers = getattr(getattr(self.model, "model", None), "layers", None)
+        return list(layers) if layers is not None else super().shard_units()
+
     @property
     def adapted(self) -> bool:
         """Whether only LoRA adapters train (the base is frozen, and left out of checkpoints)."""
