@@ -55,13 +55,15 @@ def runs(topics: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_tensor_parallel_on_two_processes_trains_as_one_process_does_and_its_checkpoints_change_layout(
         runs: dict) -> None:
-    """tp 2 (sequence-parallel norms, vocabulary-split embedding and head, tied weights kept tied): the first ten
-    losses equal one process's within 1e-4 relative (fp32, the same seed and batches) and the final weights —
-    gathered into one checkpoint — within Adam's rounding; the plan records dp 1 × tp 2. Each run's checkpoint
-    then continues in the other layout: the tp-2 run in one process, the one-process run split over two."""
+    """tp 2 (sequence-parallel norms, vocabulary-split embedding and head, loss parallel, tied weights kept tied):
+    the first ten losses equal one process's within 1e-4 relative (fp32, the same seed and batches) and the final
+    weights — gathered into one checkpoint — within Adam's rounding; the plan records dp 1 × tp 2. Each run's
+    checkpoint then continues in the other layout: the tp-2 run in one process, the one-process run split over
+    two."""
     one, split, one_home, split_home = runs["one"], runs["split"], runs["one_home"], runs["split_home"]
     assert split[0]["strategy"] == "fsdp2" and split[0]["layout"]["layout"].startswith("dp 1 × tp 2 × pp 1")
     assert len(one["losses"]) == 10
+    assert split[0]["split_logits"] and not one["split_logits"]  # loss parallel: no rank held the whole logits
     for rank in split:  # both ranks of the tensor-parallel pair saw the same batches, so the same losses
         assert rank["losses"] == pytest.approx(one["losses"], rel=1e-4)
     assert one["losses"][-1] < one["losses"][0]

@@ -10,7 +10,7 @@ with MODE
 * ``continue``: continues run ARG as a new run of 14 steps;
 
 then writes ``OUT/rank<N>.json``: the run, its plan's layout, its last checkpoint and the loss of every step this
-rank saw. With more than one device Lightning starts the other ranks by running this script again.
+rank saw (and whether ``lm_head``'s logits came split by vocabulary). With more than one device Lightning starts the other ranks by running this script again.
 """
 
 import json
@@ -31,6 +31,11 @@ class StepLosses(L.Callback):
 
     def __init__(self) -> None:
         self.losses: list[float] = []
+
+    def on_train_start(self, trainer, module) -> None:  # noqa: ANN001
+        self.split_logits = None
+        head = module.model.get_output_embeddings()
+        head.register_forward_hook(lambda mod, args, out: setattr(self, "split_logits", type(out).__name__ == "DTensor"))
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
         loss = outputs["loss"].detach().clone()
@@ -62,4 +67,4 @@ if __name__ == "__main__":
     (out / f"rank{rank}.json").write_text(json.dumps({
         "run_uri": result.run_uri, "losses": losses.losses, "strategy": result.plan.strategy,
         "layout": result.plan.estimates.get("layout"), "status": result.status,
-        "last_checkpoint": result.last_checkpoint}))
+        "last_checkpoint": result.last_checkpoint, "split_logits": getattr(losses, "split_logits", None)}))

@@ -119,6 +119,7 @@ class CausalLM(Algorithm):
         self._tokenizer: TextTokenizer | None = None
         self._template: ChatTemplate | None = None
         self._val_sum: torch.Tensor | None = None
+        self._split_logits = False  # the logits come split by vocabulary (tensor parallel with loss parallel)
 
     # ------------------------------------------------------------------ the model
     def model_input(self) -> ModelInput:
@@ -167,6 +168,7 @@ class CausalLM(Algorithm):
         """
         from twinkle_llm.parallel import llama_plan
 
+        self._split_logits = True
         if self.adapted:
             raise HyperparameterError("tensor_parallel_size > 1 with LoRA adapters is not supported yet: drop "
                                       "tensor_parallel_size (LoRA's base is frozen, so FSDP2 or DDP suffice) or lora_rank")
@@ -227,17 +229,41 @@ class CausalLM(Algorithm):
         preference pairs ``[B, 2, L]`` give ``[B, 2, L, vocab]`` (the planner measures a pair as one sample)."""
         if x.dim() == 3:
             return self(x.flatten(0, 1)).unflatten(0, x.shape[:2])
+        logits = self._logits(x, position_ids)
+        return logits.full_tensor() if _is_dtensor(logits) else logits  # split by vocabulary (loss parallel)
+
+    def _logits(self, x: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The network's logits as it returns them: split by vocabulary under tensor parallel (a ``DTensor``)."""
         return self.model(input_ids=x, position_ids=position_ids, use_cache=False).logits
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Lightning's backward — inside ``loss_parallel`` when the logits are split by vocabulary, as its
+        cross-entropy's backward must be."""
+        if not self._split_logits:
+            return super().backward(loss, *args, **kwargs)
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        with loss_parallel():
+            super().backward(loss, *args, **kwargs)
 
     # ------------------------------------------------------------- loss and metrics
     def _token_loss(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The summed next-token cross-entropy of a batch and the number of predicted tokens."""
         x, labels, positions = batch[0], batch[1], batch[2] if len(batch) > 2 else None
-        logits = self(x, positions)
+        logits = self._logits(x, positions)
         targets = labels[:, 1:]
-        loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(),
-                                           targets.reshape(-1), ignore_index=-100, reduction="sum")
-        return loss, (targets != -100).sum()
+        if not _is_dtensor(logits):
+            loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(),
+                                               targets.reshape(-1), ignore_index=-100, reduction="sum")
+            return loss, (targets != -100).sum()
+        from torch.distributed.tensor import DTensor, Replicate
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        with loss_parallel():  # each rank's vocabulary shard; the targets, replicated, pick across them
+            target = DTensor.from_local(targets.reshape(-1), logits.device_mesh, [Replicate()], run_check=False)
+            loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), target,
+                                               ignore_index=-100, reduction="sum")
+        return loss.full_tensor(), (targets != -100).sum()
 
     def reference_logits(self, ids: torch.Tensor) -> torch.Tensor:
         """DPO's reference logits of ``ids``: the base without its adapters (LoRA), or the frozen copy of the
@@ -471,3 +497,11 @@ class Qwen3(CausalLM):
 
     family = "qwen3"
     default_size = "0.6b"
+
+
+def _is_dtensor(value: Any) -> bool:
+    """Whether ``value`` is a ``DTensor`` (split over a device mesh)."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(value, DTensor)
+

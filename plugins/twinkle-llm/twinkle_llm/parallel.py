@@ -9,7 +9,9 @@ The plan torchtitan and torchtune use for Llama, on transformers' module names:
   first, and their row-wise outputs reduce-scatter back to slices;
 * the token embedding split by vocabulary rows (its output replicated: transformers builds the causal mask and
   positions from it), the first layer taking its slice of the sequence, and ``lm_head`` column-wise by
-  vocabulary, its logits gathered (``lm_head`` and the embedding stay one tensor where the model ties them).
+  vocabulary (``lm_head`` and the embedding stay one tensor where the model ties them);
+* loss parallel: the logits stay split by vocabulary, and the cross-entropy and its backward run on the shards
+  (``torch.distributed.tensor.parallel.loss_parallel``), so no rank holds a whole ``batch × length × vocab``.
 """
 
 from __future__ import annotations
@@ -61,5 +63,5 @@ def llama_plan(config: Any, size: int) -> dict[str, Any]:
         layer + "mlp.up_proj": ColwiseParallel(),
         layer + "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
         "model.norm": SequenceParallel(),
-        "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+        "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),
     }
