@@ -161,3 +161,17 @@ def test_fsdp2_shards_on_two_cpu_processes_and_continues_in_one(run_job, twinkle
     assert sorted(one) == [0] and one[0]["strategy"] == "auto"
     assert one[0]["result"]["parent"] == run.uri and one[0]["result"]["status"] == "finished"
     assert one[0]["result"]["best_metric"] > 0.85
+
+
+def test_a_run_sharded_in_this_process_exports_a_whole_model(twinkle_home, cancer_csv) -> None:
+    """FSDP2 in this very process (one device: Lightning's ModelParallelStrategy on a mesh of one) leaves the
+    trained algorithm's parameters split (DTensors), which cannot be deep-copied: export then builds a whole model
+    for the best checkpoint's weights, and it matches."""
+    from twinkle_core import Trainer
+
+    trainer = Trainer("tabular-mlp", hyperparams={"strategy": "fsdp2", "devices": 1, "max_epochs": 2},
+                      progress_bar=False, verbose=False)
+    result = trainer.fit(str(cancer_csv))
+    assert result.status == "finished" and result.plan.strategy == "fsdp2"
+    exported = trainer.export(format="onnx")
+    assert exported.max_abs_diff < 1e-4 and exported.metric_delta == 0.0

@@ -1,6 +1,7 @@
 """GPU smoke checks for a machine with CUDA: the engine's mixed precision and measured MFU, Kronos, the
 distribution strategies (FSDP2, DDP over NCCL with and without bf16/PowerSGD gradient compression, DeepSpeed
-when installed) on the GPU, llama-60m pre-training (bf16, tokens/s, MFU), and MelOTTS's quality curve on the GPU
+when installed) on the GPU, llama-60m pre-training (bf16, tokens/s, MFU), twinkle-llm's tensor-parallel plan on a
+one-device mesh and llama-60m under FSDP2, and MelOTTS's quality curve on the GPU
 (``TTS_STEPS``, default 3000; the same probe as ``bench/tts_quality.py``: MCD-DTW, closed-set identification,
 Whisper WER every ``TTS_EVERY`` steps).
 
@@ -90,7 +91,7 @@ def check_kronos(bars: Path) -> dict:
             "last_history_close": float(history["adj_close"].iloc[-1])}  # predict works in split-adjusted prices
 
 
-def check_llm(work: Path) -> dict:
+def check_llm(work: Path, hyperparams: dict | None = None) -> dict:
     """``llama-60m`` pre-trained from scratch on CPython's help topics on the GPU: the planned precision (bf16 on
     GPUs that have it), tokens/s and MFU against the device's datasheet peak, the perplexity, a greedy generation,
     and an ``hf`` export that reproduces the logits."""
@@ -102,7 +103,8 @@ def check_llm(work: Path) -> dict:
             out.write(json.dumps({"text": pydoc_data.topics.topics[name]}) + "\n")
     trainer = Trainer(os.environ.get("LLM_MODEL", "llama-60m"), verbose=False, progress_bar=False,
                       hyperparams={"max_epochs": int(os.environ.get("LLM_EPOCHS", 4)), "max_seq_len": 512,
-                                   "vocab_size": 4096, "batch_size": 16, "lr": 1e-3})
+                                   "vocab_size": 4096, "batch_size": int(os.environ.get("LLM_BATCH", 16)), "lr": 1e-3,
+                                   **(hyperparams or {})})
     start = time.perf_counter()
     result = trainer.fit(data=str(data))
     seconds = time.perf_counter() - start
@@ -112,6 +114,7 @@ def check_llm(work: Path) -> dict:
     measured = RunStore().get(result.run_uri).measured
     memory = next((d.reason for d in result.plan.decisions if d.name == "memory"), None)
     return {"accelerator": result.plan.accelerator, "precision": result.plan.precision,
+            "strategy": result.plan.strategy,
             "micro_batch": result.plan.micro_batch_size, "val_perplexity": result.metrics.get("val_perplexity"),
             "fit_seconds": round(seconds, 1), "memory_plan": memory,
             "peak_memory_bytes": measured.get("peak_memory_bytes"),
@@ -120,6 +123,55 @@ def check_llm(work: Path) -> dict:
             "utilisation": {k: measured.get(k) for k in ("tokens_per_second", "samples_per_second",
                                                          "achieved_flops_per_second", "mfu", "peak_source",
                                                          "data_wait_fraction")}}
+
+
+def check_layouts(work: Path) -> dict:
+    """Tensor parallel and FSDP2 on the device: twinkle-llm's Llama plan applied on a one-device mesh (its DTensor
+    layers, sequence-parallel norms and loss-parallel cross-entropy run on CUDA; logits and gradients checked against
+    the unsplit model), then ``LLM_MODEL`` pre-trained under FSDP2 (``ModelParallelStrategy``) with its tokens/s
+    and MFU beside the plain run of ``check_llm``."""
+    import copy
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate
+    from torch.distributed.tensor.parallel import loss_parallel, parallelize_module
+    from transformers import AutoModelForCausalLM
+
+    from twinkle_llm.model import build_config
+    from twinkle_llm.parallel import llama_plan
+    from twinkle_llm.presets import PRESETS
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"file://{work / 'pg'}",
+                                rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(build_config("llama", {**PRESETS["llama"]["tiny"],
+                                                                        "vocab_size": 512})).to(device)
+        reference = copy.deepcopy(model)
+        split = parallelize_module(model, init_device_mesh(device, (1,)), llama_plan(model.config, 1))
+        split.lm_head.weight = split.model.embed_tokens.weight  # tied, as twinkle_core keeps them
+        ids = torch.randint(0, 512, (4, 64), device=device)
+        logits = split(input_ids=ids, use_cache=False).logits
+        with loss_parallel():
+            target = DTensor.from_local(ids[:, 1:].flatten(), logits.device_mesh, [Replicate()], run_check=False)
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), target)
+            loss.backward()
+        plain = reference(input_ids=ids, use_cache=False).logits
+        torch.nn.functional.cross_entropy(plain[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).backward()
+        grad = split.model.layers[0].self_attn.q_proj.weight.grad
+        tp = {"device": device, "logits_split": isinstance(logits, DTensor),
+              "max_abs_logits_diff": float((logits.full_tensor() - plain).abs().max()),
+              "max_abs_grad_diff": float((grad.full_tensor() - reference.model.layers[0].self_attn.q_proj.weight.grad)
+                                         .abs().max())}
+    finally:
+        if started:
+            dist.destroy_process_group()
+    llm = check_llm(work, hyperparams={"strategy": "fsdp2"})
+    return {"tensor_parallel_mesh_of_1": tp, "fsdp2_llm": llm}
 
 
 def check_strategies(work: Path) -> dict:
@@ -169,10 +221,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="twinkle-gpu-"))
     os.environ.setdefault("TWINKLE_HOME", str(work / "home"))
     failed = 0
-    chosen = set(os.environ.get("CHECKS", "kronos,resnet18,llm,strategies,tts").split(","))
+    chosen = set(os.environ.get("CHECKS", "kronos,resnet18,llm,layouts,strategies,tts").split(","))
     for name, check in (("kronos", lambda: check_kronos(Path(os.environ["BARS"]))),
                         ("resnet18", lambda: check_resnet(work)),
                         ("llm", lambda: check_llm(work)),
+                        ("layouts", lambda: check_layouts(work)),
                         ("strategies", lambda: check_strategies_in_a_job(work)),
                         ("tts", lambda: check_tts(work))):
         if name not in chosen:

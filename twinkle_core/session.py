@@ -116,6 +116,7 @@ class Session:
         self.algorithm: Algorithm | None = None
         self.result: FitResult | None = None
         self.prepared: PreparedData | None = None
+        self._hyperparams: dict[str, Any] = {}  # the algorithm's, as fit() built it
         """The data the last ``fit`` trained on."""
         self.shared_data: dict[tuple[Any, ...], PreparedData] | None = None
         """Prepared data kept for reuse by this session's variants (a tuning study prepares its data once)."""
@@ -345,7 +346,7 @@ class Session:
             verbose=self.verbose, callbacks=self.callbacks, monitor=self.monitor_config, budget=self.budget_config,
         )
         self.result = run_lightning(setup)
-        self.algorithm, self.prepared = algorithm, prepared
+        self.algorithm, self.prepared, self._hyperparams = algorithm, prepared, dict(routed.algorithm)
         return self.result
 
     def _record_run(self, uri: str, prepared: PreparedData, plan: Plan, routed: Any) -> Any:
@@ -457,7 +458,7 @@ class Session:
     def model_for_export(self) -> tuple[Algorithm, PreparedData, str | None, str | None]:
         """The model to export (best checkpoint's weights), its data, its run URI and checkpoint URI."""
         if self.result is not None and self.algorithm is not None and self.prepared is not None:
-            model = _copy_model(self.algorithm)
+            model = self._unsplit() if _laid_out(self.algorithm) else _copy_model(self.algorithm)
             best = self.result.best_checkpoint or self.result.last_checkpoint
             if best:
                 model.load_state_dict(load_checkpoint(best)["state_dict"])
@@ -467,6 +468,25 @@ class Session:
             ready.algorithm.load_state_dict(self.continuation.state_dict)
             return ready.algorithm, ready.data, self.continuation.parent_run, self.continuation.checkpoint_uri
         raise TwinkleError("nothing to export yet: call fit() first, or use Trainer.from_checkpoint(...)")
+
+
+    def _unsplit(self) -> Algorithm:
+        """A new, whole instance of the algorithm ``fit`` trained (one split over devices — FSDP2, tensor parallel
+        — cannot be copied): built from the same hyperparameters and data spec, for the checkpoint's weights."""
+        assert self.prepared is not None
+        algorithm = self.choice.cls.from_hyperparams(self._hyperparams, task=self.task, typed=True)
+        algorithm.configure_data(self.prepared.spec)
+        if self.continuation is not None and self.continuation.record.structure:  # a pruned network's form
+            algorithm.prunable_network()
+            reshape_to_state(algorithm, self.continuation.state_dict)
+        return algorithm
+
+
+def _laid_out(algorithm: Algorithm) -> bool:
+    """Whether training split the algorithm's parameters over devices (they are ``DTensor``s)."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in algorithm.parameters())
 
 
 def _source_bytes(uri: str) -> int:
