@@ -174,6 +174,17 @@ class CausalLM(Algorithm):
                                       "tensor_parallel_size (LoRA's base is frozen, so FSDP2 or DDP suffice) or lora_rank")
         return llama_plan(self.model.config, mesh.size())
 
+    def configure_model(self) -> None:
+        """Lay the model out (``Algorithm.configure_model``). Split over a tensor-parallel group, it writes no
+        held-out generations: decoding one token at a time leaves nothing to split by sequence (said once)."""
+        super().configure_model()
+        if self._split_logits and self.val_generations:
+            from lightning.pytorch.utilities import rank_zero_warn
+
+            rank_zero_warn(f"val_generations={self.val_generations}: held-out generations are not written under "
+                           "tensor parallel yet (decoding one token at a time cannot split by sequence); generate "
+                           "from the finished run instead (Trainer.generate, twinkle llm generate)")
+
     def shard_units(self) -> list[nn.Module]:
         """FSDP2's units: each decoder layer (as torchtitan shards Llama); the embedding, final norm and head
         (one tensor where tied) go with the whole model."""
@@ -335,7 +346,7 @@ class CausalLM(Algorithm):
             metrics["val_perplexity"] = math.exp(min(loss, 50.0))
         self.log_dict(metrics, prog_bar=True, sync_dist=False)
         self._val_sum = None
-        if self.val_generations and not self.trainer.sanity_checking:
+        if self.val_generations and not self.trainer.sanity_checking and not self._split_logits:
             self.write_generations(self._val_prompts)
         self._val_prompts = []
 
@@ -504,4 +515,3 @@ def _is_dtensor(value: Any) -> bool:
     from torch.distributed.tensor import DTensor
 
     return isinstance(value, DTensor)
-
