@@ -98,6 +98,8 @@ def test_a_model_without_a_tensor_parallel_plan_gets_no_tensor_factor_and_the_pl
                                                    512, 1, cluster, splits_tensors=True))
     assert with_plan.estimates["layout"]["tensor"] > 1 and with_plan.strategy == "fsdp2"
     assert with_plan.tensor_parallel_size == with_plan.estimates["layout"]["tensor"]
+    replicas = with_plan.estimates["layout"]["data"]  # a tensor-parallel group reads one batch: 512 = micro × dp × acc
+    assert with_plan.micro_batch_size * replicas * with_plan.accumulate_grad_batches == 512
 
 
 def test_a_tensor_parallel_size_runs_as_asked_or_is_refused_by_name() -> None:

@@ -314,6 +314,12 @@ class LayoutDecider(Decider):
         if layout.tensor > 1:  # runs as planned: tensor parallel inside Lightning's ModelParallelStrategy
             draft.decide("strategy", "fsdp2", f"{layout.describe()}: the model splits {layout.tensor} ways (tensor "
                                               "parallel) inside Lightning's ModelParallelStrategy, FSDP2 across replicas")
+            micro, replicas = int(draft.values.get("micro_batch_size", 1)), layout.data  # a group reads one batch
+            effective = c.effective_batch_size or c.batch_size * replicas
+            accumulate = max(1, math.ceil(effective / (micro * replicas)))
+            draft.decide("accumulate_grad_batches", accumulate, f"{micro} × {replicas} replica(s) of tp {layout.tensor} "
+                                                                f"× {accumulate} = effective batch "
+                                                                f"{micro * replicas * accumulate}")
         engine = draft.values.get("strategy")
         draft.decide("layout", layout.describe(), "; ".join(layout.reasons) + (
             f". Twinkle's engine runs it as {engine} (data parallel, sharded); pipeline stages run where the model "
