@@ -166,12 +166,16 @@ def test_fsdp2_shards_on_two_cpu_processes_and_continues_in_one(run_job, twinkle
 def test_a_run_sharded_in_this_process_exports_a_whole_model(twinkle_home, cancer_csv) -> None:
     """FSDP2 in this very process (one device: Lightning's ModelParallelStrategy on a mesh of one) leaves the
     trained algorithm's parameters split (DTensors), which cannot be deep-copied: export then builds a whole model
-    for the best checkpoint's weights, and it matches."""
+    for the best checkpoint's weights, and it matches; the process's rendezvous variables are as before."""
     from twinkle_core import Trainer
 
+    rendezvous = {name: os.environ.get(name) for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
     trainer = Trainer("tabular-mlp", hyperparams={"strategy": "fsdp2", "devices": 1, "max_epochs": 2},
                       progress_bar=False, verbose=False)
     result = trainer.fit(str(cancer_csv))
     assert result.status == "finished" and result.plan.strategy == "fsdp2"
+    # Lightning set the rendezvous variables for its process group; a later fit in this process must not find
+    # them (it would take them for a launcher's and skip the check that several nodes were started together)
+    assert {name: os.environ.get(name) for name in rendezvous} == rendezvous
     exported = trainer.export(format="onnx")
     assert exported.max_abs_diff < 1e-4 and exported.metric_delta == 0.0

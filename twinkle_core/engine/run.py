@@ -248,8 +248,27 @@ def run_lightning(setup: RunSetup) -> FitResult:
     when there is none yet. Every rank returns the same result (rank 0's, broadcast). The ranks of one
     tensor-parallel group read the same batches (``twinkle_core.parallel.model_parallel``).
     """
-    with model_parallel(setup.plan.tensor_parallel_size):
+    with model_parallel(setup.plan.tensor_parallel_size), _distributed_environment_kept():
         return _run_lightning(setup)
+
+
+_DISTRIBUTED_ENVIRONMENT = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK",
+                            "LOCAL_WORLD_SIZE")
+
+
+@contextlib.contextmanager
+def _distributed_environment_kept() -> Any:
+    """The rendezvous variables as they were before the fit: a distributed fit inside this process (FSDP2 on one
+    device, rank 0 of Lightning's launcher) sets them, and a later fit must not take them for a launcher's."""
+    before = {name: os.environ.get(name) for name in _DISTRIBUTED_ENVIRONMENT}
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _run_lightning(setup: RunSetup) -> FitResult:
