@@ -178,12 +178,12 @@ class CausalLM(Algorithm):
         """Lay the model out (``Algorithm.configure_model``). Split over a tensor-parallel group, it writes no
         held-out generations: decoding one token at a time leaves nothing to split by sequence (said once)."""
         super().configure_model()
-        if self._split_logits and self.val_generations:
-            from lightning.pytorch.utilities import rank_zero_warn
+        if self._split_logits and self.val_generations and self.trainer.is_global_zero:
+            import warnings
 
-            rank_zero_warn(f"val_generations={self.val_generations}: held-out generations are not written under "
-                           "tensor parallel yet (decoding one token at a time cannot split by sequence); generate "
-                           "from the finished run instead (Trainer.generate, twinkle llm generate)")
+            warnings.warn(f"val_generations={self.val_generations}: held-out generations are not written under "
+                          "tensor parallel yet (decoding one token at a time cannot split by sequence); generate "
+                          "from the finished run instead (Trainer.generate, twinkle llm generate)", stacklevel=2)
 
     def shard_units(self) -> list[nn.Module]:
         """FSDP2's units: each decoder layer (as torchtitan shards Llama); the embedding, final norm and head
