@@ -296,30 +296,20 @@ class LayoutDecider(Decider):
             self._check(draft, int(tensor))
             layout = layout_for(*sizes, draft.world_size // int(tensor), int(tensor), 1, c.splits_tensors)
             layout.reasons[0] = f"tp {tensor}: set by the user (tensor_parallel_size)"
-            draft.layout = layout
-            if int(tensor) > 1:
-                draft.decide("strategy", "fsdp2", f"tensor_parallel_size={tensor}: the model splits {tensor} ways "
-                                                  "inside Lightning's ModelParallelStrategy, FSDP2 across its "
-                                                  f"{layout.data} replica(s)")
-            draft.decide("layout", layout.describe(), "; ".join(layout.reasons))
+        elif c.facts.state_bytes < 0.8 * hw.device_memory_bytes or draft.world_size <= 1:
             return
-        if c.facts.state_bytes < 0.8 * hw.device_memory_bytes or draft.world_size <= 1:
-            return
-        layout = plan_layout(*sizes, splits_tensors=c.splits_tensors)
-        if layout is None:
-            draft.decide("layout", "none fits", f"no data × tensor × pipeline layout of {draft.world_size} devices "
-                                                f"fits {nbytes(hw.device_memory_bytes)} each; add devices")
-            return
+        else:
+            layout = plan_layout(*sizes, splits_tensors=c.splits_tensors)
+            if layout is None:
+                draft.decide("layout", "none fits", f"no data × tensor × pipeline layout of {draft.world_size} "
+                                                    f"devices fits {nbytes(hw.device_memory_bytes)} each; add devices")
+                return
         draft.layout = layout
         if layout.tensor > 1:  # runs as planned: tensor parallel inside Lightning's ModelParallelStrategy
             draft.decide("strategy", "fsdp2", f"{layout.describe()}: the model splits {layout.tensor} ways (tensor "
-                                              "parallel) inside Lightning's ModelParallelStrategy, FSDP2 across replicas")
-            micro, replicas = int(draft.values.get("micro_batch_size", 1)), layout.data  # a group reads one batch
-            effective = c.effective_batch_size or c.batch_size * replicas
-            accumulate = max(1, math.ceil(effective / (micro * replicas)))
-            draft.decide("accumulate_grad_batches", accumulate, f"{micro} × {replicas} replica(s) of tp {layout.tensor} "
-                                                                f"× {accumulate} = effective batch "
-                                                                f"{micro * replicas * accumulate}")
+                                              "parallel) inside Lightning's ModelParallelStrategy, FSDP2 across its "
+                                              f"{layout.data} replica(s)")
+            _decide_accumulation(draft, int(draft.values.get("micro_batch_size", 1)), layout.data, layout.tensor)
         engine = draft.values.get("strategy")
         draft.decide("layout", layout.describe(), "; ".join(layout.reasons) + (
             f". Twinkle's engine runs it as {engine} (data parallel, sharded); pipeline stages run where the model "
@@ -361,7 +351,6 @@ class BatchingDecider(Decider):
         c, devices = draft.context, draft.world_size
         tensor = int(c.overrides.get("tensor_parallel_size") or 1)
         workers = max(devices // tensor, 1)  # data-parallel replicas: a tensor-parallel group reads one batch
-        effective = c.effective_batch_size or c.batch_size * workers
         sharded = str(draft.values.get("strategy", "")).startswith(("fsdp", "deepspeed")) or tensor > 1
         state = c.facts.state_bytes / (devices if sharded else 1)
         budget = 0.8 * c.hardware.device_memory_bytes - state
@@ -375,14 +364,22 @@ class BatchingDecider(Decider):
             micro //= 2
             reason = f"batch_size {c.batch_size} would need {nbytes(c.batch_size * per_sample)} of activations"
         micro = int(draft.decide("micro_batch_size", micro, reason))
-        accumulate = max(1, math.ceil(effective / (micro * workers)))
-        draft.decide("accumulate_grad_batches", accumulate,
-                     f"{micro} × {workers} {'device(s)' if tensor == 1 else 'replica(s) of tp ' + str(tensor)} × "
-                     f"{accumulate} = effective batch {micro * workers * accumulate}"
-                     + (f" (requested {effective})" if micro * workers * accumulate != effective else ""))
+        _decide_accumulation(draft, micro, workers, tensor)
         total, parts = memory_breakdown(c, micro, devices if sharded else 1)
         draft.decide("memory", nbytes(total),
                      f"per device: {parts}; device memory {nbytes(c.hardware.device_memory_bytes)}")
+
+
+def _decide_accumulation(draft: PlanDraft, micro: int, replicas: int, tensor: int = 1) -> None:
+    """Decide ``accumulate_grad_batches``: the micro-batches each of ``replicas`` data-parallel replicas (a
+    tensor-parallel group of ``tensor`` devices reads one batch) adds up to reach the requested effective batch."""
+    c = draft.context
+    effective = c.effective_batch_size or c.batch_size * replicas
+    accumulate = max(1, math.ceil(effective / (micro * replicas)))
+    draft.decide("accumulate_grad_batches", accumulate,
+                 f"{micro} × {replicas} {'device(s)' if tensor == 1 else 'replica(s) of tp ' + str(tensor)} × "
+                 f"{accumulate} = effective batch {micro * replicas * accumulate}"
+                 + (f" (requested {effective})" if micro * replicas * accumulate != effective else ""))
 
 
 def memory_breakdown(c: PlanContext, micro_batch: int, shards: int = 1) -> tuple[int, str]:
