@@ -237,12 +237,7 @@ class Session:
         if self.continuation is not None:
             self.continuation.check_data(prepared.fingerprint, uri)
         L.seed_everything(self.settings.seed, workers=True, verbose=False)
-        algorithm.configure_data(prepared.spec)
-        if self.settings.gradient_checkpointing:
-            algorithm.enable_gradient_checkpointing()
-        if self.continuation is not None and self.continuation.record.structure:  # a pruned network: its form
-            algorithm.prunable_network()  # and its shapes, from the tensors (nothing pickled)
-            reshape_to_state(algorithm, self.continuation.state_dict)
+        self._build_network(algorithm, prepared.spec)
         if self.continuation is not None and self.continuation.mode != "resume":
             spec = self.continuation.record.data_spec
             state = algorithm.adapt_checkpoint(self.continuation.state_dict,
@@ -475,11 +470,18 @@ class Session:
         — cannot be copied): built from the same hyperparameters and data spec, for the checkpoint's weights."""
         assert self.prepared is not None
         algorithm = self.choice.cls.from_hyperparams(self._hyperparams, task=self.task, typed=True)
-        algorithm.configure_data(self.prepared.spec)
-        if self.continuation is not None and self.continuation.record.structure:  # a pruned network's form
+        self._build_network(algorithm, self.prepared.spec)
+        return algorithm
+
+    def _build_network(self, algorithm: Algorithm, spec: DataSpec) -> None:
+        """Build ``algorithm``'s network for data shaped like ``spec`` — with gradient checkpointing when asked,
+        and in a pruned parent's form and shapes (from its tensors; nothing pickled)."""
+        algorithm.configure_data(spec)
+        if self.settings.gradient_checkpointing:
+            algorithm.enable_gradient_checkpointing()
+        if self.continuation is not None and self.continuation.record.structure:
             algorithm.prunable_network()
             reshape_to_state(algorithm, self.continuation.state_dict)
-        return algorithm
 
 
 def _laid_out(algorithm: Algorithm) -> bool:

@@ -3,6 +3,7 @@ preset config with random initialisation, or loaded from a local Hugging Face fo
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from typing import Any, ClassVar, Literal
@@ -250,11 +251,7 @@ class CausalLM(Algorithm):
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Lightning's backward — inside ``loss_parallel`` when the logits are split by vocabulary, as its
         cross-entropy's backward must be."""
-        if not self._split_logits:
-            return super().backward(loss, *args, **kwargs)
-        from torch.distributed.tensor.parallel import loss_parallel
-
-        with loss_parallel():
+        with _loss_parallel() if self._split_logits else contextlib.nullcontext():
             super().backward(loss, *args, **kwargs)
 
     # ------------------------------------------------------------- loss and metrics
@@ -263,18 +260,15 @@ class CausalLM(Algorithm):
         x, labels, positions = batch[0], batch[1], batch[2] if len(batch) > 2 else None
         logits = self._logits(x, positions)
         targets = labels[:, 1:]
-        if not _is_dtensor(logits):
-            loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(),
-                                               targets.reshape(-1), ignore_index=-100, reduction="sum")
-            return loss, (targets != -100).sum()
-        from torch.distributed.tensor import DTensor, Replicate
-        from torch.distributed.tensor.parallel import loss_parallel
+        flat, split = targets.reshape(-1), _is_dtensor(logits)
+        if split:  # each rank's vocabulary shard (loss parallel); the targets, replicated, pick across them
+            from torch.distributed.tensor import DTensor, Replicate
 
-        with loss_parallel():  # each rank's vocabulary shard; the targets, replicated, pick across them
-            target = DTensor.from_local(targets.reshape(-1), logits.device_mesh, [Replicate()], run_check=False)
-            loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), target,
+            flat = DTensor.from_local(flat, logits.device_mesh, [Replicate()], run_check=False)
+        with _loss_parallel() if split else contextlib.nullcontext():
+            loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), flat,
                                                ignore_index=-100, reduction="sum")
-        return loss.full_tensor(), (targets != -100).sum()
+        return (loss.full_tensor() if split else loss), (targets != -100).sum()
 
     def reference_logits(self, ids: torch.Tensor) -> torch.Tensor:
         """DPO's reference logits of ``ids``: the base without its adapters (LoRA), or the frozen copy of the
@@ -515,3 +509,11 @@ def _is_dtensor(value: Any) -> bool:
     from torch.distributed.tensor import DTensor
 
     return isinstance(value, DTensor)
+
+
+def _loss_parallel() -> Any:
+    """torch's ``loss_parallel`` context: cross-entropy (and its backward) over logits split by vocabulary."""
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    return loss_parallel()
+
