@@ -127,3 +127,42 @@ def test_a_tensor_parallel_size_runs_as_asked_or_is_refused_by_name() -> None:
         plan(tensor_parallel_size=3)
     with pytest.raises(PlanningError, match="not strategy='ddp'"):
         plan(tensor_parallel_size=2, strategy="ddp")
+
+
+def test_pipeline_stages_run_as_asked_or_as_planned_and_bad_sizes_are_refused_by_name() -> None:
+    """``pipeline_parallel_size`` (alone or beside ``tensor_parallel_size``) fixes the layout — dp × tp × pp in the
+    plan, the stages run by the engine (``Plan.pipeline_parallel_size``), one batch per replica — and a size that
+    does not divide the processes is refused before anything runs. A planned layout with stages runs them only for
+    an algorithm that cuts its network (``Algorithm.pipeline_stages``); otherwise the plan says it runs as FSDP2."""
+    small = ModelFacts(parameters=10**6, trainable=10**6, flops_per_sample=10**8, activation_bytes_per_sample=10**5,
+                       state_bytes=16 * 10**6)
+    node = Hardware.cluster(devices=4, device_memory="80GB", nodes=1)
+
+    def plan(**overrides: object):  # noqa: ANN202
+        return DefaultStrategy().plan(PlanContext("llm", "causal_lm", small, 10**6, 1000, 8, None, 1, node,
+                                                  overrides={"devices": 4, **overrides}, splits_tensors=True,
+                                                  cuts_stages=True))
+
+    staged = plan(pipeline_parallel_size=2)
+    layout = staged.estimates["layout"]
+    assert (layout["data"], layout["tensor"], layout["pipeline"]) == (2, 1, 2) and staged.strategy == "fsdp2"
+    assert staged.pipeline_parallel_size == 2 and staged.tensor_parallel_size == 1
+    assert staged.effective_batch_size == 8 * 2  # two replicas read a batch each; the two stages of one share it
+    assert "pp 2: set by the user" in next(d.reason for d in staged.decisions if d.name == "layout")
+    both = plan(tensor_parallel_size=2, pipeline_parallel_size=2)
+    assert (both.tensor_parallel_size, both.pipeline_parallel_size, both.effective_batch_size) == (2, 2, 8)
+    with pytest.raises(PlanningError, match="pipeline_parallel_size=3 does not divide the job's 4"):
+        plan(pipeline_parallel_size=3)
+    with pytest.raises(PlanningError, match="tensor_parallel_size=2 × pipeline_parallel_size=4 does not divide"):
+        plan(tensor_parallel_size=2, pipeline_parallel_size=4)
+    with pytest.raises(PlanningError, match="not strategy='ddp'"):
+        plan(pipeline_parallel_size=2, strategy="ddp")
+
+    one_gpu_nodes = Hardware.cluster(devices=1, device_memory="80GB", nodes=4)  # 13B: stages are needed
+    for cuts in (False, True):
+        planned = DefaultStrategy().plan(PlanContext("gpt-13b", "causal_lm", FACTS_13B, 10**12, 10**7, 1, 64, 1,
+                                                     one_gpu_nodes, cuts_stages=cuts))
+        assert planned.estimates["layout"]["pipeline"] == 4
+        assert planned.pipeline_parallel_size == (4 if cuts else 1)
+        reason = next(d.reason for d in planned.decisions if d.name == "layout")
+        assert ("does not cut its network into pipeline stages" in reason) is not cuts

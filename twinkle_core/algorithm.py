@@ -102,6 +102,7 @@ class Algorithm(L.LightningModule):
         self.optim = OptimizerSettings(**type(self).optimizer_defaults)
         self.data_spec: DataSpec | None = None
         self.model: nn.Module | None = None
+        self._pipeline: Any = None  # this rank's pipeline stages, when the run is pipelined (configure_model)
 
     # ------------------------------------------------------------ hyperparameters
     @classmethod
@@ -154,7 +155,9 @@ class Algorithm(L.LightningModule):
         return None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Run the network built by ``build_model``."""
+        """Run the network built by ``build_model`` (through every stage when pipelined)."""
+        if self._pipeline is not None:
+            return self._pipeline.forward(x)
         if self.model is None:
             raise TwinkleError(
                 f"{type(self).__name__} has no network: implement build_model(spec) or forward(x)"
@@ -176,15 +179,19 @@ class Algorithm(L.LightningModule):
 
         With a tensor-parallel degree above 1, ``tensor_parallel_plan`` splits the layers over the mesh's
         ``tensor_parallel`` dimension (``torch.distributed.tensor.parallel.parallelize_module``). With more than one
-        data-parallel replica, FSDP2 then shards what each replica holds over the ``data_parallel`` dimension: each
-        child module of ``model`` that holds parameters is one shard unit (its parameters are gathered for its
-        forward and freed after), then the whole network; override ``shard_units`` to choose the units. Under any
-        other strategy nothing happens.
+        pipeline rank, ``pipeline_stages`` cuts the network into stages and each rank keeps its own
+        (``twinkle_core.pipelining``). With more than one data-parallel replica, FSDP2 then shards what each
+        replica holds over the ``data_parallel`` dimension: each child module of ``model`` that holds parameters is
+        one shard unit (its parameters are gathered for its forward and freed after), then the whole network;
+        override ``shard_units`` to choose the units. Under any other strategy nothing happens.
 
         Raises:
-            TwinkleError: the plan asks for tensor parallel and the algorithm supplies no plan.
+            TwinkleError: the plan asks for tensor parallel and the algorithm supplies no plan, or for pipeline
+                stages the network cannot be cut into.
         """
         from lightning.pytorch.strategies import ModelParallelStrategy
+
+        from twinkle_core.pipelining import Pipeline, pipeline_ranks
 
         trainer = self._trainer
         if self.model is None or trainer is None or not isinstance(trainer.strategy, ModelParallelStrategy):
@@ -202,11 +209,39 @@ class Algorithm(L.LightningModule):
             tied = _tied_parameters(self.model)
             parallelize_module(self.model, tensor, plan)
             _tie_again(self.model, tied)
+
+        def shard(parts: list[nn.Module]) -> None:  # FSDP2 over the replicas, unit by unit, then the whole
             if data.size() == 1:
-                return  # one replica: nothing to shard across
-        for units in _sharing_parameters(self.shard_units()):  # tied weights: their modules shard as one unit
-            fully_shard(units if len(units) > 1 else units[0], mesh=data)
-        fully_shard(self.model, mesh=data)
+                return
+            kept = {id(p) for part in parts for p in part.parameters()}
+            units = [u for u in self.shard_units() if any(id(p) in kept for p in u.parameters())]
+            for group in _sharing_parameters(units):  # tied weights: their modules shard as one unit
+                fully_shard(group if len(group) > 1 else group[0], mesh=data)
+            for part in parts:
+                fully_shard(part, mesh=data)
+
+        if pipeline_ranks(self.device_mesh) > 1:
+            self._pipeline = Pipeline(self, self.device_mesh, wrap=shard)
+        elif data.size() > 1:
+            shard([self.model])
+
+    @property
+    def pipeline(self) -> Any:
+        """This rank's pipeline stages and their schedule (a ``twinkle_core.pipelining.Pipeline``) when the run
+        is pipelined, else ``None``."""
+        return self._pipeline
+
+    def pipeline_batch(self, batch: Any) -> tuple[tuple[torch.Tensor, ...], torch.Tensor,
+                                                  Callable[[Any, torch.Tensor], torch.Tensor]]:
+        """How a pipelined run trains on ``batch``: the first stage's inputs, the targets the last stage's
+        output is scored against, and the loss of one micro-batch's ``(output, targets)`` — whose values over
+        the batch's micro-batches must sum to ``batch_loss(batch)``.
+
+        Default: ``(x,)``, ``y`` and ``compute_loss`` weighted by the micro-batch's share of the samples.
+        """
+        x, y, *_ = batch
+        size = len(y)
+        return (x,), y, lambda out, target: self.compute_loss(out, target) * (len(target) / size)
 
     def tensor_parallel_plan(self, mesh: Any) -> dict[str, Any] | None:
         """How the network splits over a tensor-parallel ``mesh`` (a 1-D ``DeviceMesh``): a plan for
@@ -224,6 +259,13 @@ class Algorithm(L.LightningModule):
     def splits_tensors(cls) -> bool:
         """Whether the algorithm supplies a tensor-parallel plan (overrides ``tensor_parallel_plan``)."""
         return cls.tensor_parallel_plan is not Algorithm.tensor_parallel_plan
+
+    @classmethod
+    def cuts_stages(cls) -> bool:
+        """Whether the algorithm cuts its network into pipeline stages of its own (overrides ``pipeline_stages``;
+        the default cut of an ``nn.Sequential`` runs when a user asks for stages, but the planner does not plan
+        them)."""
+        return cls.pipeline_stages is not Algorithm.pipeline_stages
 
     def shard_units(self) -> list[nn.Module]:
         """The modules FSDP2 shards one by one (default: the network's children that hold parameters)."""
@@ -372,10 +414,32 @@ class Algorithm(L.LightningModule):
         return self.compute_loss(self(x), y)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        """Forward, loss, and log ``train_loss``."""
-        loss = self.batch_loss(batch)
+        """Forward, loss, and log ``train_loss``; pipelined, the schedule runs forward and backward of the batch
+        here (``pipeline_batch``) and the loss comes back from the last stage."""
+        if self._pipeline is not None:
+            inputs, target, loss_of = self.pipeline_batch(batch)
+            loss = self._pipeline.train_step(inputs, target, loss_of)
+        else:
+            loss = self.batch_loss(batch)
         self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=batch_size_of(batch))
         return loss
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Lightning's backward; nothing when pipelined (the schedule ran it within the training step)."""
+        if self._pipeline is None:
+            super().backward(loss, *args, **kwargs)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        """Lightning's zeroing before the backward; pipelined, nothing here — the schedule's backward already ran
+        in the training step, so the gradients are zeroed after each optimizer step instead (``optimizer_step``)."""
+        if self._pipeline is None:
+            super().optimizer_zero_grad(epoch, batch_idx, optimizer)
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        """Lightning's step (the closure runs the training step); pipelined, then the gradients are zeroed."""
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        if self._pipeline is not None:
+            optimizer.zero_grad(set_to_none=True)
 
     def export_inputs(self, batch: Any) -> torch.Tensor:
         """The model inputs of a validation batch, as an exported model receives them."""

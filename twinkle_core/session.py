@@ -289,6 +289,7 @@ class Session:
             data_sharded=isinstance(prepared.train, IterableDataset),
             tokens_per_sample=tokens_per_sample(prepared.spec.input_shape, prepared.spec.input_dtype),
             splits_tensors=algorithm.splits_tensors(),
+            cuts_stages=algorithm.cuts_stages(),
         )
         strategy = choose_strategy(self.task, self.resource_strategy).load()()
         plan = strategy.plan(context)
@@ -485,10 +486,11 @@ class Session:
 
 
 def _laid_out(algorithm: Algorithm) -> bool:
-    """Whether training split the algorithm's parameters over devices (they are ``DTensor``s)."""
+    """Whether training split the algorithm's parameters over devices (they are ``DTensor``s, or this process
+    holds some pipeline stages only)."""
     from torch.distributed.tensor import DTensor
 
-    return any(isinstance(p, DTensor) for p in algorithm.parameters())
+    return algorithm.pipeline is not None or any(isinstance(p, DTensor) for p in algorithm.parameters())
 
 
 def _source_bytes(uri: str) -> int:

@@ -95,9 +95,12 @@ class RestoreOptimizerState(L.Callback):
         from lightning.pytorch.strategies import ModelParallelStrategy
 
         split = isinstance(trainer.strategy, ModelParallelStrategy)
+        pipeline = getattr(pl_module, "pipeline", None)
         for optimizer, state in zip(trainer.optimizers, self.states):
             current = [dict(g) for g in optimizer.param_groups]
-            if split:
+            if pipeline is not None:  # this rank's stages take their share
+                pipeline.load_optimizer_state(optimizer, state)
+            elif split:
                 _load_full_state(pl_module, optimizer, state)
             else:
                 optimizer.load_state_dict(state)

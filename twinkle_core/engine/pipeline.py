@@ -30,16 +30,9 @@ from twinkle_core.engine.curves import plot_curves
 from twinkle_core.engine.ranks import broadcast, close_group
 from twinkle_core.engine.result import FitResult
 from twinkle_core.errors import TwinkleError
+from twinkle_core.pipelining import micro_batches
 from twinkle_core.store.atomic import atomic_write_bytes
 from twinkle_core.uris import join
-
-
-def micro_batches(batch_size: int, stages: int) -> int:
-    """Micro-batches per batch: the largest of 4·stages, …, 2, 1 that divides ``batch_size``."""
-    for count in range(min(4 * stages, batch_size), 0, -1):
-        if batch_size % count == 0:
-            return count
-    return 1
 
 
 def run_pipeline(setup: Any) -> FitResult:

@@ -33,6 +33,7 @@ from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
 from twinkle_core.engine.curves import last_logged, merge_history, plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
 from twinkle_core.engine.pipeline import run_pipeline
+from twinkle_core.engine.pipelined import ClipPipelineGradients, PipelineParallelStrategy
 from twinkle_core.engine.ranks import broadcast, close_group, init_elastic_group
 from twinkle_core.engine.record import CheckpointRecord
 from twinkle_core.engine.result import FitResult
@@ -159,6 +160,8 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Callable[[Alert], None]) 
         extra.append(EarlyStopping(monitor=metric, mode=mode, patience=settings.early_stopping_patience))
     if setup.continuation is not None and setup.continuation.optimizer_states:
         extra.append(RestoreOptimizerState(setup.continuation.optimizer_states))
+    if settings.gradient_clip_val and setup.plan.pipeline_parallel_size > 1:
+        extra.append(ClipPipelineGradients(settings.gradient_clip_val))
     if setup.monitor is not None:
         roles.monitor = Monitor(setup.monitor, notify, last_path)
         extra.append(roles.monitor)
@@ -196,6 +199,11 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
         plugins.append(RayLightningEnvironment())
     elif plan.strategy == "ddp":  # DDP through a hook that counts the bytes it all-reduces (and compresses them)
         kwargs["strategy"] = ddp_strategy(plan.gradient_compression)
+    clip = settings.gradient_clip_val
+    if plan.pipeline_parallel_size > 1:  # data × pipeline × tensor; the stages clip together (ClipPipelineGradients)
+        stages, tensor = plan.pipeline_parallel_size, plan.tensor_parallel_size
+        kwargs["strategy"] = PipelineParallelStrategy(plan.devices * plan.num_nodes // (stages * tensor), stages, tensor)
+        clip = None
     return L.Trainer(
         **kwargs,
         max_epochs=settings.max_epochs,
@@ -207,7 +215,7 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
         plugins=plugins,
         enable_progress_bar=settings.progress_bar and setup.verbose,
         enable_model_summary=setup.verbose,
-        gradient_clip_val=settings.gradient_clip_val,
+        gradient_clip_val=clip,
         val_check_interval=settings.val_check_interval,
         log_every_n_steps=log_every,
         default_root_dir=run_dir,
@@ -248,7 +256,8 @@ def run_lightning(setup: RunSetup) -> FitResult:
     when there is none yet. Every rank returns the same result (rank 0's, broadcast). The ranks of one
     tensor-parallel group read the same batches (``twinkle_core.parallel.model_parallel``).
     """
-    with model_parallel(setup.plan.tensor_parallel_size), _distributed_environment_kept():
+    with model_parallel(setup.plan.tensor_parallel_size * setup.plan.pipeline_parallel_size), \
+            _distributed_environment_kept():
         return _run_lightning(setup)
 
 

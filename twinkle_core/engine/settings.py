@@ -34,6 +34,9 @@ class TrainerSettings:
         tensor_parallel_size: split the model over this many devices (its tensor-parallel degree; the rest
             replicate it, sharded with FSDP2); the algorithm must supply a plan (``Algorithm.tensor_parallel_plan``)
             (default: the plan's — above 1 only when the model fits no device otherwise).
+        pipeline_parallel_size: cut the model into this many pipeline stages, one per device, trained with the
+            1F1B schedule (interleaved where the model cuts into two stages per device); the algorithm must cut
+            (``Algorithm.pipeline_stages``) (default: the plan's).
         num_workers: force data-loader workers (default: the plan's).
         gradient_clip_val: clip gradients to this norm.
         checkpoint_every_n_steps: also checkpoint ``last.ckpt`` every N optimizer steps (mid-epoch).
@@ -67,6 +70,7 @@ class TrainerSettings:
     num_nodes: PositiveInt | None = None
     strategy: Distribution | None = None
     tensor_parallel_size: PositiveInt | None = None
+    pipeline_parallel_size: PositiveInt | None = None
     num_workers: NonNegativeInt | None = None
     gradient_clip_val: PositiveFloat | None = None
     checkpoint_every_n_steps: PositiveInt | None = None
@@ -123,6 +127,7 @@ class TrainerSettings:
             "num_nodes": self.num_nodes,
             "strategy": self.strategy,
             "tensor_parallel_size": self.tensor_parallel_size,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
             "num_workers": self.num_workers,
             "gradient_compression": self.gradient_compression,
         }

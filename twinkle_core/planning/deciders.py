@@ -61,6 +61,7 @@ class PlanContext:
         data_sharded: whether the data was prepared as streamed shards (``None``: not known yet).
         tokens_per_sample: tokens in one sample for token-id inputs (sequence models), else ``None``.
         splits_tensors: whether the algorithm supplies a tensor-parallel plan (``Algorithm.tensor_parallel_plan``).
+        cuts_stages: whether the algorithm cuts its network into pipeline stages (``Algorithm.pipeline_stages``).
     """
 
     algorithm_name: str
@@ -79,6 +80,7 @@ class PlanContext:
     data_sharded: bool | None = None
     tokens_per_sample: int | None = None
     splits_tensors: bool = False
+    cuts_stages: bool = False
 
     def __post_init__(self) -> None:
         """Take past runs given as catalogue dicts (the form before 0.3) as ``PastRun``s."""
@@ -291,11 +293,16 @@ class LayoutDecider(Decider):
         global_batch = c.effective_batch_size or c.batch_size * draft.world_size
         sizes = (c.facts.parameters, c.facts.activation_bytes_per_sample, c.facts.flops_per_sample, hw, global_batch,
                  int(draft.values.get("micro_batch_size", 1)), mixed)
-        tensor = c.overrides.get("tensor_parallel_size")
-        if tensor is not None:
-            self._check(draft, int(tensor))
-            layout = layout_for(*sizes, draft.world_size // int(tensor), int(tensor), 1, c.splits_tensors)
-            layout.reasons[0] = f"tp {tensor}: set by the user (tensor_parallel_size)"
+        tensor, pipeline = c.overrides.get("tensor_parallel_size"), c.overrides.get("pipeline_parallel_size")
+        if tensor is not None or pipeline is not None:
+            tensor, pipeline = int(tensor or 1), int(pipeline or 1)
+            self._check(draft, tensor, pipeline)
+            layout = layout_for(*sizes, draft.world_size // (tensor * pipeline), tensor, pipeline, c.splits_tensors)
+            if c.overrides.get("tensor_parallel_size") is not None:
+                layout.reasons[0] = f"tp {tensor}: set by the user (tensor_parallel_size)"
+            if c.overrides.get("pipeline_parallel_size") is not None:
+                layout.reasons[1] = f"pp {pipeline}: set by the user (pipeline_parallel_size)"
+            layout.staged = True
         elif c.facts.state_bytes < 0.8 * hw.device_memory_bytes or draft.world_size <= 1:
             return
         else:
@@ -304,36 +311,42 @@ class LayoutDecider(Decider):
                 draft.decide("layout", "none fits", f"no data × tensor × pipeline layout of {draft.world_size} "
                                                     f"devices fits {nbytes(hw.device_memory_bytes)} each; add devices")
                 return
+            layout.staged = layout.pipeline == 1 or c.cuts_stages
         draft.layout = layout
-        if layout.tensor > 1:  # runs as planned: tensor parallel inside Lightning's ModelParallelStrategy
+        split = layout.model_parallel
+        if split > 1:  # runs as planned: tensor parallel and pipeline stages inside ModelParallelStrategy
             draft.decide("strategy", "fsdp2", f"{layout.describe()}: the model splits {layout.tensor} ways (tensor "
-                                              "parallel) inside Lightning's ModelParallelStrategy, FSDP2 across its "
+                                              f"parallel) into {layout.pipeline if layout.staged else 1} pipeline "
+                                              "stage(s) inside Lightning's ModelParallelStrategy, FSDP2 across its "
                                               f"{layout.data} replica(s)")
-            _decide_accumulation(draft, int(draft.values.get("micro_batch_size", 1)), layout.data, layout.tensor)
+            _decide_accumulation(draft, int(draft.values.get("micro_batch_size", 1)), layout.data, split)
         engine = draft.values.get("strategy")
         draft.decide("layout", layout.describe(), "; ".join(layout.reasons) + (
-            f". Twinkle's engine runs it as {engine} (data parallel, sharded); pipeline stages run where the model "
-            "supplies its parallel plan" if layout.pipeline > 1 else ""))
+            f". Twinkle's engine runs it as {engine} (data parallel, sharded): {c.algorithm_name} does not cut its "
+            "network into pipeline stages (Algorithm.pipeline_stages)" if not layout.staged else ""))
 
     @staticmethod
-    def _check(draft: PlanDraft, tensor: int) -> None:
-        """Refuse a ``tensor_parallel_size`` that cannot run, naming why.
+    def _check(draft: PlanDraft, tensor: int, pipeline: int) -> None:
+        """Refuse a ``tensor_parallel_size`` or ``pipeline_parallel_size`` that cannot run, naming why.
 
         Raises:
-            PlanningError: the algorithm supplies no plan, the size does not divide the processes, or another
-                strategy was asked for.
+            PlanningError: the algorithm supplies no tensor-parallel plan, the sizes do not divide the processes,
+                or another strategy was asked for.
         """
         c = draft.context
         if tensor > 1 and not c.splits_tensors:
             raise PlanningError(f"tensor_parallel_size={tensor}: {c.algorithm_name} supplies no tensor-parallel plan "
                                 "(Algorithm.tensor_parallel_plan); drop tensor_parallel_size (FSDP2 shards it instead)")
-        if draft.world_size % tensor:
-            raise PlanningError(f"tensor_parallel_size={tensor} does not divide the job's {draft.world_size} "
-                                f"process(es); use devices (× num_nodes) that {tensor} divides, or set "
-                                "tensor_parallel_size=1")
+        asked = [f"{name}={size}" for name, size in (("tensor_parallel_size", tensor),
+                                                    ("pipeline_parallel_size", pipeline)) if size > 1]
+        names = " × ".join(asked) or f"tensor_parallel_size={tensor}"
+        if draft.world_size % (tensor * pipeline):
+            raise PlanningError(f"{names} does not divide the job's {draft.world_size} "
+                                f"process(es); use devices (× num_nodes) that {tensor * pipeline} divides, or set "
+                                "them to 1")
         fixed = c.overrides.get("strategy")
-        if tensor > 1 and fixed not in (None, "fsdp2"):
-            raise PlanningError(f"tensor_parallel_size={tensor} runs in Lightning's ModelParallelStrategy "
+        if tensor * pipeline > 1 and fixed not in (None, "fsdp2"):
+            raise PlanningError(f"{names} runs in Lightning's ModelParallelStrategy "
                                 f"(strategy 'fsdp2'), not strategy={fixed!r}; drop one of them")
 
 
@@ -349,8 +362,8 @@ class BatchingDecider(Decider):
     def decide(self, draft: PlanDraft) -> None:
         """Decide ``micro_batch_size`` and ``accumulate_grad_batches``."""
         c, devices = draft.context, draft.world_size
-        tensor = int(c.overrides.get("tensor_parallel_size") or 1)
-        workers = max(devices // tensor, 1)  # data-parallel replicas: a tensor-parallel group reads one batch
+        tensor = int(c.overrides.get("tensor_parallel_size") or 1) * int(c.overrides.get("pipeline_parallel_size") or 1)
+        workers = max(devices // tensor, 1)  # data-parallel replicas: a model-parallel group reads one batch
         sharded = str(draft.values.get("strategy", "")).startswith(("fsdp", "deepspeed")) or tensor > 1
         state = c.facts.state_bytes / (devices if sharded else 1)
         budget = 0.8 * c.hardware.device_memory_bytes - state
@@ -372,12 +385,13 @@ class BatchingDecider(Decider):
 
 def _decide_accumulation(draft: PlanDraft, micro: int, replicas: int, tensor: int = 1) -> None:
     """Decide ``accumulate_grad_batches``: the micro-batches each of ``replicas`` data-parallel replicas (a
-    tensor-parallel group of ``tensor`` devices reads one batch) adds up to reach the requested effective batch."""
+    model-parallel group of ``tensor`` devices — tensor × pipeline — reads one batch) adds up to reach the requested
+    effective batch."""
     c = draft.context
     effective = c.effective_batch_size or c.batch_size * replicas
     accumulate = max(1, math.ceil(effective / (micro * replicas)))
     draft.decide("accumulate_grad_batches", accumulate,
-                 f"{micro} × {replicas} {'device(s)' if tensor == 1 else 'replica(s) of tp ' + str(tensor)} × "
+                 f"{micro} × {replicas} {'device(s)' if tensor == 1 else f'replica(s) of {tensor} devices'} × "
                  f"{accumulate} = effective batch {micro * replicas * accumulate}"
                  + (f" (requested {effective})" if micro * replicas * accumulate != effective else ""))
 

@@ -46,6 +46,8 @@ class Layout:
         bubble: the pipeline's idle share.
         step_seconds: estimated seconds per optimizer step (``None`` without a known device peak).
         reasons: one line per factor.
+        staged: whether the engine runs the pipeline stages as laid out (the model cuts into stages); without,
+            a layout of ``pp > 1`` runs as FSDP2 over all its devices.
     """
 
     data: int
@@ -58,11 +60,18 @@ class Layout:
     bubble: float
     step_seconds: float | None
     reasons: list[str]
+    staged: bool = False
 
     @property
     def devices(self) -> int:
         """Devices the layout uses: ``dp × tp × pp``."""
         return self.data * self.tensor * self.pipeline
+
+    @property
+    def model_parallel(self) -> int:
+        """Devices that hold one copy of the model between them as it runs: ``tp × pp`` (``tp`` unless
+        ``staged``); the other factor, ``dp``, counts the copies that each read their own batches."""
+        return self.tensor * (self.pipeline if self.staged else 1)
 
     def describe(self) -> str:
         """``"dp 8 × tp 2 × pp 1 (ZeRO-1)"``."""

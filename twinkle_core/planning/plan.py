@@ -151,8 +151,16 @@ class Plan:
         """Devices one copy of the model is split over (the layout's tensor-parallel degree; 1 without one)."""
         return int((self.estimates.get("layout") or {}).get("tensor", 1))
 
+    @property
+    def pipeline_parallel_size(self) -> int:
+        """Pipeline stages one copy of the model is cut into (the layout's pipeline degree when the engine runs
+        its stages; 1 without)."""
+        layout = self.estimates.get("layout") or {}
+        return int(layout.get("pipeline", 1)) if layout.get("staged") else 1
+
     def lightning_strategy(self) -> Any:
-        """The Lightning strategy (a name, or a configured strategy object for ``fsdp2``)."""
+        """The Lightning strategy (a name, or a configured strategy object for ``fsdp2``; the engine runs a
+        layout with pipeline stages in its own ``PipelineParallelStrategy``)."""
         if self.strategy == "fsdp2":
             from lightning.pytorch.strategies import ModelParallelStrategy
 

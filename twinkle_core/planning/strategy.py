@@ -93,7 +93,7 @@ class DefaultStrategy(ResourceStrategy):
         for decider in self.deciders:
             decider.decide(draft)
         v = draft.values
-        workers = draft.world_size // (draft.layout.tensor if draft.layout is not None else 1)  # data replicas
+        workers = draft.world_size // (draft.layout.model_parallel if draft.layout is not None else 1)  # replicas
         micro, accumulate = int(v["micro_batch_size"]), int(v["accumulate_grad_batches"])
         steps_per_epoch = math.ceil(context.train_samples / max(micro * workers, 1) / accumulate)
         estimates: PlanEstimates = {

@@ -1,6 +1,7 @@
 """llm-tiny split over CPU processes (gloo, in Lightning's ModelParallelStrategy) — tensor parallel on two, FSDP2
-on two, data × tensor parallel on four — trains as one process does; a tensor-parallel run resumes exactly after
-SIGKILL, and checkpoints move between layouts."""
+on two, pipeline stages on two (interleaved 1F1B), data × tensor parallel and tensor × pipeline parallel on four —
+trains as one process does; a tensor-parallel run resumes exactly after SIGKILL, and checkpoints move between
+layouts."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.processes]  # two training processes
 SCRIPT = Path(__file__).with_name("train_layout.py")
 
 
-def _train(mode: str, data: Path, out: Path, home: Path, devices: int, tensor: int, arg: str | None = None,
+def _train(mode: str, data: Path, out: Path, home: Path, devices: int, tensor: int | str, arg: str | None = None,
            killed: bool = False, strategy: str = "auto") -> list[dict]:
-    """Run ``train_layout.py MODE`` in ``out`` (its store ``home``); every rank's JSON (none when ``killed``)."""
+    """Run ``train_layout.py MODE`` in ``out`` (its store ``home``; ``tensor``: ``TP`` or ``TP,PP``); every rank's
+    JSON (none when ``killed``)."""
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "TWINKLE_HOME": str(home),
            "TWINKLE_USER": "tester"}
@@ -58,8 +60,8 @@ def test_tensor_parallel_on_two_processes_trains_as_one_process_does_and_its_che
     """tp 2 (sequence-parallel norms, vocabulary-split embedding and head, loss parallel, tied weights kept tied):
     the first ten losses equal one process's within 1e-4 relative (fp32, the same seed and batches) and the final
     weights — gathered into one checkpoint — within Adam's rounding; the plan records dp 1 × tp 2. Each run's
-    checkpoint then continues in the other layout: the tp-2 run in one process, the one-process run split over
-    two."""
+    checkpoint then continues in another layout: the tp-2 run in one process and in two pipeline stages, the
+    one-process run split over two."""
     one, split, one_home, split_home = runs["one"], runs["split"], runs["one_home"], runs["split_home"]
     assert split[0]["strategy"] == "fsdp2" and split[0]["layout"]["layout"].startswith("dp 1 × tp 2 × pp 1")
     assert len(one["losses"]) == 10
@@ -82,6 +84,10 @@ def test_tensor_parallel_on_two_processes_trains_as_one_process_does_and_its_che
     (again, _) = _train("continue", runs["data"], runs["folder"] / "out-onward", one_home, 2, 2, one["run_uri"])
     assert again["status"] == "finished" and again["layout"]["tensor"] == 2
     assert again["losses"][0] < one["losses"][4]  # the one-process weights and Adam state, split over two
+    (staged, _) = _train("continue", runs["data"], runs["folder"] / "out-staged", split_home, 2, "1,2",
+                         split[0]["run_uri"])
+    assert staged["status"] == "finished" and staged["layout"]["pipeline"] == 2
+    assert staged["losses"][0] < one["losses"][4]  # the tp-2 weights and Adam state, cut into two stages
 
 
 def test_a_tensor_parallel_run_killed_mid_epoch_resumes_to_the_same_weights(runs: dict) -> None:
@@ -106,12 +112,16 @@ def test_a_tensor_parallel_run_killed_mid_epoch_resumes_to_the_same_weights(runs
 
 
 @pytest.mark.parametrize(("devices", "tensor", "strategy", "layout"), [(2, 1, "fsdp2", "dp 2 × tp 1 × pp 1"),
-                                                                       (4, 2, "auto", "dp 2 × tp 2 × pp 1")])
-def test_sharded_and_two_dimensional_layouts_train_as_one_process_does(runs: dict, devices: int, tensor: int,
-                                                                       strategy: str, layout: str) -> None:
-    """FSDP2 over two replicas, and two replicas of a tensor-parallel pair (FSDP2 × TP on a 2 × 2 mesh), each
-    replica reading half of every batch: the first ten whole-batch losses equal one process's within 1e-4
-    relative, and the final weights (gathered) match within Adam's rounding."""
+                                                                       (2, "1,2", "auto", "dp 1 × tp 1 × pp 2"),
+                                                                       (4, 2, "auto", "dp 2 × tp 2 × pp 1"),
+                                                                       (4, "2,2", "auto", "dp 1 × tp 2 × pp 2")])
+def test_sharded_pipelined_and_two_dimensional_layouts_train_as_one_process_does(
+        runs: dict, devices: int, tensor: int | str, strategy: str, layout: str) -> None:
+    """FSDP2 over two replicas; two pipeline stages (four runs of decoder layers, two per process: interleaved
+    1F1B, the embedding tied to the head across the first and last stage); two replicas of a tensor-parallel pair
+    (FSDP2 × TP on a 2 × 2 mesh), each replica reading half of every batch; and a tensor-parallel pair in each of
+    two pipeline stages: the first ten whole-batch losses equal one process's within 1e-4 relative, and the final
+    weights (gathered into one checkpoint) match within Adam's rounding."""
     home = runs["folder"] / f"home-{devices}-{tensor}"
     ranks = _train("fresh", runs["data"], runs["folder"] / f"out-{devices}-{tensor}", home, devices, tensor,
                    strategy=strategy)
@@ -119,5 +129,6 @@ def test_sharded_and_two_dimensional_layouts_train_as_one_process_does(runs: dic
     for rank in ranks:
         assert rank["losses"] == pytest.approx(runs["one"]["losses"], rel=1e-4)
     single, shared = _weights(runs["one"]["run_uri"], runs["one_home"]), _weights(ranks[0]["run_uri"], home)
+    assert single.keys() == shared.keys()
     for name in single:
         torch.testing.assert_close(shared[name], single[name], rtol=0, atol=5e-4, msg=name)

@@ -1,6 +1,7 @@
 """llm-tiny for ten steps in a given layout, for ``test_layouts.py``.
 
-``python train_layout.py MODE DATA OUT DEVICES TENSOR_PARALLEL STRATEGY [ARG]`` (STRATEGY: ``auto`` or ``fsdp2``)
+``python train_layout.py MODE DATA OUT DEVICES TP[,PP] STRATEGY [ARG]`` (the tensor-parallel size, and the pipeline
+stages when more than one; STRATEGY: ``auto`` or ``fsdp2``)
 with MODE
 
 * ``fresh``: ten optimizer steps (fp32, seed 0, the same four windows per step in every layout — split between
@@ -47,10 +48,12 @@ class StepLosses(L.Callback):
 
 if __name__ == "__main__":
     mode, data, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    devices, tensor, strategy = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+    devices, strategy = int(sys.argv[4]), sys.argv[6]
+    tensor, stages = (int(v) for v in (sys.argv[5] + ",1").split(",")[:2])
     arg = sys.argv[7] if len(sys.argv) > 7 else None
-    hp = {"accelerator": "cpu", "devices": devices, "tensor_parallel_size": tensor, "max_steps": 10, "max_epochs": 1,
-          "max_seq_len": 64, "vocab_size": 512, "batch_size": 4 // (devices // tensor), "effective_batch_size": 4,
+    hp = {"accelerator": "cpu", "devices": devices, "tensor_parallel_size": tensor, "pipeline_parallel_size": stages,
+          "max_steps": 10, "max_epochs": 1, "max_seq_len": 64, "vocab_size": 512,
+          "batch_size": 4 // (devices // (tensor * stages)), "effective_batch_size": 4,
           "lr": 3e-3, "scheduler": "none", "val_generations": 0, "checkpoint_every_n_steps": 4, "progress_bar": False}
     if strategy != "auto":
         hp["strategy"] = strategy
@@ -58,7 +61,8 @@ if __name__ == "__main__":
     if mode == "resume":
         result = Trainer.from_checkpoint(arg, mode="resume", verbose=False, callbacks=[losses]).fit()
     elif mode == "continue":
-        more = {"devices": devices, "tensor_parallel_size": tensor, "max_steps": 14, "accelerator": "cpu"}
+        more = {"devices": devices, "tensor_parallel_size": tensor, "pipeline_parallel_size": stages, "max_steps": 14,
+                "accelerator": "cpu"}
         result = Trainer.from_checkpoint(arg, hyperparams=more, verbose=False, callbacks=[losses]).fit(data)
     else:
         callbacks = [losses] + ([KillAtStep(int(arg))] if mode == "kill" else [])

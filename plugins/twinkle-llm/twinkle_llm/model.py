@@ -169,22 +169,51 @@ class CausalLM(Algorithm):
         """
         from twinkle_llm.parallel import llama_plan
 
-        self._split_logits = True
         if self.adapted:
             raise HyperparameterError("tensor_parallel_size > 1 with LoRA adapters is not supported yet: drop "
                                       "tensor_parallel_size (LoRA's base is frozen, so FSDP2 or DDP suffice) or lora_rank")
-        return llama_plan(self.model.config, mesh.size())
+        names = self.device_mesh.mesh_dim_names or ()
+        staged = "pipeline_parallel" in names and self.device_mesh["pipeline_parallel"].size() > 1
+        self._split_logits = not staged  # pipeline stages hand plain tensors on: the last one gathers its logits
+        return llama_plan(self.model.config, mesh.size(), split_logits=self._split_logits)
+
+    def pipeline_stages(self, stages: int) -> list[nn.Module]:
+        """Runs of decoder layers (``twinkle_llm.parallel.decoder_stages``): the embedding with the first, the
+        final norm and ``lm_head`` with the last.
+
+        Raises:
+            HyperparameterError: the run trains LoRA adapters or DPO (not cut into stages yet).
+            TwinkleError: fewer decoder layers than stages.
+        """
+        from twinkle_llm.parallel import decoder_stages
+
+        if self.adapted or self.task == "preference_tuning":
+            raise HyperparameterError("pipeline_parallel_size > 1 is not supported yet for LoRA adapters or "
+                                      "preference_tuning: drop pipeline_parallel_size (FSDP2 shards the model instead)")
+        return list(decoder_stages(self.model, stages))
+
+    def pipeline_batch(self, batch: Any) -> tuple[tuple[torch.Tensor, ...], torch.Tensor, Any]:
+        """Token ids and position ids in, labels as targets; a micro-batch's loss is its summed token
+        cross-entropy over the whole batch's predicted tokens (so the micro-batches add up to the batch's mean)."""
+        x, labels = batch[0], batch[1]
+        positions = batch[2] if len(batch) > 2 else torch.arange(x.shape[1], device=x.device).expand_as(x)
+        count = (labels[:, 1:] != -100).sum().clamp(min=1)
+        return (x, positions), labels, lambda logits, targets: self._summed_loss(logits, targets) / count
 
     def configure_model(self) -> None:
-        """Lay the model out (``Algorithm.configure_model``). Split over a tensor-parallel group, it writes no
-        held-out generations: decoding one token at a time leaves nothing to split by sequence (said once)."""
+        """Lay the model out (``Algorithm.configure_model``). Split over a tensor-parallel group or cut into
+        pipeline stages, it writes no held-out generations: decoding one token at a time leaves nothing to split by
+        sequence, nor to fill a pipeline with (said once)."""
         super().configure_model()
-        if self._split_logits and self.val_generations and self.trainer.is_global_zero:
+        if self.pipeline is not None and self._split_logits:  # the schedule's backward of split logits
+            self.pipeline.context = _loss_parallel
+        if (self._split_logits or self.pipeline is not None) and self.val_generations and self.trainer.is_global_zero:
             import warnings
 
             warnings.warn(f"val_generations={self.val_generations}: held-out generations are not written under "
-                          "tensor parallel yet (decoding one token at a time cannot split by sequence); generate "
-                          "from the finished run instead (Trainer.generate, twinkle llm generate)", stacklevel=2)
+                          "tensor or pipeline parallel yet (decoding one token at a time cannot split by sequence or "
+                          "fill a pipeline); generate from the finished run instead (Trainer.generate, twinkle llm "
+                          "generate)", stacklevel=2)
 
     def shard_units(self) -> list[nn.Module]:
         """FSDP2's units: each decoder layer (as torchtitan shards Llama); the embedding, final norm and head
@@ -245,7 +274,12 @@ class CausalLM(Algorithm):
         return logits.full_tensor() if _is_dtensor(logits) else logits  # split by vocabulary (loss parallel)
 
     def _logits(self, x: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """The network's logits as it returns them: split by vocabulary under tensor parallel (a ``DTensor``)."""
+        """The network's logits as it returns them: split by vocabulary under tensor parallel (a ``DTensor``);
+        through every stage, whole, when pipelined."""
+        if self.pipeline is not None:
+            positions = position_ids if position_ids is not None else torch.arange(
+                x.shape[1], device=x.device).expand_as(x)
+            return self.pipeline.forward(x, positions)
         return self.model(input_ids=x, position_ids=position_ids, use_cache=False).logits
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
@@ -258,17 +292,22 @@ class CausalLM(Algorithm):
     def _token_loss(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The summed next-token cross-entropy of a batch and the number of predicted tokens."""
         x, labels, positions = batch[0], batch[1], batch[2] if len(batch) > 2 else None
-        logits = self._logits(x, positions)
+        return self._summed_loss(self._logits(x, positions), labels), (labels[:, 1:] != -100).sum()
+
+    def _summed_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The next-token cross-entropy of ``logits`` against ``labels``, summed over the labelled tokens (on
+        logits split by vocabulary, inside ``loss_parallel``)."""
         targets = labels[:, 1:]
         flat, split = targets.reshape(-1), _is_dtensor(logits)
         if split:  # each rank's vocabulary shard (loss parallel); the targets, replicated, pick across them
             from torch.distributed.tensor import DTensor, Replicate
 
             flat = DTensor.from_local(flat, logits.device_mesh, [Replicate()], run_check=False)
-        with _loss_parallel() if split else contextlib.nullcontext():
+        inside = split and self.pipeline is None  # a pipelined step runs inside loss_parallel already (backward too)
+        with _loss_parallel() if inside else contextlib.nullcontext():
             loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), flat,
                                                ignore_index=-100, reduction="sum")
-        return (loss.full_tensor() if split else loss), (targets != -100).sum()
+        return loss.full_tensor() if split else loss
 
     def reference_logits(self, ids: torch.Tensor) -> torch.Tensor:
         """DPO's reference logits of ``ids``: the base without its adapters (LoRA), or the frozen copy of the
