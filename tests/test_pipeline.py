@@ -1,5 +1,6 @@
-"""Pipeline parallel on CPU: ``tabular-mlp`` cut into 2 stages, one per process (torchrun through
-``twinkle launch``, gloo), trains — its loss falls — and leaves one finished run whose checkpoint exports."""
+"""Pipeline parallel on CPU: ``tabular-mlp`` (an ``nn.Sequential``, cut evenly by default) in stages over 2
+processes (torchrun through ``twinkle launch``, gloo; 1F1B inside Lightning), trains — its loss falls — and leaves
+one finished run whose whole checkpoint exports."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ def _free_port() -> int:
 
 @pytest.mark.processes
 def test_two_pipeline_stages_train_and_the_run_exports(tmp_path, cancer_csv, monkeypatch) -> None:
+    """``strategy="pipeline"`` gives a stage per process: the network is cut into four parts, two per process
+    (interleaved 1F1B; an epoch's short last batch runs GPipe-style), the loss falls, the validation accuracy reaches
+    0.9, and the checkpoint rank 0 gathered from both stages exports to ONNX with the same accuracy."""
     home = tmp_path / "home"
     env = {**os.environ, "TWINKLE_HOME": str(home), "TWINKLE_USER": "tester", "OMP_NUM_THREADS": "1"}
     job = subprocess.run(
@@ -34,8 +38,9 @@ def test_two_pipeline_stages_train_and_the_run_exports(tmp_path, cancer_csv, mon
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
     (run,) = RunStore(str(home)).list(project="pipe")
     assert run.status == "finished" and run.plan["strategy"] == "pipeline" and run.measured["pipeline_stages"] == 2
+    assert run.plan["estimates"]["layout"]["layout"].startswith("dp 1 × tp 1 × pp 2")
     curves = pd.read_csv(os.path.join(RunStore(str(home)).run_dir(run.id), "logs", "metrics.csv"))
-    losses = curves["train_loss"].tolist()
+    losses = curves["train_loss_epoch"].dropna().tolist()
     assert len(losses) == 8 and losses[-1] < 0.5 * losses[0]  # the loss falls
     assert run.metrics["best_val_accuracy"] >= 0.9
     monkeypatch.setenv("TWINKLE_HOME", str(home))
@@ -44,6 +49,7 @@ def test_two_pipeline_stages_train_and_the_run_exports(tmp_path, cancer_csv, mon
 
 
 def test_a_pipeline_needs_one_process_per_stage(twinkle_home, cancer_csv) -> None:
+    """``strategy="pipeline"`` in one process is refused by name before a run is created."""
     with pytest.raises(TwinkleError, match="one stage per process"):
         Trainer("tabular-mlp", hyperparams={"strategy": "pipeline", "max_epochs": 1}, verbose=False).fit(str(cancer_csv))
     assert RunStore().list() == []  # refused before a run was created

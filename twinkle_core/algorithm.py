@@ -298,7 +298,8 @@ class Algorithm(L.LightningModule):
         return None
 
     def pipeline_stages(self, stages: int) -> list[nn.Module]:
-        """The network cut into ``stages`` consecutive parts for pipeline parallel (``strategy="pipeline"``).
+        """The network cut into ``stages`` consecutive parts for pipeline parallel (``pipeline_parallel_size``,
+        ``strategy="pipeline"``; see ``twinkle_core.pipelining``).
 
         Default: an ``nn.Sequential`` network split between its children so that each part holds about the
         same number of parameters. Override it for other networks (the parts must chain: each one's output is

@@ -125,36 +125,39 @@ class Pipeline:
         return value
 
     def _schedule(self, inputs: tuple[torch.Tensor, ...]) -> Any:
-        """The schedule for batches shaped like ``inputs`` (stages learn their shapes from the first batch)."""
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+        """The schedule for batches shaped like ``inputs`` (stages learn their shapes from the first batch):
+        1F1B — interleaved when this rank holds two stages — or, for a batch too small to fill it (an epoch's
+        last), all forwards then all backwards (GPipe; looped over the stages when interleaved)."""
+        from torch.distributed.pipelining import (
+            PipelineStage,
+            Schedule1F1B,
+            ScheduleGPipe,
+            ScheduleInterleaved1F1B,
+            ScheduleLoopedBFS,
+        )
 
         key = tuple((tuple(t.shape), t.dtype) for t in inputs)
         if key not in self._schedules:
-            size = int(inputs[0].shape[0])
-            count = self.micro_batch_count(size)
+            count, filled = self.micro_batch_count(int(inputs[0].shape[0]))
             device = inputs[0].device
             stages = [PipelineStage(part, index, self.total, device, group=self.group)
                       for part, index in zip(self.parts, self.indices)]
+            options = {"loss_fn": self._micro_loss, "scale_grads": False}
             if len(stages) > 1:
-                schedule: Any = ScheduleInterleaved1F1B(stages, count, loss_fn=self._micro_loss, scale_grads=False)
+                kind: Any = ScheduleInterleaved1F1B if filled else ScheduleLoopedBFS
+                self._schedules[key] = kind(stages, count, **options)
             else:
-                schedule = Schedule1F1B(stages[0], count, loss_fn=self._micro_loss, scale_grads=False)
-            self._schedules[key] = schedule
+                self._schedules[key] = (Schedule1F1B if filled else ScheduleGPipe)(stages[0], count, **options)
         return self._schedules[key]
 
-    def micro_batch_count(self, batch_size: int) -> int:
-        """Micro-batches per batch: the most, up to 4 per pipeline rank, that divide ``batch_size`` into equal
-        parts and fill the schedule (at least one per rank; a multiple of the ranks when interleaved).
-
-        Raises:
-            TwinkleError: the batch is smaller than the pipeline.
-        """
+    def micro_batch_count(self, batch_size: int) -> tuple[int, bool]:
+        """Micro-batches per batch, and whether they fill a 1F1B schedule: the most, up to 4 per pipeline rank,
+        that divide ``batch_size`` into equal parts and number at least the ranks (a multiple of them when
+        interleaved); else, for a batch too small for that, the most that divide it (run GPipe-style)."""
         for count in range(min(4 * self.ranks, batch_size), self.ranks - 1, -1):
             if batch_size % count == 0 and (self.per_rank == 1 or count % self.ranks == 0):
-                return count
-        raise TwinkleError(f"a batch of {batch_size} sample(s) cannot fill {self.ranks} pipeline stages "
-                           f"(each needs a micro-batch): use batch_size >= {self.ranks} (a multiple of it), or "
-                           "fewer pipeline stages")
+                return count, True
+        return micro_batches(batch_size, self.ranks), False
 
     def _micro_loss(self, output: Any, target: torch.Tensor) -> torch.Tensor:
         assert self._loss is not None

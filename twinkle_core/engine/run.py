@@ -32,7 +32,6 @@ from twinkle_core.engine.compression import ddp_strategy, measured_bytes
 from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
 from twinkle_core.engine.curves import last_logged, merge_history, plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
-from twinkle_core.engine.pipeline import run_pipeline
 from twinkle_core.engine.pipelined import ClipPipelineGradients, PipelineParallelStrategy
 from twinkle_core.engine.ranks import broadcast, close_group, init_elastic_group
 from twinkle_core.engine.record import CheckpointRecord
@@ -281,14 +280,7 @@ def _distributed_environment_kept() -> Any:
 
 
 def _run_lightning(setup: RunSetup) -> FitResult:
-    if setup.plan.strategy == "pipeline":  # one stage per process: a loop of its own (Lightning has none)
-        try:
-            return run_pipeline(setup)
-        except BaseException as err:
-            if setup.record is not None:
-                setup.store.end_run(setup.record.id, RunStatus.FAILED, err)
-            raise
-    if setup.plan.strategy in ("ddp", "fsdp2"):  # a torchrun restart joins on a store prefix of its own
+    if setup.plan.strategy in ("ddp", "fsdp2", "pipeline"):  # a torchrun restart joins on a store prefix of its own
         init_elastic_group("nccl" if setup.plan.accelerator == "cuda" else "gloo")
     if setup.record is None:  # a rank other than 0
         scratch = tempfile.mkdtemp(prefix="twinkle-rank-")
@@ -424,6 +416,7 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: RunCallbacks) -> FitResu
                 f"{record.uri} · {record.algorithm}")
     measured = {
         "micro_batch_size": plan.micro_batch_size,
+        **({"pipeline_stages": plan.pipeline_parallel_size} if plan.pipeline_parallel_size > 1 else {}),
         "seconds_per_sample": meter.compute_seconds / meter.samples if meter.samples else None,
         "train_seconds": round(meter.compute_seconds, 3),
         "peak_memory_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
@@ -432,7 +425,8 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: RunCallbacks) -> FitResu
             float(plan.estimates.get("flops_per_sample") or 0), trainer.world_size, plan.accelerator,
             torch.cuda.get_device_name() if plan.accelerator == "cuda" and torch.cuda.is_available() else "cpu",
             plan.precision, plan.torch_threads,
-            tokens_per_sample(prepared.spec.input_shape, prepared.spec.input_dtype)),
+            tokens_per_sample(prepared.spec.input_shape, prepared.spec.input_dtype),
+            plan.tensor_parallel_size * plan.pipeline_parallel_size),
     }
     status = "failed" if trainer.interrupted else "stopped" if stopped else "finished"
     final = store.update(

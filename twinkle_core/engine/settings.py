@@ -30,7 +30,7 @@ class TrainerSettings:
         num_nodes: the machines taking part (default: the launcher's, else one); each needs its processes
             started — ``twinkle launch`` prints the torchrun command per node.
         strategy: force the distribution: ``ddp``, ``fsdp2``, a DeepSpeed ZeRO stage, or ``pipeline`` (one stage
-            of the network per process, see ``twinkle_core.engine.pipeline``) (default: the plan's).
+            of the network per process: ``pipeline_parallel_size`` = the processes) (default: the plan's).
         tensor_parallel_size: split the model over this many devices (its tensor-parallel degree; the rest
             replicate it, sharded with FSDP2); the algorithm must supply a plan (``Algorithm.tensor_parallel_plan``)
             (default: the plan's — above 1 only when the model fits no device otherwise).

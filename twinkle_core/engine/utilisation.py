@@ -98,12 +98,14 @@ class Utilisation(L.Callback):
         self._end = None
 
     def figures(self, flops_per_sample: float, processes: int, accelerator: str, device_name: str, precision: str,
-                threads: int, tokens_per_sample: int | None = None) -> dict[str, Any]:
-        """The utilisation figures (per device unless named ``job_``), JSON-ready."""
+                threads: int, tokens_per_sample: int | None = None, model_parallel: int = 1) -> dict[str, Any]:
+        """The utilisation figures (per device unless named ``job_``), JSON-ready. ``model_parallel``: the
+        processes that hold one copy of the model between them (tensor × pipeline parallel), which all see the same
+        samples: each does its share of every sample's work, and the job's rate counts each sample once."""
         busy = self.compute_seconds + self.wait_seconds
         if not self.samples or busy <= 0:
             return {}
-        rate = self.samples / busy
+        rate = self.samples / busy / max(model_parallel, 1)
         achieved = flops_per_sample * rate
         peak, source = device_peak(accelerator, device_name, precision, threads)
         out: dict[str, Any] = {

@@ -23,7 +23,7 @@ import math
 import os
 import warnings
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TypedDict
 
 from twinkle_core.planning.estimate import ModelFacts, PlanningError
@@ -288,20 +288,26 @@ class LayoutDecider(Decider):
         device) the first layout that fits."""
         from twinkle_core.planning.layout import layout_for, plan_layout
 
-        c, hw = draft.context, draft.context.hardware
+        c = draft.context
+        hw = replace(c.hardware, device_memory_bytes=c.device_memory)  # the run's memory cap, when lower
         mixed = str(draft.values.get("precision", "32-true")).endswith("mixed")
         global_batch = c.effective_batch_size or c.batch_size * draft.world_size
         sizes = (c.facts.parameters, c.facts.activation_bytes_per_sample, c.facts.flops_per_sample, hw, global_batch,
                  int(draft.values.get("micro_batch_size", 1)), mixed)
         tensor, pipeline = c.overrides.get("tensor_parallel_size"), c.overrides.get("pipeline_parallel_size")
+        fixed = c.overrides.get("strategy")
+        if fixed == "pipeline" and pipeline is None:  # one stage per process (per tensor-parallel group)
+            pipeline = max(draft.world_size // int(tensor or 1), 1)
         if tensor is not None or pipeline is not None:
             tensor, pipeline = int(tensor or 1), int(pipeline or 1)
             self._check(draft, tensor, pipeline)
             layout = layout_for(*sizes, draft.world_size // (tensor * pipeline), tensor, pipeline, c.splits_tensors)
             if c.overrides.get("tensor_parallel_size") is not None:
                 layout.reasons[0] = f"tp {tensor}: set by the user (tensor_parallel_size)"
-            if c.overrides.get("pipeline_parallel_size") is not None:
-                layout.reasons[1] = f"pp {pipeline}: set by the user (pipeline_parallel_size)"
+            if c.overrides.get("pipeline_parallel_size") is not None or fixed == "pipeline":
+                source = ("pipeline_parallel_size" if c.overrides.get("pipeline_parallel_size") is not None
+                          else "strategy 'pipeline': a stage per process")
+                layout.reasons[1] = f"pp {pipeline}: set by the user ({source})"
             layout.staged = True
         elif c.facts.state_bytes < 0.8 * hw.device_memory_bytes or draft.world_size <= 1:
             return
@@ -314,11 +320,12 @@ class LayoutDecider(Decider):
             layout.staged = layout.pipeline == 1 or c.cuts_stages
         draft.layout = layout
         split = layout.model_parallel
-        if split > 1:  # runs as planned: tensor parallel and pipeline stages inside ModelParallelStrategy
+        if split > 1 and fixed != "pipeline":  # runs as planned: tensor parallel and stages in ModelParallelStrategy
             draft.decide("strategy", "fsdp2", f"{layout.describe()}: the model splits {layout.tensor} ways (tensor "
                                               f"parallel) into {layout.pipeline if layout.staged else 1} pipeline "
                                               "stage(s) inside Lightning's ModelParallelStrategy, FSDP2 across its "
                                               f"{layout.data} replica(s)")
+        if split > 1:
             _decide_accumulation(draft, int(draft.values.get("micro_batch_size", 1)), layout.data, split)
         engine = draft.values.get("strategy")
         draft.decide("layout", layout.describe(), "; ".join(layout.reasons) + (
@@ -345,7 +352,7 @@ class LayoutDecider(Decider):
                                 f"process(es); use devices (× num_nodes) that {tensor * pipeline} divides, or set "
                                 "them to 1")
         fixed = c.overrides.get("strategy")
-        if tensor * pipeline > 1 and fixed not in (None, "fsdp2"):
+        if tensor * pipeline > 1 and fixed not in (None, "fsdp2", "pipeline"):
             raise PlanningError(f"{names} runs in Lightning's ModelParallelStrategy "
                                 f"(strategy 'fsdp2'), not strategy={fixed!r}; drop one of them")
 

@@ -1,0 +1,208 @@
+"""The planner's layout against every layout a person could pick (issue 27), measured, then on paper.
+
+**Measured.** ``llama-60m`` (8 decoder layers, width 512; a 4,096-id vocabulary learned from CPython's help topics:
+27 M parameters) under a per-process memory cap that plain data parallel does not fit. On 2 processes and on 4
+(CPU, gloo, one thread each), every layout of data-parallel FSDP2 × tensor parallel × pipeline stages that the
+model can take trains the same 12 optimizer steps of 8 windows × 128 tokens (fp32, the same seed); each records
+its tokens/s (the job's, over the measured training time) and its peak resident memory per process. Beside them:
+the planner's pick for the same job (``Trainer.plan`` with ``memory_limit_bytes``), its rank among the layouts that
+fit, and its ratio to the fastest and to the median.
+
+**On paper.** torchtitan's published runs — Llama 3.1 8B on 8 H100s with FSDP (5,762 tokens/s per GPU; local
+batch 2, 8,192 tokens) and Llama 3.1 70B on 256 H100s with FSDP 32 × TP 8 (829 tokens/s per GPU) — planned for
+the same clusters from the models' shapes (measured on the meta device: nothing allocated): the layout the planner
+picks and its estimated tokens/s per device beside the published figure.
+
+    python bench/layouts.py            # about 10 minutes on 2 cores; writes bench/results/layouts.json
+
+Run with ``--run DEVICES TP PP OUT DATA`` it trains one layout (Lightning starts the other ranks by running this
+file again) and writes ``OUT/rank<N>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("PYTHONWARNINGS", "ignore")
+
+MODEL = "llama-60m"
+SETTINGS = {"max_seq_len": 128, "vocab_size": 4096, "effective_batch_size": 8, "max_steps": 12, "max_epochs": 1,
+            "lr": 1e-3, "scheduler": "none", "val_generations": 0, "progress_bar": False, "accelerator": "cpu",
+            "seed": 0}
+"""The same tokens for every layout: 12 steps × 8 windows × 128 tokens."""
+CAP_SHARE = 0.6
+"""The memory cap per process, as a share of what one process needs for plain data parallel (``needed``):
+plain data parallel does not fit; layouts that shard or split the state do."""
+PUBLISHED = [
+    {"model": "8b", "devices": 8, "nodes": 1, "global_batch": 16, "published_layout": "FSDP 8",
+     "published_tokens_per_second_per_gpu": 5762},
+    {"model": "70b", "devices": 8, "nodes": 32, "global_batch": 512, "published_layout": "FSDP 32 × TP 8",
+     "published_tokens_per_second_per_gpu": 829},
+]
+"""torchtitan's docs/performance.md: Llama 3.1 on H100s (96 GB HBM2e), 8,192-token sequences. The 70B run's global
+batch is not stated beside its figure; 512 (16 per FSDP rank) is assumed — the time estimate does not depend on it
+unless the layout has pipeline stages."""
+
+
+def layouts(devices: int, heads: int, layers: int) -> list[tuple[int, int, int]]:
+    """Every ``(dp, tp, pp)`` of ``devices`` the model can take: tp dividing the heads, pp at most the layers."""
+    out = []
+    for tp in (1, 2, 4, 8):
+        for pp in (1, 2, 4, 8):
+            if devices % (tp * pp) == 0 and heads % tp == 0 and pp <= layers:
+                out.append((devices // (tp * pp), tp, pp))
+    return out
+
+
+def run_one(devices: int, tensor: int, stages: int, out: Path, data: str) -> None:
+    """Train one layout in this job (``--run``) and write this rank's figures."""
+    from twinkle_core import Trainer
+
+    replicas = devices // (tensor * stages)
+    hp = {**SETTINGS, "devices": devices, "batch_size": SETTINGS["effective_batch_size"] // replicas}
+    if tensor > 1:
+        hp["tensor_parallel_size"] = tensor
+    if stages > 1:
+        hp["pipeline_parallel_size"] = stages
+    if tensor == stages == 1:
+        hp["strategy"] = "fsdp2"
+    started = time.perf_counter()
+    result = Trainer(MODEL, hyperparams=hp, project="layouts", verbose=False).fit(data)
+    rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))
+    from twinkle_core import RunStore
+
+    record = RunStore().get(result.run_uri) if rank == 0 else None
+    (out / f"rank{rank}.json").write_text(json.dumps({
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "wall_seconds": time.perf_counter() - started, "status": result.status,
+        "measured": record.measured if record is not None else None,
+        "layout": result.plan.estimates.get("layout"), "train_loss": result.metrics.get("train_loss")}))
+
+
+def needed(facts: dict, dp: int, tp: int, pp: int, sharded: bool = True) -> int:
+    """Bytes per process a layout needs as the engine runs it (fp32): weights, gradients and AdamW's two moments
+    (16 B per parameter) split by tp × pp and, under FSDP2, sharded over dp; activations and their gradients for the
+    replica's micro-batch, split by tp. Plain data parallel (``sharded=False``) holds the whole state per process."""
+    state = 16 * int(facts["parameters"]) / (tp * pp * (dp if sharded else 1))
+    micro = SETTINGS["effective_batch_size"] // dp
+    return int(state + 2 * int(facts["activation_bytes_per_sample"]) * micro / tp)
+
+
+def measured(data: Path, home: Path) -> dict:
+    """Plan and train every layout on 2 and 4 processes; the table and the planner's standing."""
+    from twinkle_core import Trainer
+    from twinkle_llm.presets import PRESETS
+
+    shape = PRESETS["llama"]["60m"]
+    os.environ["TWINKLE_HOME"] = str(home)
+    tokens = SETTINGS["max_steps"] * SETTINGS["effective_batch_size"] * SETTINGS["max_seq_len"]
+    report: dict = {"model": MODEL, "settings": SETTINGS, "tokens": tokens, "worlds": {}}
+    for devices in (2, 4):
+        probe = Trainer(MODEL, hyperparams={**SETTINGS, "devices": devices, "batch_size": 8}, verbose=False)
+        facts = probe.plan(str(data)).estimates
+        plain = needed(facts, devices, 1, 1, sharded=False)
+        cap = int(CAP_SHARE * plain)
+        pick = Trainer(MODEL, hyperparams={**SETTINGS, "devices": devices, "batch_size": 8,
+                                           "memory_limit_bytes": cap}, verbose=False).plan(str(data))
+        chosen = pick.estimates.get("layout") or {}
+        picked = (chosen.get("data", devices), chosen.get("tensor", 1), chosen.get("pipeline", 1))
+        rows = [{"layout": "plain data parallel (DDP)", "dp": devices, "tp": 1, "pp": 1,
+                 "needed_bytes": needed(facts, devices, 1, 1, sharded=False), "fits_cap": False}]
+        for dp, tp, pp in layouts(devices, shape["num_key_value_heads"], shape["num_hidden_layers"]):
+            need = needed(facts, dp, tp, pp)
+            row = {"layout": f"dp {dp} × tp {tp} × pp {pp}", "dp": dp, "tp": tp, "pp": pp, "needed_bytes": need,
+                   "fits_cap": need <= cap}
+            rows.append(row)
+            if not row["fits_cap"]:
+                continue
+            out = Path(tempfile.mkdtemp(prefix=f"layout-{devices}-"))
+            env = {**os.environ, "TWINKLE_USER": "bench"}
+            done = subprocess.run([sys.executable, __file__, "--run", str(devices), str(tp), str(pp), str(out),
+                                   str(data)], env=env, capture_output=True, text=True, timeout=1800)
+            if done.returncode != 0:
+                row["error"] = done.stderr[-1500:]
+                continue
+            ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(devices)]
+            seconds = float(ranks[0]["measured"]["train_seconds"])
+            row.update(tokens_per_second=round(tokens / seconds, 1), train_seconds=round(seconds, 2),
+                       peak_rss_mb=round(max(r["peak_rss_bytes"] for r in ranks) / 1e6, 1),
+                       final_train_loss=ranks[0]["train_loss"])
+            print(devices, row["layout"], row.get("tokens_per_second"), row.get("peak_rss_mb"), flush=True)
+        ran = sorted((r for r in rows if "tokens_per_second" in r), key=lambda r: -r["tokens_per_second"])
+        mine = next((r for r in ran if (r["dp"], r["tp"], r["pp"]) == picked), None)
+        median = statistics.median(r["tokens_per_second"] for r in ran) if ran else None
+        report["worlds"][str(devices)] = {
+            "cap_bytes_per_process": cap, "plain_data_parallel_bytes": plain,
+            "planner_pick": f"dp {picked[0]} × tp {picked[1]} × pp {picked[2]}",
+            "planner_reason": next((d.reason for d in pick.decisions if d.name == "layout"), None),
+            "rank_of_pick": ran.index(mine) + 1 if mine else None, "layouts_run": len(ran),
+            "pick_to_fastest": round(mine["tokens_per_second"] / ran[0]["tokens_per_second"], 3) if mine else None,
+            "pick_to_median": round(mine["tokens_per_second"] / median, 3) if mine and median else None,
+            "rows": rows}
+    return report
+
+
+def on_paper() -> list[dict]:
+    """The planner's layouts and estimates for torchtitan's published clusters."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from twinkle_core.planning import Hardware, measure, plan_layout
+    from twinkle_llm.model import build_config
+    from twinkle_llm.presets import PRESETS
+
+    out = []
+    for case in PUBLISHED:
+        config = build_config("llama", {**PRESETS["llama"][case["model"]], "vocab_size": 128256})
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            facts = measure(model, torch.randint(0, 128256, (2, 8192)))
+        cluster = Hardware.cluster(devices=case["devices"], device_memory="96GB", nodes=case["nodes"],
+                                   interconnect="nvlink+infiniband")
+        layout = plan_layout(facts.parameters, facts.activation_bytes_per_sample, facts.flops_per_sample, cluster,
+                             case["global_batch"], 1, True, splits_tensors=True)
+        devices = case["devices"] * case["nodes"]
+        estimate = (case["global_batch"] * 8192 / layout.step_seconds / devices) if layout and layout.step_seconds \
+            else None
+        published = case["published_tokens_per_second_per_gpu"]
+        out.append({**case, "parameters": facts.parameters, "flops_per_token": facts.flops_per_sample / 8192,
+                    "planner_layout": layout.describe() if layout else "none fits",
+                    "planner_memory_gb": round(layout.memory["total"] / 1e9, 1) if layout else None,
+                    "estimated_tokens_per_second_per_gpu": round(estimate) if estimate else None,
+                    "estimate_to_published": round(estimate / published, 3) if estimate else None})
+        print(out[-1]["model"], out[-1]["planner_layout"], out[-1]["estimated_tokens_per_second_per_gpu"], flush=True)
+    return out
+
+
+def main() -> int:
+    """Measure, plan on paper, write ``bench/results/layouts.json``."""
+    from twinkle_llm.samples import write_topics
+
+    if sys.argv[1:2] == ["--run"]:
+        devices, tensor, stages = (int(v) for v in sys.argv[2:5])
+        run_one(devices, tensor, stages, Path(sys.argv[5]), sys.argv[6])
+        return 0
+    folder = Path(tempfile.mkdtemp(prefix="twinkle-layouts-"))
+    data = write_topics(folder / "topics.jsonl")
+    started = time.time()
+    report = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+              "on_paper": on_paper(), "measured": measured(data, folder / "home")}
+    report["seconds"] = round(time.time() - started, 1)
+    path = Path(__file__).with_name("results") / "layouts.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
