@@ -3,7 +3,7 @@
 **Measured.** ``llama-60m`` (8 decoder layers, width 512; a 4,096-id vocabulary learned from CPython's help topics:
 27 M parameters) under a per-process memory cap that plain data parallel does not fit. On 2 processes and on 4
 (CPU, gloo, one thread each), every layout of data-parallel FSDP2 × tensor parallel × pipeline stages that the
-model can take trains the same 12 optimizer steps of 8 windows × 128 tokens (fp32, the same seed); each records
+model can take trains the same 12 optimizer steps of 4 windows × 64 tokens (fp32, the same seed); each records
 its tokens/s (the job's, over the measured training time) and its peak resident memory per process. Beside them:
 the planner's pick for the same job (``Trainer.plan`` with ``memory_limit_bytes``), its rank among the layouts that
 fit, and its ratio to the fastest and to the median.
@@ -36,10 +36,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("PYTHONWARNINGS", "ignore")
 
 MODEL = "llama-60m"
-SETTINGS = {"max_seq_len": 128, "vocab_size": 4096, "effective_batch_size": 8, "max_steps": 12, "max_epochs": 1,
+SETTINGS = {"max_seq_len": 64, "vocab_size": 4096, "effective_batch_size": 4, "max_steps": 12, "max_epochs": 1,
             "lr": 1e-3, "scheduler": "none", "val_generations": 0, "progress_bar": False, "accelerator": "cpu",
             "seed": 0}
-"""The same tokens for every layout: 12 steps × 8 windows × 128 tokens."""
+"""The same tokens for every layout: 12 steps × 4 windows × 64 tokens (small batches: the training state, not the
+activations, is what does not fit, as for large models)."""
 CAP_SHARE = 0.6
 """The memory cap per process, as a share of what one process needs for plain data parallel (``needed``):
 plain data parallel does not fit; layouts that shard or split the state do."""
@@ -92,10 +93,11 @@ def run_one(devices: int, tensor: int, stages: int, out: Path, data: str) -> Non
 def needed(facts: dict, dp: int, tp: int, pp: int, sharded: bool = True) -> int:
     """Bytes per process a layout needs as the engine runs it (fp32): weights, gradients and AdamW's two moments
     (16 B per parameter) split by tp × pp and, under FSDP2, sharded over dp; activations and their gradients for the
-    replica's micro-batch, split by tp. Plain data parallel (``sharded=False``) holds the whole state per process."""
+    replica's batch, split by tp and by pp (a 1F1B stage keeps at most pp of its micro-batches in flight, each
+    through 1/pp of the layers). Plain data parallel (``sharded=False``) holds the whole state per process."""
     state = 16 * int(facts["parameters"]) / (tp * pp * (dp if sharded else 1))
-    micro = SETTINGS["effective_batch_size"] // dp
-    return int(state + 2 * int(facts["activation_bytes_per_sample"]) * micro / tp)
+    batch = SETTINGS["effective_batch_size"] // dp
+    return int(state + 2 * int(facts["activation_bytes_per_sample"]) * batch / (tp * pp))
 
 
 def measured(data: Path, home: Path) -> dict:
@@ -108,14 +110,13 @@ def measured(data: Path, home: Path) -> dict:
     tokens = SETTINGS["max_steps"] * SETTINGS["effective_batch_size"] * SETTINGS["max_seq_len"]
     report: dict = {"model": MODEL, "settings": SETTINGS, "tokens": tokens, "worlds": {}}
     for devices in (2, 4):
-        probe = Trainer(MODEL, hyperparams={**SETTINGS, "devices": devices, "batch_size": 8}, verbose=False)
-        facts = probe.plan(str(data)).estimates
+        per_device = {**SETTINGS, "devices": devices, "batch_size": SETTINGS["effective_batch_size"] // devices}
+        facts = Trainer(MODEL, hyperparams=per_device, verbose=False).plan(str(data)).estimates
         plain = needed(facts, devices, 1, 1, sharded=False)
         cap = int(CAP_SHARE * plain)
-        pick = Trainer(MODEL, hyperparams={**SETTINGS, "devices": devices, "batch_size": 8,
-                                           "memory_limit_bytes": cap}, verbose=False).plan(str(data))
-        chosen = pick.estimates.get("layout") or {}
-        picked = (chosen.get("data", devices), chosen.get("tensor", 1), chosen.get("pipeline", 1))
+        pick = Trainer(MODEL, hyperparams={**per_device, "memory_limit_bytes": cap}, verbose=False).plan(str(data))
+        chosen = pick.estimates.get("layout")
+        picked = (chosen["data"], chosen["tensor"], chosen["pipeline"]) if chosen else None
         rows = [{"layout": "plain data parallel (DDP)", "dp": devices, "tp": 1, "pp": 1,
                  "needed_bytes": needed(facts, devices, 1, 1, sharded=False), "fits_cap": False}]
         for dp, tp, pp in layouts(devices, shape["num_key_value_heads"], shape["num_hidden_layers"]):
@@ -123,7 +124,7 @@ def measured(data: Path, home: Path) -> dict:
             row = {"layout": f"dp {dp} × tp {tp} × pp {pp}", "dp": dp, "tp": tp, "pp": pp, "needed_bytes": need,
                    "fits_cap": need <= cap}
             rows.append(row)
-            if not row["fits_cap"]:
+            if not row["fits_cap"] and (dp, tp, pp) != picked:
                 continue
             out = Path(tempfile.mkdtemp(prefix=f"layout-{devices}-"))
             env = {**os.environ, "TWINKLE_USER": "bench"}
@@ -138,14 +139,15 @@ def measured(data: Path, home: Path) -> dict:
                        peak_rss_mb=round(max(r["peak_rss_bytes"] for r in ranks) / 1e6, 1),
                        final_train_loss=ranks[0]["train_loss"])
             print(devices, row["layout"], row.get("tokens_per_second"), row.get("peak_rss_mb"), flush=True)
-        ran = sorted((r for r in rows if "tokens_per_second" in r), key=lambda r: -r["tokens_per_second"])
-        mine = next((r for r in ran if (r["dp"], r["tp"], r["pp"]) == picked), None)
+        ran = sorted((r for r in rows if "tokens_per_second" in r and r["fits_cap"]),
+                     key=lambda r: -r["tokens_per_second"])
+        mine = next((r for r in rows if (r["dp"], r["tp"], r["pp"]) == picked and "tokens_per_second" in r), None)
         median = statistics.median(r["tokens_per_second"] for r in ran) if ran else None
         report["worlds"][str(devices)] = {
             "cap_bytes_per_process": cap, "plain_data_parallel_bytes": plain,
-            "planner_pick": f"dp {picked[0]} × tp {picked[1]} × pp {picked[2]}",
+            "planner_pick": f"dp {picked[0]} × tp {picked[1]} × pp {picked[2]}" if picked else "none fits",
             "planner_reason": next((d.reason for d in pick.decisions if d.name == "layout"), None),
-            "rank_of_pick": ran.index(mine) + 1 if mine else None, "layouts_run": len(ran),
+            "rank_of_pick": ran.index(mine) + 1 if mine in ran else None, "layouts_run": len(ran),
             "pick_to_fastest": round(mine["tokens_per_second"] / ran[0]["tokens_per_second"], 3) if mine else None,
             "pick_to_median": round(mine["tokens_per_second"] / median, 3) if mine and median else None,
             "rows": rows}

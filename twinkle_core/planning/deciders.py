@@ -289,7 +289,10 @@ class LayoutDecider(Decider):
         from twinkle_core.planning.layout import layout_for, plan_layout
 
         c = draft.context
-        hw = replace(c.hardware, device_memory_bytes=c.device_memory)  # the run's memory cap, when lower
+        # the job's processes (a CPU job's devices are its processes) and the run's memory cap, when lower
+        hw = replace(c.hardware, device_memory_bytes=c.device_memory,
+                     devices=int(draft.values.get("devices", c.hardware.devices)),
+                     nodes=int(draft.values.get("num_nodes", c.hardware.nodes)))
         mixed = str(draft.values.get("precision", "32-true")).endswith("mixed")
         global_batch = c.effective_batch_size or c.batch_size * draft.world_size
         sizes = (c.facts.parameters, c.facts.activation_bytes_per_sample, c.facts.flops_per_sample, hw, global_batch,

@@ -141,20 +141,24 @@ def plan_layout(parameters: int, activation_bytes_per_sample: int, flops_per_sam
 
 def _reasons(parameters: int, memory: dict[str, int], budget: int, data: int, tensor: int, pipeline: int,
              per_node: int, hardware: Hardware, bubble: float, splits_tensors: bool = True) -> list[str]:
-    gb = 1e9
     reasons = []
     if tensor == 1 and not splits_tensors:
         reasons.append("tp 1: the model supplies no tensor-parallel plan (Algorithm.tensor_parallel_plan), so it is "
                        "not split")
     elif tensor == 1:
-        reasons.append(f"tp 1: {parameters / 1e9:.1f}B parameters' weights and gradients ({(memory['weights'] + memory['gradients']) / gb:.1f} GB) "
+        reasons.append(f"tp 1: {parameters / 1e9:.1f}B parameters' weights and gradients ({_size(memory['weights'] + memory['gradients'])}) "
                        "fit a device unsplit")
     else:
-        reasons.append(f"tp {tensor}: smaller degrees leave more than {budget / gb:.0f} GB per device; tensor "
+        reasons.append(f"tp {tensor}: smaller degrees leave more than {_size(budget)} per device; tensor "
                        f"parallel stays inside a node ({per_node} devices"
                        f"{', ' + hardware.interconnect if hardware.interconnect else ''})")
     reasons.append("pp 1: the model fits within one node's tensor-parallel group" if pipeline == 1 else
                    f"pp {pipeline}: the model needs {pipeline} stages beyond tp {tensor}; bubble {bubble:.0%}")
     reasons.append(f"dp {data}: the remaining devices replicate, optimizer state sharded over them (ZeRO-1): "
-                   f"{memory['total'] / gb:.1f} GB per device of {budget / gb:.0f} GB")
+                   f"{_size(memory['total'])} per device of {_size(budget)}")
     return reasons
+
+
+def _size(count: float) -> str:
+    """Bytes in GB (one decimal), or in MB below a gigabyte."""
+    return f"{count / 1e9:.1f} GB" if count >= 1e9 else f"{count / 1e6:.0f} MB"
