@@ -417,9 +417,10 @@ class Algorithm(L.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         """Forward, loss, and log ``train_loss``; pipelined, the schedule runs forward and backward of the batch
         here (``pipeline_batch``) and the loss comes back from the last stage."""
-        if self._pipeline is not None:
+        if self._pipeline is not None:  # each micro-batch's loss scaled as Lightning scales an accumulated one
             inputs, target, loss_of = self.pipeline_batch(batch)
-            loss = self._pipeline.train_step(inputs, target, loss_of)
+            share = 1.0 / max(int(self.trainer.accumulate_grad_batches), 1)
+            loss = self._pipeline.train_step(inputs, target, lambda out, y: loss_of(out, y) * share) / share
         else:
             loss = self.batch_loss(batch)
         self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=batch_size_of(batch))

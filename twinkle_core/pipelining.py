@@ -7,7 +7,7 @@ rank's — rank ``r`` holds parts ``r, r + ranks, ...`` (torchtitan's "loop" ord
 runs the interleaved 1F1B schedule, and one with a single part plain 1F1B. Modules of other ranks' parts are
 dropped from the network (each rank holds only its share of the weights, under their names in the whole
 network). Weights several ranks' parts hold (an embedding tied to the output layer) stay on each of them and
-their gradients are summed between those ranks after every step, so the copies stay one weight.
+their gradients are summed between those ranks before every optimizer step, so the copies stay one weight.
 
 Every rank of one pipeline reads the same batch; a training step splits it into micro-batches
 (``micro_batches``), runs the schedule, and returns the batch's loss (the algorithm's
@@ -116,7 +116,6 @@ class Pipeline:
                 schedule.step(target=target, losses=losses, return_outputs=False)
             else:
                 schedule.step(return_outputs=False)
-        self._sum_tied_gradients()
         device = inputs[0].device
         value = torch.zeros((), device=device)
         for part in losses:
@@ -163,8 +162,9 @@ class Pipeline:
         assert self._loss is not None
         return self._loss(output, target)
 
-    def _sum_tied_gradients(self) -> None:
-        """Sum the gradients of weights held by several ranks' stages, so every copy steps alike."""
+    def sum_tied_gradients(self) -> None:
+        """Sum the gradients of weights held by several ranks' stages, so every copy steps alike — once per
+        optimizer step, after the batches it accumulates (``twinkle_core.engine.pipelined.PipelineGradients``)."""
         for parameter, group in self.tied:
             grad = parameter.grad
             if grad is None:

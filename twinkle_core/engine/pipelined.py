@@ -72,16 +72,20 @@ class PipelineParallelStrategy(ModelParallelStrategy):
         return checkpoint
 
 
-class ClipPipelineGradients(L.Callback):
-    """Gradient clipping for a pipelined run: by the norm of every stage's gradients together (Lightning's own
-    clipping sees one rank's stages)."""
+class PipelineGradients(L.Callback):
+    """A pipelined run's gradients before each optimizer step: the copies of a weight tied across stages summed
+    (once per step, after the batches it accumulates), then — with ``max_norm`` — clipped by the norm of every
+    stage's gradients together (Lightning's own clipping sees one rank's stages)."""
 
-    def __init__(self, max_norm: float) -> None:
-        """Clip to ``max_norm``."""
+    def __init__(self, max_norm: float | None = None) -> None:
+        """Clip to ``max_norm`` (``None``: no clipping)."""
         self.max_norm = max_norm
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
-        """Scale the gradients before the step."""
+        """Sum the tied copies, then clip."""
         pipeline = getattr(pl_module, "pipeline", None)
-        if pipeline is not None:
+        if pipeline is None:
+            return
+        pipeline.sum_tied_gradients()
+        if self.max_norm:
             pipeline.clip_gradients([p for g in optimizer.param_groups for p in g["params"]], self.max_norm)

@@ -32,7 +32,7 @@ from twinkle_core.engine.compression import ddp_strategy, measured_bytes
 from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
 from twinkle_core.engine.curves import last_logged, merge_history, plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
-from twinkle_core.engine.pipelined import ClipPipelineGradients, PipelineParallelStrategy
+from twinkle_core.engine.pipelined import PipelineGradients, PipelineParallelStrategy
 from twinkle_core.engine.ranks import broadcast, close_group, init_elastic_group
 from twinkle_core.engine.record import CheckpointRecord
 from twinkle_core.engine.result import FitResult
@@ -159,8 +159,8 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Callable[[Alert], None]) 
         extra.append(EarlyStopping(monitor=metric, mode=mode, patience=settings.early_stopping_patience))
     if setup.continuation is not None and setup.continuation.optimizer_states:
         extra.append(RestoreOptimizerState(setup.continuation.optimizer_states))
-    if settings.gradient_clip_val and setup.plan.pipeline_parallel_size > 1:
-        extra.append(ClipPipelineGradients(settings.gradient_clip_val))
+    if setup.plan.pipeline_parallel_size > 1:  # tied copies summed, clipping over every stage
+        extra.append(PipelineGradients(settings.gradient_clip_val))
     if setup.monitor is not None:
         roles.monitor = Monitor(setup.monitor, notify, last_path)
         extra.append(roles.monitor)
@@ -199,7 +199,7 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
     elif plan.strategy == "ddp":  # DDP through a hook that counts the bytes it all-reduces (and compresses them)
         kwargs["strategy"] = ddp_strategy(plan.gradient_compression)
     clip = settings.gradient_clip_val
-    if plan.pipeline_parallel_size > 1:  # data × pipeline × tensor; the stages clip together (ClipPipelineGradients)
+    if plan.pipeline_parallel_size > 1:  # data × pipeline × tensor; the stages clip together (PipelineGradients)
         stages, tensor = plan.pipeline_parallel_size, plan.tensor_parallel_size
         kwargs["strategy"] = PipelineParallelStrategy(plan.devices * plan.num_nodes // (stages * tensor), stages, tensor)
         clip = None

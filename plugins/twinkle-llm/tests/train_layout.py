@@ -1,7 +1,7 @@
 """llm-tiny for ten steps in a given layout, for ``test_layouts.py``.
 
-``python train_layout.py MODE DATA OUT DEVICES TP[,PP] STRATEGY [ARG]`` (the tensor-parallel size, and the pipeline
-stages when more than one; STRATEGY: ``auto`` or ``fsdp2``)
+``python train_layout.py MODE DATA OUT DEVICES TP[,PP[,ACC]] STRATEGY [ARG]`` (the tensor-parallel size, the
+pipeline stages, and the batches each optimizer step accumulates; STRATEGY: ``auto`` or ``fsdp2``)
 with MODE
 
 * ``fresh``: ten optimizer steps (fp32, seed 0, the same four windows per step in every layout — split between
@@ -28,10 +28,12 @@ from twinkle_core.testing import KillAtStep
 
 class StepLosses(L.Callback):
     """The loss of every optimizer step over the whole batch: the mean of the ranks' (every replica's windows
-    hold as many tokens, and the ranks of a tensor-parallel group compute the same loss)."""
+    hold as many tokens, and the ranks of a tensor-parallel group compute the same loss), summed over the batches
+    the step accumulates (each holds as many tokens)."""
 
     def __init__(self) -> None:
         self.losses: list[float] = []
+        self.accumulating = False
 
     def on_train_start(self, trainer, module) -> None:  # noqa: ANN001
         self.split_logits = None
@@ -39,21 +41,25 @@ class StepLosses(L.Callback):
         head.register_forward_hook(lambda mod, args, out: setattr(self, "split_logits", type(out).__name__ == "DTensor"))
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
-        loss = outputs["loss"].detach().clone()
+        loss = outputs["loss"].detach().clone()  # Lightning's: divided by the batches a step accumulates
         if trainer.world_size > 1:
             torch.distributed.all_reduce(loss)
             loss /= trainer.world_size
-        self.losses.append(float(loss))
+        if self.accumulating:
+            self.losses[-1] += float(loss)
+        else:
+            self.losses.append(float(loss))
+        self.accumulating = (batch_idx + 1) % trainer.accumulate_grad_batches != 0  # the step's batches add up
 
 
 if __name__ == "__main__":
     mode, data, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     devices, strategy = int(sys.argv[4]), sys.argv[6]
-    tensor, stages = (int(v) for v in (sys.argv[5] + ",1").split(",")[:2])
+    tensor, stages, accumulate = (int(v) for v in (sys.argv[5] + ",1,1").split(",")[:3])
     arg = sys.argv[7] if len(sys.argv) > 7 else None
     hp = {"accelerator": "cpu", "devices": devices, "tensor_parallel_size": tensor, "pipeline_parallel_size": stages,
           "max_steps": 10, "max_epochs": 1, "max_seq_len": 64, "vocab_size": 512,
-          "batch_size": 4 // (devices // (tensor * stages)), "effective_batch_size": 4,
+          "batch_size": 4 // (devices // (tensor * stages)) // accumulate, "effective_batch_size": 4,
           "lr": 3e-3, "scheduler": "none", "val_generations": 0, "checkpoint_every_n_steps": 4, "progress_bar": False}
     if strategy != "auto":
         hp["strategy"] = strategy
