@@ -143,12 +143,14 @@ def test_pipeline_stages_run_as_asked_or_as_planned_and_bad_sizes_are_refused_by
                                                   overrides={"devices": 4, **overrides}, splits_tensors=True,
                                                   cuts_stages=True))
 
-    staged = plan(pipeline_parallel_size=2)
+    staged = plan(pipeline_parallel_size=4)
     layout = staged.estimates["layout"]
-    assert (layout["data"], layout["tensor"], layout["pipeline"]) == (2, 1, 2) and staged.strategy == "fsdp2"
-    assert staged.pipeline_parallel_size == 2 and staged.tensor_parallel_size == 1
-    assert staged.effective_batch_size == 8 * 2  # two replicas read a batch each; the two stages of one share it
-    assert "pp 2: set by the user" in next(d.reason for d in staged.decisions if d.name == "layout")
+    assert (layout["data"], layout["tensor"], layout["pipeline"]) == (1, 1, 4) and staged.strategy == "fsdp2"
+    assert staged.pipeline_parallel_size == 4 and staged.tensor_parallel_size == 1
+    assert staged.effective_batch_size == 8  # one copy of the model: its four stages read one batch
+    assert "pp 4: set by the user" in next(d.reason for d in staged.decisions if d.name == "layout")
+    with pytest.raises(PlanningError, match="replicas of a pipeline"):  # FSDP2 × stages: not yet
+        plan(pipeline_parallel_size=2)
     both = plan(tensor_parallel_size=2, pipeline_parallel_size=2)
     assert (both.tensor_parallel_size, both.pipeline_parallel_size, both.effective_batch_size) == (2, 2, 8)
     with pytest.raises(PlanningError, match="pipeline_parallel_size=3 does not divide the job's 4"):
@@ -156,7 +158,7 @@ def test_pipeline_stages_run_as_asked_or_as_planned_and_bad_sizes_are_refused_by
     with pytest.raises(PlanningError, match="tensor_parallel_size=2 × pipeline_parallel_size=4 does not divide"):
         plan(tensor_parallel_size=2, pipeline_parallel_size=4)
     with pytest.raises(PlanningError, match="not strategy='ddp'"):
-        plan(pipeline_parallel_size=2, strategy="ddp")
+        plan(pipeline_parallel_size=4, strategy="ddp")
 
     one_gpu_nodes = Hardware.cluster(devices=1, device_memory="80GB", nodes=4)  # 13B: stages are needed
     for cuts in (False, True):

@@ -23,7 +23,6 @@ so a run moves between layouts (one process, tensor parallel, pipeline) through 
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Any, Callable
 
@@ -89,7 +88,6 @@ class Pipeline:
             wrap(self.parts)
         self._schedules: dict[tuple[Any, ...], Any] = {}
         self._loss: Callable[[Any, torch.Tensor], torch.Tensor] | None = None
-        self.context: Callable[[], Any] = contextlib.nullcontext
 
     @property
     def first(self) -> bool:
@@ -109,13 +107,12 @@ class Pipeline:
         schedule = self._schedule(inputs)
         self._loss = loss
         losses: list[torch.Tensor] = []
-        with self.context():
-            if self.first:
-                schedule.step(*inputs, target=target if self.last else None, losses=losses, return_outputs=False)
-            elif self.last:
-                schedule.step(target=target, losses=losses, return_outputs=False)
-            else:
-                schedule.step(return_outputs=False)
+        if self.first:
+            schedule.step(*inputs, losses=losses, return_outputs=False)
+        elif self.last:
+            schedule.step(target=target, losses=losses, return_outputs=False)
+        else:
+            schedule.step(return_outputs=False)
         device = inputs[0].device
         value = torch.zeros((), device=device)
         for part in losses:

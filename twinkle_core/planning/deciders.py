@@ -320,7 +320,8 @@ class LayoutDecider(Decider):
                 draft.decide("layout", "none fits", f"no data × tensor × pipeline layout of {draft.world_size} "
                                                     f"devices fits {nbytes(hw.device_memory_bytes)} each; add devices")
                 return
-            layout.staged = layout.pipeline == 1 or c.cuts_stages
+            # FSDP2 replicas of a pipeline do not keep weights tied across stages in step yet: none are planned
+            layout.staged = layout.pipeline == 1 or (c.cuts_stages and layout.data == 1)
         draft.layout = layout
         split = layout.model_parallel
         if split > 1 and fixed != "pipeline":  # runs as planned: tensor parallel and stages in ModelParallelStrategy
@@ -331,9 +332,10 @@ class LayoutDecider(Decider):
         if split > 1:
             _decide_accumulation(draft, int(draft.values.get("micro_batch_size", 1)), layout.data, split)
         engine = draft.values.get("strategy")
+        why = (f"{c.algorithm_name} does not cut its network into pipeline stages (Algorithm.pipeline_stages)"
+               if not c.cuts_stages else "replicas of a pipeline (dp × pp) do not run yet")
         draft.decide("layout", layout.describe(), "; ".join(layout.reasons) + (
-            f". Twinkle's engine runs it as {engine} (data parallel, sharded): {c.algorithm_name} does not cut its "
-            "network into pipeline stages (Algorithm.pipeline_stages)" if not layout.staged else ""))
+            f". Twinkle's engine runs it as {engine} (data parallel, sharded): {why}" if not layout.staged else ""))
 
     @staticmethod
     def _check(draft: PlanDraft, tensor: int, pipeline: int) -> None:
@@ -354,6 +356,10 @@ class LayoutDecider(Decider):
             raise PlanningError(f"{names} does not divide the job's {draft.world_size} "
                                 f"process(es); use devices (× num_nodes) that {tensor * pipeline} divides, or set "
                                 "them to 1")
+        if pipeline > 1 and draft.world_size // (tensor * pipeline) > 1:
+            raise PlanningError(f"{names} leaves {draft.world_size // (tensor * pipeline)} replicas of the pipeline, and "
+                                "replicas of a pipeline (FSDP2 × pipeline stages) do not run yet: use devices (× "
+                                f"num_nodes) = {tensor * pipeline}, or drop pipeline_parallel_size")
         fixed = c.overrides.get("strategy")
         if tensor * pipeline > 1 and fixed not in (None, "fsdp2", "pipeline"):
             raise PlanningError(f"{names} runs in Lightning's ModelParallelStrategy "

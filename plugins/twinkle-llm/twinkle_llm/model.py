@@ -205,8 +205,6 @@ class CausalLM(Algorithm):
         pipeline stages, it writes no held-out generations: decoding one token at a time leaves nothing to split by
         sequence, nor to fill a pipeline with (said once)."""
         super().configure_model()
-        if self.pipeline is not None and self._split_logits:  # the schedule's backward of split logits
-            self.pipeline.context = _loss_parallel
         if (self._split_logits or self.pipeline is not None) and self.val_generations and self.trainer.is_global_zero:
             import warnings
 
@@ -303,8 +301,7 @@ class CausalLM(Algorithm):
             from torch.distributed.tensor import DTensor, Replicate
 
             flat = DTensor.from_local(flat, logits.device_mesh, [Replicate()], run_check=False)
-        inside = split and self.pipeline is None  # a pipelined step runs inside loss_parallel already (backward too)
-        with _loss_parallel() if inside else contextlib.nullcontext():
+        with _loss_parallel() if split else contextlib.nullcontext():
             loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), flat,
                                                ignore_index=-100, reduction="sum")
         return loss.full_tensor() if split else loss
