@@ -32,6 +32,7 @@ from torch.nn import functional as F
 from twinkle_core.data.spec import DataSpec, ModelInput
 from twinkle_core.errors import TwinkleError
 from twinkle_core.hyperparams import Hyperparameter, declared, validate, with_new_names
+from twinkle_core.parallel import tied_names
 from twinkle_core.tasks import Task, get_task
 from twinkle_core.types import NonNegativeFloat, PositiveFloat, Probability
 
@@ -206,7 +207,7 @@ class Algorithm(L.LightningModule):
             if not plan:
                 raise TwinkleError(f"{type(self).__name__} supplies no tensor-parallel plan (tensor_parallel_plan); "
                                    "drop tensor_parallel_size or implement it")
-            tied = _tied_parameters(self.model)
+            tied = tied_names(self.model)
             parallelize_module(self.model, tensor, plan)
             _tie_again(self.model, tied)
 
@@ -596,14 +597,6 @@ class Algorithm(L.LightningModule):
         else:
             sched = torch.optim.lr_scheduler.MultiStepLR(opt, [int(total * 0.6), int(total * 0.85)], gamma=0.1)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-
-
-def _tied_parameters(model: nn.Module) -> list[list[str]]:
-    """Names of parameters that are one tensor (tied weights: an embedding and its output layer), in groups."""
-    groups: dict[int, list[str]] = {}
-    for name, parameter in model.named_parameters(remove_duplicate=False):
-        groups.setdefault(id(parameter), []).append(name)
-    return [names for names in groups.values() if len(names) > 1]
 
 
 def _tie_again(model: nn.Module, tied: list[list[str]]) -> None:

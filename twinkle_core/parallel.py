@@ -10,7 +10,7 @@ consecutive ranks form such a group (``model_parallel``), and the samplers split
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Any, Iterator
 
 _MODEL_PARALLEL_SIZE = 1
 """Consecutive ranks that hold one model between them (tensor-parallel degree) in the fit under way."""
@@ -48,6 +48,15 @@ def data_rank_and_world() -> tuple[int, int]:
     rank, world = rank_and_world()
     size = _MODEL_PARALLEL_SIZE if world % _MODEL_PARALLEL_SIZE == 0 else 1
     return rank // size, world // size
+
+
+def tied_names(module: Any) -> list[list[str]]:
+    """Names of ``module``'s parameters that are one tensor (tied weights: an embedding and its output layer), in
+    groups, each in ``named_parameters`` order (its first name is the one ``named_parameters`` keeps)."""
+    groups: dict[int, list[str]] = {}
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(parameter), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
 
 
 def epoch_seed(seed: int, epoch: int, salt: int = 0) -> int:

@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from twinkle_core.errors import TwinkleError
+from twinkle_core.parallel import tied_names
 
 PIPELINE_DIMENSION = "pipeline_parallel"
 """The name of the device mesh's pipeline dimension."""
@@ -75,7 +76,7 @@ class Pipeline:
         self.indices = list(range(self.rank, self.total, self.ranks))
         self.parts = [parts[i] for i in self.indices]
         self.names = [name for name, p in algorithm.named_parameters() if p.requires_grad]
-        self.aliases = _aliases(algorithm)
+        self.aliases = {name: names[0] for names in tied_names(algorithm) for name in names[1:]}
         holders: dict[int, set[int]] = {}
         for index, part in enumerate(parts):
             for parameter in part.parameters():
@@ -116,7 +117,7 @@ class Pipeline:
         device = inputs[0].device
         value = torch.zeros((), device=device)
         for part in losses:
-            value += (part.full_tensor() if hasattr(part, "full_tensor") else part).detach().float().to(device)
+            value += _whole(part).detach().float().to(device)
         dist.broadcast(value, src=self.globals[(self.total - 1) % self.ranks], group=self.group)
         return value
 
@@ -178,8 +179,7 @@ class Pipeline:
         for p in parameters:
             if p.grad is None or (id(p) in tied and not self.first):
                 continue
-            grad = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
-            total += grad.detach().double().pow(2).sum()
+            total += _whole(p.grad).detach().double().pow(2).sum()
         dist.all_reduce(total, group=self.group)
         return total.sqrt()
 
@@ -202,8 +202,8 @@ class Pipeline:
             owner = index % self.ranks
             if owner == self.rank:
                 out = self.parts[self.indices.index(index)](*values)
-                if index == self.total - 1 and hasattr(out, "full_tensor"):
-                    out = out.full_tensor()  # split by tensor parallel: whole before it is handed on
+                if index == self.total - 1:
+                    out = _whole(out)  # split by tensor parallel: whole before it is handed on
                 values = tuple(t.cpu() for t in (out if isinstance(out, tuple) else (out,)))
             box = [values if owner == self.rank else None]
             dist.broadcast_object_list(box, src=self.globals[owner], group=self.group)
@@ -218,8 +218,7 @@ class Pipeline:
         for name, value in self.algorithm.state_dict().items():
             if value.is_meta:
                 continue
-            value = value.full_tensor() if hasattr(value, "full_tensor") else value
-            state[name] = value.detach().cpu()
+            state[name] = _whole(value).detach().cpu()
         return _merge_on_zero(state if self._speaks() else {})
 
     def full_optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -229,10 +228,9 @@ class Pipeline:
         local = optimizer.state_dict()
         state: dict[str, Any] = {}
         for index, values in local["state"].items():
-            state[names[index]] = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu()
-                                   if torch.is_tensor(v) else v for k, v in values.items()}
-        groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [names[i] for i in g["params"]]}
-                  for g in local["param_groups"]]
+            state[names[index]] = {k: _whole(v).detach().cpu() if torch.is_tensor(v) else v
+                                   for k, v in values.items()}
+        groups = [{**_settings(g), "params": [names[i] for i in g["params"]]} for g in local["param_groups"]]
         shares = _gather_on_zero({"state": state, "groups": groups} if self._speaks() else None)
         if shares is None:
             return {}
@@ -245,8 +243,7 @@ class Pipeline:
             for slot, group in enumerate(share["groups"]):
                 params[slot].update(order[name] for name in group["params"])
         return {"state": dict(sorted(merged.items())),
-                "param_groups": [{**{k: v for k, v in g.items() if k != "params"}, "params": sorted(p)}
-                                 for g, p in zip(groups, params)]}
+                "param_groups": [{**_settings(g), "params": sorted(p)} for g, p in zip(groups, params)]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Load a whole network's state (a checkpoint's ``state_dict``): each rank takes its stages' share.
@@ -291,8 +288,7 @@ class Pipeline:
                 values[key] = value
             state[index] = values
         local = optimizer.state_dict()
-        groups = [{**{k: v for k, v in s.items() if k != "params"}, "params": g["params"]}
-                  for g, s in zip(local["param_groups"], saved["param_groups"])]
+        groups = [{**_settings(s), "params": g["params"]} for g, s in zip(local["param_groups"], saved["param_groups"])]
         optimizer.load_state_dict({"state": state, "param_groups": groups})
 
     def _names_of(self, optimizer: torch.optim.Optimizer) -> list[str]:
@@ -319,13 +315,14 @@ def _cut(algorithm: Any, ranks: int) -> tuple[list[nn.Module], int]:
         return list(algorithm.pipeline_stages(ranks)), 1
 
 
-def _aliases(algorithm: nn.Module) -> dict[str, str]:
-    """Every other name of a parameter known by several (tied weights) mapped to its first name."""
-    first: dict[int, str] = {}
-    aliases = {}
-    for name, parameter in algorithm.named_parameters(remove_duplicate=False):
-        aliases[name] = first.setdefault(id(parameter), name)
-    return {k: v for k, v in aliases.items() if k != v}
+def _whole(value: Any) -> Any:
+    """A tensor split over a device mesh (``DTensor``) gathered whole; anything else as it is."""
+    return value.full_tensor() if hasattr(value, "full_tensor") else value
+
+
+def _settings(group: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer parameter group's settings (lr, betas, ...) without its parameters."""
+    return {k: v for k, v in group.items() if k != "params"}
 
 
 def _drop_others(module: nn.Module, keep: set[int]) -> None:

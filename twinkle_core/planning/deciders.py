@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TypedDict
 
 from twinkle_core.planning.estimate import ModelFacts, PlanningError
-from twinkle_core.planning.hardware import Hardware
+from twinkle_core.planning.hardware import Hardware, nbytes
 from twinkle_core.planning.history import PastRun
 from twinkle_core.planning.plan import Decision, Distribution, Precision
 
@@ -492,14 +492,6 @@ def human(n: float) -> str:
         if n >= size:
             return f"{n / size:.1f}{unit}"
     return str(int(n))
-
-
-def nbytes(n: float) -> str:
-    """A size in kB/MB/GB/TB."""
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def __getattr__(name: str) -> Any:

@@ -143,6 +143,14 @@ _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "K
           "GIB": 2**30, "TIB": 2**40}
 
 
+def nbytes(n: float) -> str:
+    """A size in kB/MB/GB/TB (``parse_bytes``'s inverse, for reading)."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
 def parse_bytes(value: str | int) -> int:
     """``"80GB"`` → 80·10⁹, ``"512GiB"`` → 512·2³⁰, an int unchanged.
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from twinkle_core.planning.hardware import Hardware, device_peak_table
+from twinkle_core.planning.hardware import Hardware, device_peak_table, nbytes
 
 MEMORY_BUDGET = 0.8
 """The share of a device's memory a layout may plan for (the rest: allocator slack, buffers, fragmentation)."""
@@ -146,19 +146,15 @@ def _reasons(parameters: int, memory: dict[str, int], budget: int, data: int, te
         reasons.append("tp 1: the model supplies no tensor-parallel plan (Algorithm.tensor_parallel_plan), so it is "
                        "not split")
     elif tensor == 1:
-        reasons.append(f"tp 1: {parameters / 1e9:.1f}B parameters' weights and gradients ({_size(memory['weights'] + memory['gradients'])}) "
+        reasons.append(f"tp 1: {parameters / 1e9:.1f}B parameters' weights and gradients ({nbytes(memory['weights'] + memory['gradients'])}) "
                        "fit a device unsplit")
     else:
-        reasons.append(f"tp {tensor}: smaller degrees leave more than {_size(budget)} per device; tensor "
+        reasons.append(f"tp {tensor}: smaller degrees leave more than {nbytes(budget)} per device; tensor "
                        f"parallel stays inside a node ({per_node} devices"
                        f"{', ' + hardware.interconnect if hardware.interconnect else ''})")
     reasons.append("pp 1: the model fits within one node's tensor-parallel group" if pipeline == 1 else
                    f"pp {pipeline}: the model needs {pipeline} stages beyond tp {tensor}; bubble {bubble:.0%}")
     reasons.append(f"dp {data}: the remaining devices replicate, optimizer state sharded over them (ZeRO-1): "
-                   f"{_size(memory['total'])} per device of {_size(budget)}")
+                   f"{nbytes(memory['total'])} per device of {nbytes(budget)}")
     return reasons
 
-
-def _size(count: float) -> str:
-    """Bytes in GB (one decimal), or in MB below a gigabyte."""
-    return f"{count / 1e9:.1f} GB" if count >= 1e9 else f"{count / 1e6:.0f} MB"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict
 
+from twinkle_core.planning.hardware import nbytes
 from twinkle_core.types import TextEnum
 
 
@@ -184,7 +185,7 @@ class Plan:
             if "flops_per_sample" in e:
                 figures.append(f"{_count(e['flops_per_sample'])} FLOPs/sample")
             if "state_bytes" in e:
-                figures.append(f"training state {_size(e['state_bytes'])}")
+                figures.append(f"training state {nbytes(e['state_bytes'])}")
             if e.get("estimated_seconds") is not None:
                 source = e.get("estimate_source")
                 figures.append(f"~{_duration(float(e['estimated_seconds']))} to train"
@@ -199,13 +200,6 @@ def _count(n: float) -> str:
         if n >= size:
             return f"{n / size:.1f}{unit}"
     return f"{int(n)}"
-
-
-def _size(n: float) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def _duration(seconds: float) -> str:

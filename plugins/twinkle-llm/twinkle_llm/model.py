@@ -196,7 +196,7 @@ class CausalLM(Algorithm):
         """Token ids and position ids in, labels as targets; a micro-batch's loss is its summed token
         cross-entropy over the whole batch's predicted tokens (so the micro-batches add up to the batch's mean)."""
         x, labels = batch[0], batch[1]
-        positions = batch[2] if len(batch) > 2 else torch.arange(x.shape[1], device=x.device).expand_as(x)
+        positions = _positions(x, batch[2] if len(batch) > 2 else None)
         count = (labels[:, 1:] != -100).sum().clamp(min=1)
         return (x, positions), labels, lambda logits, targets: self._summed_loss(logits, targets) / count
 
@@ -275,9 +275,7 @@ class CausalLM(Algorithm):
         """The network's logits as it returns them: split by vocabulary under tensor parallel (a ``DTensor``);
         through every stage, whole, when pipelined."""
         if self.pipeline is not None:
-            positions = position_ids if position_ids is not None else torch.arange(
-                x.shape[1], device=x.device).expand_as(x)
-            return self.pipeline.forward(x, positions)
+            return self.pipeline.forward(x, _positions(x, position_ids))
         return self.model(input_ids=x, position_ids=position_ids, use_cache=False).logits
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
@@ -538,6 +536,12 @@ class Qwen3(CausalLM):
 
     family = "qwen3"
     default_size = "0.6b"
+
+
+def _positions(x: torch.Tensor, given: torch.Tensor | None) -> torch.Tensor:
+    """The position ids of token ids ``x``: ``given`` (packed documents), else ``0 … L-1`` in every row (pipeline
+    stages hand them on as a tensor)."""
+    return given if given is not None else torch.arange(x.shape[1], device=x.device).expand_as(x)
 
 
 def _is_dtensor(value: Any) -> bool:
