@@ -3,10 +3,11 @@
 **Measured.** ``llama-60m`` (8 decoder layers, width 512; a 4,096-id vocabulary learned from CPython's help topics:
 27 M parameters) under a per-process memory cap that plain data parallel does not fit. On 2 processes and on 4
 (CPU, gloo, one thread each), every layout of data-parallel FSDP2 × tensor parallel × pipeline stages that the
-model can take trains the same 12 optimizer steps of 4 windows × 64 tokens (fp32, the same seed); each records
-its tokens/s (the job's, over the measured training time) and its peak resident memory per process. Beside them:
-the planner's pick for the same job (``Trainer.plan`` with ``memory_limit_bytes``), its rank among the layouts that
-fit, and its ratio to the fastest and to the median.
+model can take trains the same 12 optimizer steps of 4 windows × 64 tokens (fp32, the same seed), each with the
+largest micro-batch the planner's memory arithmetic fits under the cap (the rest of the batch accumulated); each
+records its tokens/s (the job's, over the measured training time), its peak resident memory per process and the
+planner's estimated step. Beside them: the planner's pick for the same job (``Trainer.plan`` with
+``memory_limit_bytes``), its rank among the layouts that fit, and its ratio to the fastest and to the median.
 
 **On paper.** torchtitan's published runs — Llama 3.1 8B on 8 H100s with FSDP (5,762 tokens/s per GPU; local
 batch 2, 8,192 tokens) and Llama 3.1 70B on 256 H100s with FSDP 32 × TP 8 (829 tokens/s per GPU) — planned for
@@ -15,12 +16,13 @@ picks and its estimated tokens/s per device beside the published figure.
 
     python bench/layouts.py            # about 10 minutes on 2 cores; writes bench/results/layouts.json
 
-Run with ``--run DEVICES TP PP OUT DATA`` it trains one layout (Lightning starts the other ranks by running this
+Run with ``--run DEVICES TP PP MICRO OUT DATA`` it trains one layout (Lightning starts the other ranks by running this
 file again) and writes ``OUT/rank<N>.json``.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import platform
@@ -41,9 +43,10 @@ SETTINGS = {"max_seq_len": 64, "vocab_size": 4096, "effective_batch_size": 4, "m
             "seed": 0}
 """The same tokens for every layout: 12 steps × 4 windows × 64 tokens (small batches: the training state, not the
 activations, is what does not fit, as for large models)."""
-CAP_SHARE = 0.6
-"""The memory cap per process, as a share of what one process needs for plain data parallel (``needed``):
-plain data parallel does not fit; layouts that shard or split the state do."""
+CAP_SHARE = 0.75
+"""The memory cap per process (``memory_limit_bytes``), as a share of what one process needs for plain data
+parallel: the planner plans for 80 % of the cap (0.6 of plain data parallel), so plain data parallel does not fit
+and layouts that shard or split the state do."""
 PUBLISHED = [
     {"model": "8b", "devices": 8, "nodes": 1, "global_batch": 16, "published_layout": "FSDP 8",
      "published_tokens_per_second_per_gpu": 5762},
@@ -65,12 +68,12 @@ def layouts(devices: int, heads: int, layers: int) -> list[tuple[int, int, int]]
     return out
 
 
-def run_one(devices: int, tensor: int, stages: int, out: Path, data: str) -> None:
-    """Train one layout in this job (``--run``) and write this rank's figures."""
+def run_one(devices: int, tensor: int, stages: int, micro: int, out: Path, data: str) -> None:
+    """Train one layout in this job (``--run``) with micro-batches of ``micro`` windows per replica (accumulating
+    the rest of the effective batch) and write this rank's figures."""
     from twinkle_core import Trainer
 
-    replicas = devices // (tensor * stages)
-    hp = {**SETTINGS, "devices": devices, "batch_size": SETTINGS["effective_batch_size"] // replicas}
+    hp = {**SETTINGS, "devices": devices, "batch_size": micro}
     if tensor > 1:
         hp["tensor_parallel_size"] = tensor
     if stages > 1:
@@ -90,14 +93,30 @@ def run_one(devices: int, tensor: int, stages: int, out: Path, data: str) -> Non
         "layout": result.plan.estimates.get("layout"), "train_loss": result.metrics.get("train_loss")}))
 
 
-def needed(facts: dict, dp: int, tp: int, pp: int, sharded: bool = True) -> int:
-    """Bytes per process a layout needs as the engine runs it (fp32): weights, gradients and AdamW's two moments
-    (16 B per parameter) split by tp × pp and, under FSDP2, sharded over dp; activations and their gradients for the
-    replica's batch, split by tp and by pp (a 1F1B stage keeps at most pp of its micro-batches in flight, each
-    through 1/pp of the layers). Plain data parallel (``sharded=False``) holds the whole state per process."""
-    state = 16 * int(facts["parameters"]) / (tp * pp * (dp if sharded else 1))
-    batch = SETTINGS["effective_batch_size"] // dp
-    return int(state + 2 * int(facts["activation_bytes_per_sample"]) * batch / (tp * pp))
+def planned(facts: dict, devices: int, dp: int, tp: int, pp: int, cap: int):  # noqa: ANN201 (a Layout)
+    """The planner's arithmetic for a layout as the bench runs it: the largest micro-batch, from a replica's whole
+    share of the batch halving down, whose memory per process fits (``twinkle_core.planning.layout``: FSDP2 over
+    dp, fp32), with that memory and the estimated step (the smallest micro-batch's when none fits)."""
+    from dataclasses import fields
+
+    from twinkle_core.planning import Hardware, ModelFacts
+    from twinkle_core.planning.layout import layout_for
+
+    known = ModelFacts(**{f.name: facts[f.name] for f in fields(ModelFacts) if f.name in facts})
+    cpu = Hardware("cpu", devices, "cpu", cap, False, False, os.cpu_count() or 1, cap)
+    batch, micro = SETTINGS["effective_batch_size"], SETTINGS["effective_batch_size"] // dp
+    while True:
+        layout = layout_for(known, cpu, batch, micro, False, dp, tp, pp)
+        if micro == 1 or layout.memory["total"] <= layout.budget_bytes:
+            return layout
+        micro //= 2
+
+
+def plain_bytes(facts: dict, devices: int) -> int:
+    """Bytes per process plain data parallel needs (fp32): the whole training state (16 B per parameter) and a
+    replica's batch of activations."""
+    batch = SETTINGS["effective_batch_size"] // devices
+    return int(16 * int(facts["parameters"]) + int(facts["activation_bytes_per_sample"]) * batch)
 
 
 def measured(data: Path, home: Path) -> dict:
@@ -112,24 +131,27 @@ def measured(data: Path, home: Path) -> dict:
     for devices in (2, 4):
         per_device = {**SETTINGS, "devices": devices, "batch_size": SETTINGS["effective_batch_size"] // devices}
         facts = Trainer(MODEL, hyperparams=per_device, verbose=False).plan(str(data)).estimates
-        plain = needed(facts, devices, 1, 1, sharded=False)
+        plain = plain_bytes(facts, devices)
         cap = int(CAP_SHARE * plain)
         pick = Trainer(MODEL, hyperparams={**per_device, "memory_limit_bytes": cap}, verbose=False).plan(str(data))
         chosen = pick.estimates.get("layout")
         picked = (chosen["data"], chosen["tensor"], chosen["pipeline"]) if chosen else None
-        rows = [{"layout": "plain data parallel (DDP)", "dp": devices, "tp": 1, "pp": 1,
-                 "needed_bytes": needed(facts, devices, 1, 1, sharded=False), "fits_cap": False}]
+        rows = [{"layout": "plain data parallel (DDP)", "dp": devices, "tp": 1, "pp": 1, "needed_bytes": plain,
+                 "fits_cap": plain <= 0.8 * cap}]
         for dp, tp, pp in layouts(devices, shape["num_key_value_heads"], shape["num_hidden_layers"]):
-            need = needed(facts, dp, tp, pp)
-            row = {"layout": f"dp {dp} × tp {tp} × pp {pp}", "dp": dp, "tp": tp, "pp": pp, "needed_bytes": need,
-                   "fits_cap": need <= cap}
+            layout = planned(facts, devices, dp, tp, pp, cap)
+            row = {"layout": f"dp {dp} × tp {tp} × pp {pp}", "dp": dp, "tp": tp, "pp": pp,
+                   "micro_batch_size": layout.micro_batch_size, "needed_bytes": layout.memory["total"],
+                   "fits_cap": layout.memory["total"] <= layout.budget_bytes,
+                   "estimated_step_seconds": round(layout.step_seconds, 3)}
             rows.append(row)
             if not row["fits_cap"] and (dp, tp, pp) != picked:
                 continue
             out = Path(tempfile.mkdtemp(prefix=f"layout-{devices}-"))
             env = {**os.environ, "TWINKLE_USER": "bench"}
-            done = subprocess.run([sys.executable, __file__, "--run", str(devices), str(tp), str(pp), str(out),
-                                   str(data)], env=env, capture_output=True, text=True, timeout=1800)
+            done = subprocess.run([sys.executable, __file__, "--run", str(devices), str(tp), str(pp),
+                                   str(row["micro_batch_size"]), str(out), str(data)], env=env, capture_output=True,
+                                  text=True, timeout=1800)
             if done.returncode != 0:
                 row["error"] = done.stderr[-1500:]
                 continue
@@ -146,6 +168,7 @@ def measured(data: Path, home: Path) -> dict:
         report["worlds"][str(devices)] = {
             "cap_bytes_per_process": cap, "plain_data_parallel_bytes": plain,
             "planner_pick": f"dp {picked[0]} × tp {picked[1]} × pp {picked[2]}" if picked else "none fits",
+            "planner_micro_batch_size": chosen["micro_batch_size"] if chosen else None,
             "planner_reason": next((d.reason for d in pick.decisions if d.name == "layout"), None),
             "rank_of_pick": ran.index(mine) + 1 if mine in ran else None, "layouts_run": len(ran),
             "pick_to_fastest": round(mine["tokens_per_second"] / ran[0]["tokens_per_second"], 3) if mine else None,
@@ -159,8 +182,11 @@ def on_paper() -> list[dict]:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from torch.distributed.tensor.parallel import RowwiseParallel
+
     from twinkle_core.planning import Hardware, measure, plan_layout
     from twinkle_llm.model import build_config
+    from twinkle_llm.parallel import llama_plan
     from twinkle_llm.presets import PRESETS
 
     out = []
@@ -168,11 +194,14 @@ def on_paper() -> list[dict]:
         config = build_config("llama", {**PRESETS["llama"][case["model"]], "vocab_size": 128256})
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-            facts = measure(model, torch.randint(0, 128256, (2, 8192)))
+            row_wise = [m for name, m in model.named_modules()
+                        if any(fnmatch.fnmatchcase(name, pattern) for pattern, style in llama_plan(config, 1).items()
+                               if isinstance(style, RowwiseParallel))]  # as the planner reads CausalLM's plan
+            facts = measure(model, torch.randint(0, 128256, (2, 8192)), row_wise, sequence_parallel=True,
+                            shard_units=len(model.model.layers))
         cluster = Hardware.cluster(devices=case["devices"], device_memory="96GB", nodes=case["nodes"],
                                    interconnect="nvlink+infiniband")
-        layout = plan_layout(facts.parameters, facts.activation_bytes_per_sample, facts.flops_per_sample, cluster,
-                             case["global_batch"], 1, True, splits_tensors=True)
+        layout = plan_layout(facts, cluster, case["global_batch"], 1, mixed=True)
         devices = case["devices"] * case["nodes"]
         estimate = (case["global_batch"] * 8192 / layout.step_seconds / devices) if layout and layout.step_seconds \
             else None
@@ -180,6 +209,8 @@ def on_paper() -> list[dict]:
         out.append({**case, "parameters": facts.parameters, "flops_per_token": facts.flops_per_sample / 8192,
                     "planner_layout": layout.describe() if layout else "none fits",
                     "planner_memory_gb": round(layout.memory["total"] / 1e9, 1) if layout else None,
+                    "planner_seconds": layout.seconds if layout else None,
+                    "planner_alternatives": layout.alternatives if layout else None,
                     "estimated_tokens_per_second_per_gpu": round(estimate) if estimate else None,
                     "estimate_to_published": round(estimate / published, 3) if estimate else None})
         print(out[-1]["model"], out[-1]["planner_layout"], out[-1]["estimated_tokens_per_second_per_gpu"], flush=True)
@@ -191,8 +222,8 @@ def main() -> int:
     from twinkle_llm.samples import write_topics
 
     if sys.argv[1:2] == ["--run"]:
-        devices, tensor, stages = (int(v) for v in sys.argv[2:5])
-        run_one(devices, tensor, stages, Path(sys.argv[5]), sys.argv[6])
+        devices, tensor, stages, micro = (int(v) for v in sys.argv[2:6])
+        run_one(devices, tensor, stages, micro, Path(sys.argv[6]), sys.argv[7])
         return 0
     folder = Path(tempfile.mkdtemp(prefix="twinkle-layouts-"))
     data = write_topics(folder / "topics.jsonl")

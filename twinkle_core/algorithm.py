@@ -253,6 +253,11 @@ class Algorithm(L.LightningModule):
 
         Raise ``TwinkleError`` naming the size that does not divide (attention heads, say) when the network
         cannot split ``mesh.size()`` ways.
+
+        The planner also calls it before any process group exists, with a stand-in mesh of size 1 (only
+        ``size()`` and ``mesh_dim_names`` are meaningful), to learn which modules' outputs tensor parallel reduces
+        (the ``RowwiseParallel`` entries) for its time estimate; a plan that cannot be made then is left out of
+        the estimate.
         """
         return None
 

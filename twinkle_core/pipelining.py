@@ -82,11 +82,20 @@ class Pipeline:
             for parameter in part.parameters():
                 holders.setdefault(id(parameter), set()).add(index % self.ranks)
         mine = {id(t) for part in self.parts for t in (*part.parameters(), *part.buffers())}
+        known: dict[int, list[str]] = {}
+        for name, parameter in algorithm.named_parameters(remove_duplicate=False):
+            known.setdefault(id(parameter), []).append(name)
+        # weights several ranks hold, by their names: FSDP2 replaces the parameters it shards, names stay
+        shared = {tuple(known[key]): sorted(owners) for key, owners in holders.items()
+                  if len(owners) > 1 and key in known}
         _drop_others(algorithm.model, mine)
-        shared = {key: sorted(owners) for key, owners in holders.items() if len(owners) > 1}
-        self.tied = _tied_groups(algorithm, shared, mesh)
         if wrap is not None:
             wrap(self.parts)
+        held = {id(p) for part in self.parts for p in part.parameters()}
+        for names in known.values():  # a module outside this rank's parts kept the tied weight FSDP2 replaced
+            if len(names) > 1:
+                _tie(algorithm, names, held)
+        self.tied = _tied_groups(algorithm, shared, held, mesh)
         self._schedules: dict[tuple[Any, ...], Any] = {}
         self._loss: Callable[[Any, torch.Tensor], torch.Tensor] | None = None
 
@@ -337,9 +346,11 @@ def _drop_others(module: nn.Module, keep: set[int]) -> None:
             _drop_others(child, keep)
 
 
-def _tied_groups(algorithm: nn.Module, shared: dict[int, list[int]], mesh: Any) -> list[tuple[torch.Tensor, Any]]:
-    """For each weight several pipeline ranks hold: this rank's copy and the process group of its holders
-    (one group per pipeline of the mesh; every rank creates every group, in the same order)."""
+def _tied_groups(algorithm: nn.Module, shared: dict[tuple[str, ...], list[int]], held: set[int], mesh: Any
+                 ) -> list[tuple[torch.Tensor, Any]]:
+    """For each weight several pipeline ranks hold (by its names in the whole network): this rank's copy, as it
+    is now (sharded by FSDP2 or not), and the process group of its holders (one group per pipeline of the mesh;
+    every rank creates every group, in the same order)."""
     if not shared:
         return []
     dims = list(mesh.mesh_dim_names)
@@ -352,10 +363,40 @@ def _tied_groups(algorithm: nn.Module, shared: dict[int, list[int]], mesh: Any) 
             group = dist.new_group([row[i] for i in owners])
             if me in row:
                 groups[owners] = group
-    by_id = {id(p): p for p in algorithm.parameters()}
-    return [(by_id[key], groups[tuple(owners)]) for key, owners in shared.items()
-            if key in by_id and not by_id[key].is_meta and groups.get(tuple(owners)) is not None
-            and dist.get_process_group_ranks(groups[tuple(owners)]).count(me)]
+    out = []
+    for names, owners in shared.items():
+        parameter = _held(algorithm, names, held)
+        group = groups.get(tuple(owners))
+        if parameter is not None and group is not None and me in dist.get_process_group_ranks(group):
+            out.append((parameter, group))
+    return out
+
+
+def _held(module: nn.Module, names: tuple[str, ...] | list[str], held: set[int]) -> torch.Tensor | None:
+    """The parameter this rank's stages hold (its id in ``held``) under one of ``names``, else ``None``."""
+    for name in names:
+        try:
+            parameter = module.get_parameter(name)
+        except AttributeError:
+            continue
+        if id(parameter) in held:
+            return parameter
+    return None
+
+
+def _tie(module: nn.Module, names: list[str], held: set[int]) -> None:
+    """Make every one of ``names`` still in ``module`` the one parameter of theirs this rank's stages hold."""
+    kept = _held(module, names, held)
+    if kept is None:
+        return
+    for name in names:
+        owner, _, leaf = name.rpartition(".")
+        try:
+            holder = module.get_submodule(owner)
+        except AttributeError:
+            continue
+        if isinstance(getattr(holder, leaf, None), torch.Tensor):
+            setattr(holder, leaf, kept)
 
 
 def _gather_on_zero(value: Any) -> list[Any] | None:

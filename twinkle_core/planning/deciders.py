@@ -278,14 +278,15 @@ class CompressionDecider(Decider):
 
 
 class LayoutDecider(Decider):
-    """For a training state larger than one device: the data × tensor × pipeline layout that fits, from memory
-    arithmetic (``twinkle_core.planning.layout``), recorded with the plan and explained factor by factor."""
+    """For a training state larger than one device: the fastest data × tensor × pipeline layout that fits, from
+    memory and time arithmetic (``twinkle_core.planning.layout``), recorded with the plan and explained factor by
+    factor."""
 
     concern = "layout"
 
     def decide(self, draft: PlanDraft) -> None:
-        """Decide ``layout``: the user's ``tensor_parallel_size``, else (only when the state does not fit one
-        device) the first layout that fits."""
+        """Decide ``layout``: the user's ``tensor_parallel_size`` / ``pipeline_parallel_size``, else (only when
+        the state does not fit one device) the fastest layout that fits, with its micro-batch."""
         from twinkle_core.planning.layout import layout_for, plan_layout
 
         c = draft.context
@@ -295,8 +296,7 @@ class LayoutDecider(Decider):
                      nodes=int(draft.values.get("num_nodes", c.hardware.nodes)))
         mixed = str(draft.values.get("precision", "32-true")).endswith("mixed")
         global_batch = c.effective_batch_size or c.batch_size * draft.world_size
-        sizes = (c.facts.parameters, c.facts.activation_bytes_per_sample, c.facts.flops_per_sample, hw, global_batch,
-                 int(draft.values.get("micro_batch_size", 1)), mixed)
+        micro = int(draft.values.get("micro_batch_size", 1))
         tensor, pipeline = c.overrides.get("tensor_parallel_size"), c.overrides.get("pipeline_parallel_size")
         fixed = c.overrides.get("strategy")
         if fixed == "pipeline" and pipeline is None:  # one stage per process (per tensor-parallel group)
@@ -304,38 +304,46 @@ class LayoutDecider(Decider):
         if tensor is not None or pipeline is not None:
             tensor, pipeline = int(tensor or 1), int(pipeline or 1)
             self._check(draft, tensor, pipeline)
-            layout = layout_for(*sizes, draft.world_size // (tensor * pipeline), tensor, pipeline, c.splits_tensors)
+            layout = layout_for(c.facts, hw, global_batch, micro, mixed, draft.world_size // (tensor * pipeline),
+                                tensor, pipeline, c.splits_tensors)
             if c.overrides.get("tensor_parallel_size") is not None:
                 layout.reasons[0] = f"tp {tensor}: set by the user (tensor_parallel_size)"
             if c.overrides.get("pipeline_parallel_size") is not None or fixed == "pipeline":
                 source = ("pipeline_parallel_size" if c.overrides.get("pipeline_parallel_size") is not None
                           else "strategy 'pipeline': a stage per process")
                 layout.reasons[1] = f"pp {pipeline}: set by the user ({source})"
-            layout.staged = True
         elif c.facts.state_bytes < 0.8 * hw.device_memory_bytes or draft.world_size <= 1:
             return
         else:
-            layout = plan_layout(*sizes, splits_tensors=c.splits_tensors)
+            fixed_micro = c.overrides.get("micro_batch_size")
+            layout = plan_layout(c.facts, hw, global_batch, int(fixed_micro) if fixed_micro else None, mixed,
+                                 c.splits_tensors, c.cuts_stages)
             if layout is None:
                 draft.decide("layout", "none fits", f"no data × tensor × pipeline layout of {draft.world_size} "
                                                     f"devices fits {nbytes(hw.device_memory_bytes)} each; add devices")
                 return
-            # FSDP2 replicas of a pipeline do not keep weights tied across stages in step yet: none are planned
-            layout.staged = layout.pipeline == 1 or (c.cuts_stages and layout.data == 1)
         draft.layout = layout
         split = layout.model_parallel
         if split > 1 and fixed != "pipeline":  # runs as planned: tensor parallel and stages in ModelParallelStrategy
             draft.decide("strategy", "fsdp2", f"{layout.describe()}: the model splits {layout.tensor} ways (tensor "
-                                              f"parallel) into {layout.pipeline if layout.staged else 1} pipeline "
+                                              f"parallel) into {layout.pipeline} pipeline "
                                               "stage(s) inside Lightning's ModelParallelStrategy, FSDP2 across its "
                                               f"{layout.data} replica(s)")
-        if split > 1:
-            _decide_accumulation(draft, int(draft.values.get("micro_batch_size", 1)), layout.data, split)
-        engine = draft.values.get("strategy")
-        why = (f"{c.algorithm_name} does not cut its network into pipeline stages (Algorithm.pipeline_stages)"
-               if not c.cuts_stages else "replicas of a pipeline (dp × pp) do not run yet")
-        draft.decide("layout", layout.describe(), "; ".join(layout.reasons) + (
-            f". Twinkle's engine runs it as {engine} (data parallel, sharded): {why}" if not layout.staged else ""))
+        elif layout.data > 1 and not str(draft.values.get("strategy", "")).startswith(("fsdp", "deepspeed")):
+            draft.decide("strategy", "fsdp2", f"{layout.describe()}: FSDP2 shards the training state over the "
+                                              f"{layout.data} replicas")
+        resized = layout.micro_batch_size != micro
+        if resized:
+            micro = int(draft.decide("micro_batch_size", layout.micro_batch_size,
+                                     f"the largest that fits {layout.name()}'s memory, up to a replica's share of "
+                                     f"the effective batch {global_batch}"))
+        if split > 1 or resized:
+            _decide_accumulation(draft, micro, layout.data, split)
+        draft.decide("memory", nbytes(layout.memory["total"]),
+                     f"per device as laid out ({layout.name()}, micro-batch {layout.micro_batch_size}): "
+                     + ", ".join(f"{part} {nbytes(size)}" for part, size in layout.memory.items() if part != "total")
+                     + f"; {nbytes(layout.budget_bytes)} may be used")
+        draft.decide("layout", layout.describe(), "; ".join(layout.reasons))
 
     @staticmethod
     def _check(draft: PlanDraft, tensor: int, pipeline: int) -> None:
@@ -356,10 +364,6 @@ class LayoutDecider(Decider):
             raise PlanningError(f"{names} does not divide the job's {draft.world_size} "
                                 f"process(es); use devices (× num_nodes) that {tensor * pipeline} divides, or set "
                                 "them to 1")
-        if pipeline > 1 and draft.world_size // (tensor * pipeline) > 1:
-            raise PlanningError(f"{names} leaves {draft.world_size // (tensor * pipeline)} replicas of the pipeline, and "
-                                "replicas of a pipeline (FSDP2 × pipeline stages) do not run yet: use devices (× "
-                                f"num_nodes) = {tensor * pipeline}, or drop pipeline_parallel_size")
         fixed = c.overrides.get("strategy")
         if tensor * pipeline > 1 and fixed not in (None, "fsdp2", "pipeline"):
             raise PlanningError(f"{names} runs in Lightning's ModelParallelStrategy "

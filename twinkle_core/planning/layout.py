@@ -1,34 +1,36 @@
 """Data × tensor × pipeline parallel layouts for models whose training state does not fit one device.
 
-``plan_layout`` works from memory arithmetic alone (nothing is allocated: measure a large model on the meta
-device), for the machine at hand or a described cluster (``Hardware.cluster``). Per device, with
-``P`` parameters, tensor-parallel degree ``tp``, pipeline stages ``pp`` and data-parallel replicas ``dp``:
+``plan_layout`` works from measurements and arithmetic alone (nothing is allocated: measure a large model on the
+meta device), for the machine at hand or a described cluster (``Hardware.cluster``). Per device, with ``P``
+parameters, tensor-parallel degree ``tp``, pipeline stages ``pp`` and data-parallel replicas ``dp``, as the engine
+runs it (FSDP2 over the replicas, weights kept in fp32 and computed in 16 bits under mixed precision):
 
-* weights and gradients: ``(2 + 2) · P / (tp · pp)`` bytes in 16-bit mixed precision (``(4 + 4)`` in fp32);
-* optimizer state — AdamW's fp32 master weights and two moments, ``12 · P`` bytes (``8 · P`` in fp32) —
-  sharded over the data-parallel replicas (ZeRO stage 1): ``/ (tp · pp · dp)``;
+* weights, gradients and AdamW's two moments: ``(4 + 4 + 8) · P / (tp · pp · dp)`` bytes;
+* weights FSDP2 gathers for the unit it computes and the one it prefetches: two of the stage's sharded units
+  (``ModelFacts.shard_units``), in 16 or 32 bits, when ``dp > 1``;
 * activations: the measured bytes per sample × micro-batch, divided by ``tp`` (tensor parallel splits them;
   a 1F1B pipeline stage holds ``pp`` micro-batches of ``1/pp`` of the layers, so ``pp`` cancels), halved
   in 16-bit.
 
-Layouts are tried from the least communication to the most: pure data parallel, then tensor parallel inside
-a node (it all-reduces activations every layer, so it needs the node's fast links) up to the devices per node,
-then pipeline stages (which send activations point to point, fine across nodes); the first that fits 80 % of
-a device's memory wins. The time per step is the step's FLOPs over the devices' peak at an assumed MFU,
-stretched by the pipeline bubble ``(pp − 1) / (m + pp − 1)`` for ``m`` micro-batches per step.
+Every layout the devices allow is tried — tensor parallel only inside a node and only for a model that supplies a
+tensor-parallel plan, pipeline stages only for one that cuts its network — and of those whose memory fits 80 % of a
+device, the one with the shortest estimated step wins (``twinkle_core.planning.timing``: compute, the pipeline's
+bubble and each factor's communication); a tie goes to the least communication (data parallel, then tensor
+parallel, then stages). Without a known compute rate (a GPU not in the peak table), the first layout that fits in
+that order wins.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from twinkle_core.planning.hardware import Hardware, device_peak_table, nbytes
+from twinkle_core.planning.estimate import ModelFacts
+from twinkle_core.planning.hardware import Hardware, nbytes
+from twinkle_core.planning.timing import Traffic, links, pipeline_bubble, step_seconds
 
 MEMORY_BUDGET = 0.8
 """The share of a device's memory a layout may plan for (the rest: allocator slack, buffers, fragmentation)."""
-ASSUMED_MFU = 0.4
-"""Model-FLOPs utilisation assumed for the time estimate (well-tuned large-model training reaches 0.35–0.5)."""
 
 
 @dataclass
@@ -36,18 +38,18 @@ class Layout:
     """A data × tensor × pipeline layout and the arithmetic behind it.
 
     Attributes:
-        data: data-parallel replicas (``dp``).
+        data: data-parallel replicas (``dp``, FSDP2).
         tensor: tensor-parallel degree (``tp``, within a node).
         pipeline: pipeline stages (``pp``).
         micro_batch_size: samples per micro-batch per replica.
-        micro_batches: micro-batches per optimizer step per replica (the pipeline's ``m``).
-        memory: bytes per device by part (``weights``, ``gradients``, ``optimizer``, ``activations``) and ``total``.
+        micro_batches: micro-batches per optimizer step per replica (gradient accumulation).
+        memory: bytes per device by part (``state``, ``gathered``, ``activations``) and ``total``.
         budget_bytes: the memory a device may use (80 % of it).
         bubble: the pipeline's idle share.
-        step_seconds: estimated seconds per optimizer step (``None`` without a known device peak).
+        step_seconds: estimated seconds per optimizer step (``None`` without a known compute rate).
         reasons: one line per factor.
-        staged: whether the engine runs the pipeline stages as laid out (the model cuts into stages); without,
-            a layout of ``pp > 1`` runs as FSDP2 over all its devices.
+        seconds: the step's estimate by part (``compute`` with the bubble, ``data``, ``tensor``, ``pipeline``).
+        alternatives: the other layouts that fit, fastest first (``"dp 2 × tp 1 × pp 1"`` → seconds per step).
     """
 
     data: int
@@ -60,7 +62,8 @@ class Layout:
     bubble: float
     step_seconds: float | None
     reasons: list[str]
-    staged: bool = False
+    seconds: dict[str, float] = field(default_factory=dict)
+    alternatives: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def devices(self) -> int:
@@ -69,13 +72,17 @@ class Layout:
 
     @property
     def model_parallel(self) -> int:
-        """Devices that hold one copy of the model between them as it runs: ``tp × pp`` (``tp`` unless
-        ``staged``); the other factor, ``dp``, counts the copies that each read their own batches."""
-        return self.tensor * (self.pipeline if self.staged else 1)
+        """Devices that hold one copy of the model between them as it runs: ``tp × pp``; the other factor,
+        ``dp``, counts the copies that each read their own batches."""
+        return self.tensor * self.pipeline
+
+    def name(self) -> str:
+        """``"dp 8 × tp 2 × pp 1"``."""
+        return f"dp {self.data} × tp {self.tensor} × pp {self.pipeline}"
 
     def describe(self) -> str:
-        """``"dp 8 × tp 2 × pp 1 (ZeRO-1)"``."""
-        return f"dp {self.data} × tp {self.tensor} × pp {self.pipeline} (ZeRO-1)"
+        """``"dp 8 × tp 2 × pp 1 (FSDP2)"`` (the engine over the replicas, when there are several)."""
+        return f"{self.name()} (FSDP2)" if self.data > 1 else self.name()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values."""
@@ -83,14 +90,13 @@ class Layout:
 
 
 def memory_per_device(parameters: int, activation_bytes_per_sample: int, micro_batch: int, data: int, tensor: int,
-                      pipeline: int, mixed: bool = True) -> dict[str, int]:
+                      pipeline: int, mixed: bool = True, shard_units: int = 1) -> dict[str, int]:
     """Bytes per device by part for a layout (see the module docstring)."""
-    model_share = parameters / (tensor * pipeline)
-    weight_bytes, optimizer_bytes = (2, 12) if mixed else (4, 8)
+    stage = parameters / (tensor * pipeline)
+    units = max(shard_units / pipeline, 1.0)
     parts = {
-        "weights": int(weight_bytes * model_share),
-        "gradients": int(weight_bytes * model_share),
-        "optimizer": int(optimizer_bytes * model_share / data),
+        "state": int(16 * stage / data),
+        "gathered": int(min(2 / units, 1.0) * stage * (2 if mixed else 4)) if data > 1 else 0,
         "activations": int(activation_bytes_per_sample * (0.5 if mixed else 1.0) * micro_batch / tensor),
     }
     return {**parts, "total": sum(parts.values())}
@@ -104,57 +110,103 @@ def _powers_of_two(limit: int) -> list[int]:
     return out
 
 
-def layout_for(parameters: int, activation_bytes_per_sample: int, flops_per_sample: int, hardware: Hardware,
-               global_batch: int, micro_batch: int, mixed: bool, data: int, tensor: int, pipeline: int,
-               splits_tensors: bool = True) -> Layout:
+def _halvings(value: int) -> list[int]:
+    out = [value]
+    while out[-1] > 1:
+        out.append(out[-1] // 2)
+    return out
+
+
+def traffic(facts: ModelFacts) -> Traffic:
+    """What ``facts``' model sends, for ``twinkle_core.planning.timing``."""
+    return Traffic(facts.parameters, facts.flops_per_sample, facts.tensor_parallel_bytes_per_sample,
+                   facts.tensor_parallel_collectives, facts.boundary_bytes_per_sample, facts.shard_units)
+
+
+def layout_for(facts: ModelFacts, hardware: Hardware, global_batch: int, micro_batch: int, mixed: bool, data: int,
+               tensor: int, pipeline: int, splits_tensors: bool = True) -> Layout:
     """The ``data × tensor × pipeline`` layout given, with its memory per device, bubble, time and reasons
     (whether or not it fits: compare ``memory["total"]`` with ``budget_bytes``)."""
     per_node = max(hardware.devices, 1)
-    total = data * tensor * pipeline
     budget = int(MEMORY_BUDGET * hardware.device_memory_bytes)
-    memory = memory_per_device(parameters, activation_bytes_per_sample, micro_batch, data, tensor, pipeline, mixed)
+    memory = memory_per_device(facts.parameters, facts.activation_bytes_per_sample, micro_batch, data, tensor,
+                               pipeline, mixed, facts.shard_units)
     micro_batches = max(global_batch // max(data * micro_batch, 1), 1)
-    bubble = (pipeline - 1) / (micro_batches + pipeline - 1)
-    peak = device_peak_table(hardware.device_name, "16" if mixed else "32")
-    seconds = (flops_per_sample * global_batch / (total * peak * ASSUMED_MFU) / (1 - bubble)) if peak else None
-    return Layout(data, tensor, pipeline, micro_batch, micro_batches, memory, budget, round(bubble, 4), seconds,
-                  _reasons(parameters, memory, budget, data, tensor, pipeline, per_node, hardware, bubble,
-                           splits_tensors))
+    seconds = step_seconds(traffic(facts), hardware, global_batch, micro_batch, mixed, data, tensor, pipeline)
+    bubble = seconds.pop("bubble") if seconds else pipeline_bubble(micro_batch, pipeline)
+    layout = Layout(data, tensor, pipeline, micro_batch, micro_batches, memory, budget, round(bubble, 4),
+                    seconds["total"] if seconds else None, [], seconds={k: round(v, 6) for k, v in
+                                                                    (seconds or {}).items()})
+    layout.reasons = _reasons(facts.parameters, layout, per_node, hardware, splits_tensors)
+    return layout
 
 
-def plan_layout(parameters: int, activation_bytes_per_sample: int, flops_per_sample: int, hardware: Hardware,
-                global_batch: int, micro_batch: int = 1, mixed: bool = True,
-                splits_tensors: bool = True) -> Layout | None:
-    """The first layout (least communication first) whose memory fits, or ``None`` when none does; without
-    ``splits_tensors`` (the model supplies no tensor-parallel plan) only layouts of ``tp 1``."""
+def plan_layout(facts: ModelFacts, hardware: Hardware, global_batch: int, micro_batch: int | None = None,
+                mixed: bool = True, splits_tensors: bool = True, cuts_stages: bool = True) -> Layout | None:
+    """The fastest layout whose memory fits (see the module docstring), or ``None`` when none does.
+
+    Each layout gets the largest micro-batch that fits, from a replica's whole share of ``global_batch`` halving
+    down (fewer micro-batches: less traffic per step and a smaller bubble), or ``micro_batch`` when given. Without
+    ``splits_tensors`` (the model supplies no tensor-parallel plan), or without the plan's traffic in ``facts``
+    (``tensor_parallel_collectives``: its plan could not be read before the processes exist), only layouts of
+    ``tp 1``; without
+    ``cuts_stages`` only ``pp 1``.
+    """
     per_node, total = max(hardware.devices, 1), max(hardware.devices, 1) * max(hardware.nodes, 1)
-    for pipeline in _powers_of_two(total):
-        for tensor in _powers_of_two(per_node if splits_tensors else 1):
+    fits: list[Layout] = []
+    splits = splits_tensors and facts.tensor_parallel_collectives > 0  # a tensor factor only with known traffic
+    for pipeline in _powers_of_two(total if cuts_stages else 1):
+        for tensor in _powers_of_two(per_node if splits else 1):
+            data = total // (tensor * pipeline)
             if total % (tensor * pipeline):
                 continue
-            layout = layout_for(parameters, activation_bytes_per_sample, flops_per_sample, hardware, global_batch,
-                                micro_batch, mixed, total // (tensor * pipeline), tensor, pipeline, splits_tensors)
-            if layout.memory["total"] <= layout.budget_bytes:
-                return layout
-    return None
+            sizes = [micro_batch] if micro_batch else _halvings(max(global_batch // data, 1))
+            for micro in sizes:
+                layout = layout_for(facts, hardware, global_batch, micro, mixed, data, tensor, pipeline,
+                                    splits)
+                if layout.memory["total"] <= layout.budget_bytes:
+                    fits.append(layout)
+                    break
+    if not fits:
+        return None
+    if any(layout.step_seconds is None for layout in fits):  # no compute rate: the least communication
+        return fits[0]
+    ranked = sorted(fits, key=lambda layout: layout.step_seconds)  # stable: ties keep the least communication
+    best = ranked[0]
+    best.alternatives = {other.name(): round(other.step_seconds, 6) for other in ranked[1:]}
+    if len(ranked) > 1:
+        runner = ranked[1]
+        best.reasons.append(f"fastest of {len(ranked)} layouts that fit: {_step(best)} per step against "
+                            f"{_step(runner)} for {runner.name()}")
+    return best
 
 
-def _reasons(parameters: int, memory: dict[str, int], budget: int, data: int, tensor: int, pipeline: int,
-             per_node: int, hardware: Hardware, bubble: float, splits_tensors: bool = True) -> list[str]:
+def _step(layout: Layout) -> str:
+    """``"1.2 s (compute 0.9, data 0.2, tensor 0.1)"``."""
+    parts = ", ".join(f"{k} {v:.3g}" for k, v in layout.seconds.items() if k != "total" and v > 0)
+    return f"{layout.step_seconds:.3g} s ({parts})"
+
+
+def _reasons(parameters: int, layout: Layout, per_node: int, hardware: Hardware,
+             splits_tensors: bool = True) -> list[str]:
+    memory, budget, tensor, pipeline = layout.memory, layout.budget_bytes, layout.tensor, layout.pipeline
+    inside, between = links(hardware)
+    seconds = layout.seconds
     reasons = []
     if tensor == 1 and not splits_tensors:
-        reasons.append("tp 1: the model supplies no tensor-parallel plan (Algorithm.tensor_parallel_plan), so it is "
-                       "not split")
+        reasons.append("tp 1: the model supplies no tensor-parallel plan (Algorithm.tensor_parallel_plan) that the "
+                       "planner could read, so it is not split")
     elif tensor == 1:
-        reasons.append(f"tp 1: {parameters / 1e9:.1f}B parameters' weights and gradients ({nbytes(memory['weights'] + memory['gradients'])}) "
-                       "fit a device unsplit")
+        reasons.append(f"tp 1: {parameters / 1e9:.2g}B parameters need no tensor split")
     else:
-        reasons.append(f"tp {tensor}: smaller degrees leave more than {nbytes(budget)} per device; tensor "
-                       f"parallel stays inside a node ({per_node} devices"
-                       f"{', ' + hardware.interconnect if hardware.interconnect else ''})")
-    reasons.append("pp 1: the model fits within one node's tensor-parallel group" if pipeline == 1 else
-                   f"pp {pipeline}: the model needs {pipeline} stages beyond tp {tensor}; bubble {bubble:.0%}")
-    reasons.append(f"dp {data}: the remaining devices replicate, optimizer state sharded over them (ZeRO-1): "
-                   f"{nbytes(memory['total'])} per device of {nbytes(budget)}")
+        reasons.append(f"tp {tensor}: tensor parallel stays inside a node ({per_node} devices, {inside.name})"
+                       + (f"; its collectives take {seconds['tensor']:.3g} s per step" if seconds else ""))
+    if pipeline == 1:
+        reasons.append("pp 1: no pipeline stages")
+    else:
+        crossing = inside if tensor * pipeline <= per_node else between
+        reasons.append(f"pp {pipeline}: stages send activations over {crossing.name}; bubble {layout.bubble:.0%}")
+    reasons.append(f"dp {layout.data}: FSDP2 shards weights, gradients and optimizer state over the replicas: "
+                   f"{nbytes(memory['total'])} per device of {nbytes(budget)}"
+                   + (f"; its traffic adds {seconds['data']:.3g} s per step" if seconds and layout.data > 1 else ""))
     return reasons
-

@@ -154,10 +154,10 @@ class Plan:
 
     @property
     def pipeline_parallel_size(self) -> int:
-        """Pipeline stages one copy of the model is cut into (the layout's pipeline degree when the engine runs
-        its stages; 1 without)."""
+        """Pipeline stages one copy of the model is cut into (the layout's pipeline degree; 1 for a plan written
+        before 0.4 whose layout was not ``staged``: it ran as FSDP2)."""
         layout = self.estimates.get("layout") or {}
-        return int(layout.get("pipeline", 1)) if layout.get("staged") else 1
+        return int(layout.get("pipeline", 1)) if layout.get("staged", True) else 1
 
     def lightning_strategy(self) -> Any:
         """The Lightning strategy (a name, or a configured strategy object for ``fsdp2``; the engine runs a

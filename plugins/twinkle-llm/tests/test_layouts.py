@@ -1,7 +1,7 @@
 """llm-tiny split over CPU processes (gloo, in Lightning's ModelParallelStrategy) — tensor parallel on two, FSDP2
-on two, pipeline stages on two (interleaved 1F1B), data × tensor parallel and tensor × pipeline parallel on four —
-trains as one process does; a tensor-parallel run resumes exactly after SIGKILL, and checkpoints move between
-layouts."""
+on two, pipeline stages on two (interleaved 1F1B), data × tensor, data × pipeline and tensor × pipeline parallel on
+four — trains as one process does; a tensor-parallel run resumes exactly after SIGKILL, and checkpoints move
+between layouts."""
 
 from __future__ import annotations
 
@@ -114,15 +114,18 @@ def test_a_tensor_parallel_run_killed_mid_epoch_resumes_to_the_same_weights(runs
 @pytest.mark.parametrize(("devices", "tensor", "strategy", "layout"), [(2, 1, "fsdp2", "dp 2 × tp 1 × pp 1"),
                                                                        (2, "1,2,2", "auto", "dp 1 × tp 1 × pp 2"),
                                                                        (4, 2, "auto", "dp 2 × tp 2 × pp 1"),
+                                                                       (4, "1,2", "auto", "dp 2 × tp 1 × pp 2"),
                                                                        (4, "2,2", "auto", "dp 1 × tp 2 × pp 2")])
 def test_sharded_pipelined_and_two_dimensional_layouts_train_as_one_process_does(
         runs: dict, devices: int, tensor: int | str, strategy: str, layout: str) -> None:
     """FSDP2 over two replicas; two pipeline stages (four runs of decoder layers, two per process: interleaved
     1F1B, the embedding tied to the head across the first and last stage; each step accumulating two batches of
-    two windows, whose micro-batch losses are scaled as Lightning scales an accumulated loss); two replicas of a tensor-parallel pair
-    (FSDP2 × TP on a 2 × 2 mesh), each replica reading half of every batch; and a tensor-parallel pair in each of
-    two pipeline stages: the first ten whole-batch losses equal one process's within 1e-4 relative, and the final
-    weights (gathered into one checkpoint) match within Adam's rounding."""
+    two windows, whose micro-batch losses are scaled as Lightning scales an accumulated loss); two replicas of a
+    tensor-parallel pair (FSDP2 × TP on a 2 × 2 mesh), each replica reading half of every batch; two replicas of a
+    two-stage pipeline (FSDP2 × stages: the embedding, sharded on the first stage, stays tied to the head, sharded on
+    the last); and a tensor-parallel pair in each of two pipeline stages: the first ten whole-batch losses equal one
+    process's within 1e-4 relative, and the final weights (gathered into one checkpoint) match within Adam's
+    rounding."""
     home = runs["folder"] / f"home-{devices}-{tensor}"
     ranks = _train("fresh", runs["data"], runs["folder"] / f"out-{devices}-{tensor}", home, devices, tensor,
                    strategy=strategy)

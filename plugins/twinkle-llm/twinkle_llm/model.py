@@ -172,8 +172,9 @@ class CausalLM(Algorithm):
         if self.adapted:
             raise HyperparameterError("tensor_parallel_size > 1 with LoRA adapters is not supported yet: drop "
                                       "tensor_parallel_size (LoRA's base is frozen, so FSDP2 or DDP suffice) or lora_rank")
-        names = self.device_mesh.mesh_dim_names or ()
-        staged = "pipeline_parallel" in names and self.device_mesh["pipeline_parallel"].size() > 1
+        whole = self.device_mesh  # None while planning (the planner reads the plan's module names)
+        names = (whole.mesh_dim_names or ()) if whole is not None else ()
+        staged = "pipeline_parallel" in names and whole["pipeline_parallel"].size() > 1
         self._split_logits = not staged  # pipeline stages hand plain tensors on: the last one gathers its logits
         return llama_plan(self.model.config, mesh.size(), split_logits=self._split_logits)
 
