@@ -175,8 +175,10 @@ class CausalLM(Algorithm):
         whole = self.device_mesh  # None while planning (the planner reads the plan's module names)
         names = (whole.mesh_dim_names or ()) if whole is not None else ()
         staged = "pipeline_parallel" in names and whole["pipeline_parallel"].size() > 1
-        self._split_logits = not staged  # pipeline stages hand plain tensors on: the last one gathers its logits
-        return llama_plan(self.model.config, mesh.size(), split_logits=self._split_logits)
+        split = not staged  # pipeline stages hand plain tensors on: the last one gathers its logits
+        if whole is not None:  # the engine's call (the planner's only reads the plan)
+            self._split_logits = split
+        return llama_plan(self.model.config, mesh.size(), split_logits=split)
 
     def pipeline_stages(self, stages: int) -> list[nn.Module]:
         """Runs of decoder layers (``twinkle_llm.parallel.decoder_stages``): the embedding with the first, the
