@@ -137,7 +137,7 @@ def layout_for(facts: ModelFacts, hardware: Hardware, global_batch: int, micro_b
     layout = Layout(data, tensor, pipeline, micro_batch, micro_batches, memory, budget, round(bubble, 4),
                     seconds["total"] if seconds else None, [], seconds={k: round(v, 6) for k, v in
                                                                     (seconds or {}).items()})
-    layout.reasons = _reasons(facts.parameters, layout, per_node, hardware, splits_tensors)
+    layout.reasons = _reasons(layout, per_node, hardware, splits_tensors)
     return layout
 
 
@@ -149,17 +149,16 @@ def plan_layout(facts: ModelFacts, hardware: Hardware, global_batch: int, micro_
     down (fewer micro-batches: less traffic per step and a smaller bubble), or ``micro_batch`` when given. Without
     ``splits_tensors`` (the model supplies no tensor-parallel plan), or without the plan's traffic in ``facts``
     (``tensor_parallel_collectives``: its plan could not be read before the processes exist), only layouts of
-    ``tp 1``; without
-    ``cuts_stages`` only ``pp 1``.
+    ``tp 1``; without ``cuts_stages`` only ``pp 1``.
     """
     per_node, total = max(hardware.devices, 1), max(hardware.devices, 1) * max(hardware.nodes, 1)
     fits: list[Layout] = []
     splits = splits_tensors and facts.tensor_parallel_collectives > 0  # a tensor factor only with known traffic
     for pipeline in _powers_of_two(total if cuts_stages else 1):
         for tensor in _powers_of_two(per_node if splits else 1):
-            data = total // (tensor * pipeline)
             if total % (tensor * pipeline):
                 continue
+            data = total // (tensor * pipeline)
             sizes = [micro_batch] if micro_batch else _halvings(max(global_batch // data, 1))
             for micro in sizes:
                 layout = layout_for(facts, hardware, global_batch, micro, mixed, data, tensor, pipeline,
@@ -187,8 +186,7 @@ def _step(layout: Layout) -> str:
     return f"{layout.step_seconds:.3g} s ({parts})"
 
 
-def _reasons(parameters: int, layout: Layout, per_node: int, hardware: Hardware,
-             splits_tensors: bool = True) -> list[str]:
+def _reasons(layout: Layout, per_node: int, hardware: Hardware, splits_tensors: bool = True) -> list[str]:
     memory, budget, tensor, pipeline = layout.memory, layout.budget_bytes, layout.tensor, layout.pipeline
     inside, between = links(hardware)
     seconds = layout.seconds
@@ -197,7 +195,7 @@ def _reasons(parameters: int, layout: Layout, per_node: int, hardware: Hardware,
         reasons.append("tp 1: the model supplies no tensor-parallel plan (Algorithm.tensor_parallel_plan) that the "
                        "planner could read, so it is not split")
     elif tensor == 1:
-        reasons.append(f"tp 1: {parameters / 1e9:.2g}B parameters need no tensor split")
+        reasons.append("tp 1: not split")
     else:
         reasons.append(f"tp {tensor}: tensor parallel stays inside a node ({per_node} devices, {inside.name})"
                        + (f"; its collectives take {seconds['tensor']:.3g} s per step" if seconds else ""))
@@ -206,7 +204,10 @@ def _reasons(parameters: int, layout: Layout, per_node: int, hardware: Hardware,
     else:
         crossing = inside if tensor * pipeline <= per_node else between
         reasons.append(f"pp {pipeline}: stages send activations over {crossing.name}; bubble {layout.bubble:.0%}")
-    reasons.append(f"dp {layout.data}: FSDP2 shards weights, gradients and optimizer state over the replicas: "
-                   f"{nbytes(memory['total'])} per device of {nbytes(budget)}"
-                   + (f"; its traffic adds {seconds['data']:.3g} s per step" if seconds and layout.data > 1 else ""))
+    held = f"{nbytes(memory['total'])} per device of {nbytes(budget)}"
+    if layout.data == 1:
+        reasons.append(f"dp 1: one copy of the model: {held}")
+    else:
+        reasons.append(f"dp {layout.data}: FSDP2 shards weights, gradients and optimizer state over the replicas: "
+                       f"{held}" + (f"; its traffic adds {seconds['data']:.3g} s per step" if seconds else ""))
     return reasons

@@ -40,8 +40,10 @@ def test_lora_sft_from_a_local_folder_learns_held_out_prompts_and_exports_with_p
     before = _exact_match(base_trainer.algorithm, held_out)
 
     trainer = Trainer("llm-tiny", task="instruction_tuning",
+                      # a validation split of 2 % (4 conversations): at 5 % it took phrasings that the held-out
+                      # prompts' words are learnt from, and the result rested on the CPU's rounding (0.875 to 0.97)
                       hyperparams={"weights": base.path, "lora_rank": 16, "lr": 3e-3, "max_epochs": 50,
-                                   "val_fraction": 0.05,
+                                   "val_fraction": 0.02,
                                    "batch_size": 8, "max_seq_len": 128},
                       progress_bar=False, verbose=False)
     result = trainer.fit(str(data))
