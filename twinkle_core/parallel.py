@@ -59,6 +59,26 @@ def tied_names(module: Any) -> list[list[str]]:
     return [names for names in groups.values() if len(names) > 1]
 
 
+def micro_batches(batch_size: int, stages: int) -> int:
+    """Micro-batches per batch: the largest of 4·stages, …, 2, 1 that divides ``batch_size``."""
+    for count in range(min(4 * stages, batch_size), 0, -1):
+        if batch_size % count == 0:
+            return count
+    return 1
+
+
+def pipeline_micro_batches(batch_size: int, ranks: int, per_rank: int = 1) -> tuple[int, bool]:
+    """Micro-batches a pipeline of ``ranks`` devices, each running ``per_rank`` stages, splits a batch into, and
+    whether they fill a 1F1B schedule: the most, up to 4 per rank, that divide ``batch_size`` into equal parts and
+    number at least the ranks (a multiple of them when interleaved); else, for a batch too small for that, the most
+    that divide it (run GPipe-style). Shared by the engine (``twinkle_core.pipelining``) and the planner's time
+    estimate."""
+    for count in range(min(4 * ranks, batch_size), ranks - 1, -1):
+        if batch_size % count == 0 and (per_rank == 1 or count % ranks == 0):
+            return count, True
+    return micro_batches(batch_size, ranks), False
+
+
 def epoch_seed(seed: int, epoch: int, salt: int = 0) -> int:
     """A seed that is a function of ``(seed, epoch, salt)`` alone: the same in every process and after a resume."""
     return (seed * 1_000_003 + epoch * 7_919 + salt) % (2**63)

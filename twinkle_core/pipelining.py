@@ -10,8 +10,9 @@ network). Weights several ranks' parts hold (an embedding tied to the output lay
 their gradients are summed between those ranks before every optimizer step, so the copies stay one weight.
 
 Every rank of one pipeline reads the same batch; a training step splits it into micro-batches
-(``micro_batches``), runs the schedule, and returns the batch's loss (the algorithm's
-``pipeline_batch`` says how: its inputs, targets, and a loss per micro-batch that sums to the batch's loss).
+(``twinkle_core.parallel.pipeline_micro_batches``), runs the schedule, and returns the batch's loss (the
+algorithm's ``pipeline_batch`` says how: its inputs, targets, and a loss per micro-batch that sums to the batch's
+loss).
 A forward outside training (validation, generation) runs the stages in order and hands the last one's output to
 every rank of the pipeline.
 
@@ -31,18 +32,10 @@ import torch.distributed as dist
 from torch import nn
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.parallel import tied_names
+from twinkle_core.parallel import pipeline_micro_batches, tied_names
 
 PIPELINE_DIMENSION = "pipeline_parallel"
 """The name of the device mesh's pipeline dimension."""
-
-
-def micro_batches(batch_size: int, stages: int) -> int:
-    """Micro-batches per batch: the largest of 4·stages, …, 2, 1 that divides ``batch_size``."""
-    for count in range(min(4 * stages, batch_size), 0, -1):
-        if batch_size % count == 0:
-            return count
-    return 1
 
 
 def pipeline_ranks(mesh: Any) -> int:
@@ -160,10 +153,7 @@ class Pipeline:
         """Micro-batches per batch, and whether they fill a 1F1B schedule: the most, up to 4 per pipeline rank,
         that divide ``batch_size`` into equal parts and number at least the ranks (a multiple of them when
         interleaved); else, for a batch too small for that, the most that divide it (run GPipe-style)."""
-        for count in range(min(4 * self.ranks, batch_size), self.ranks - 1, -1):
-            if batch_size % count == 0 and (self.per_rank == 1 or count % self.ranks == 0):
-                return count, True
-        return micro_batches(batch_size, self.ranks), False
+        return pipeline_micro_batches(batch_size, self.ranks, self.per_rank)
 
     def _micro_loss(self, output: Any, target: torch.Tensor) -> torch.Tensor:
         assert self._loss is not None

@@ -27,7 +27,7 @@ from typing import Any
 
 from twinkle_core.planning.estimate import ModelFacts
 from twinkle_core.planning.hardware import Hardware, nbytes
-from twinkle_core.planning.timing import Traffic, links, pipeline_bubble, step_seconds
+from twinkle_core.planning.timing import links, pipeline_bubble, step_seconds
 
 MEMORY_BUDGET = 0.8
 """The share of a device's memory a layout may plan for (the rest: allocator slack, buffers, fragmentation)."""
@@ -117,12 +117,6 @@ def _halvings(value: int) -> list[int]:
     return out
 
 
-def traffic(facts: ModelFacts) -> Traffic:
-    """What ``facts``' model sends, for ``twinkle_core.planning.timing``."""
-    return Traffic(facts.parameters, facts.flops_per_sample, facts.tensor_parallel_bytes_per_sample,
-                   facts.tensor_parallel_collectives, facts.boundary_bytes_per_sample, facts.shard_units)
-
-
 def layout_for(facts: ModelFacts, hardware: Hardware, global_batch: int, micro_batch: int, mixed: bool, data: int,
                tensor: int, pipeline: int, splits_tensors: bool = True) -> Layout:
     """The ``data × tensor × pipeline`` layout given, with its memory per device, bubble, time and reasons
@@ -132,7 +126,7 @@ def layout_for(facts: ModelFacts, hardware: Hardware, global_batch: int, micro_b
     memory = memory_per_device(facts.parameters, facts.activation_bytes_per_sample, micro_batch, data, tensor,
                                pipeline, mixed, facts.shard_units)
     micro_batches = max(global_batch // max(data * micro_batch, 1), 1)
-    seconds = step_seconds(traffic(facts), hardware, global_batch, micro_batch, mixed, data, tensor, pipeline)
+    seconds = step_seconds(facts, hardware, global_batch, micro_batch, mixed, data, tensor, pipeline)
     bubble = seconds.pop("bubble") if seconds else pipeline_bubble(micro_batch, pipeline)
     layout = Layout(data, tensor, pipeline, micro_batch, micro_batches, memory, budget, round(bubble, 4),
                     seconds["total"] if seconds else None, [], seconds={k: round(v, 6) for k, v in

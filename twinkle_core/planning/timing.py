@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from twinkle_core.parallel import pipeline_micro_batches
+from twinkle_core.planning.estimate import ModelFacts
 from twinkle_core.planning.hardware import Hardware, device_peak_table
 
 ASSUMED_MFU = 0.4
@@ -106,45 +108,15 @@ def compute_rate(hardware: Hardware, mixed: bool) -> float | None:
     return peak * ASSUMED_MFU if peak else None
 
 
-def pipeline_micro_batches(batch: int, stages: int) -> int:
-    """Micro-batches a pipeline of ``stages`` devices splits a batch of ``batch`` samples into, as
-    ``twinkle_core.pipelining`` runs it: the most, up to 4 per device, that divide it evenly and are a multiple of
-    the devices; else (a batch too small) the most that divide it."""
-    for count in range(min(4 * stages, batch), stages - 1, -1):
-        if batch % count == 0 and count % stages == 0:
-            return count
-    return next(count for count in range(min(stages, batch), 0, -1) if batch % count == 0)
-
-
 def pipeline_bubble(batch: int, stages: int) -> float:
     """The idle share of a pipeline of ``stages`` devices running a batch of ``batch`` samples."""
     if stages <= 1:
         return 0.0
-    return (stages - 1) / (STAGES_PER_DEVICE * pipeline_micro_batches(batch, stages) + stages - 1)
+    chunks, _ = pipeline_micro_batches(batch, stages, STAGES_PER_DEVICE)
+    return (stages - 1) / (STAGES_PER_DEVICE * chunks + stages - 1)
 
 
-@dataclass(frozen=True)
-class Traffic:
-    """What a model sends, from its measurements (``ModelFacts``).
-
-    Attributes:
-        parameters: all parameters.
-        flops_per_sample: forward + backward FLOPs per sample.
-        tensor_bytes_per_sample: fp32 bytes tensor parallel reduces per sample, forward and backward (0: unknown).
-        tensor_collectives: collectives tensor parallel runs per micro-batch.
-        boundary_bytes_per_sample: fp32 bytes of one activation between layers, per sample (a stage boundary).
-        shard_units: modules FSDP2 shards one by one (three collectives each per micro-batch).
-    """
-
-    parameters: int
-    flops_per_sample: int
-    tensor_bytes_per_sample: int = 0
-    tensor_collectives: int = 0
-    boundary_bytes_per_sample: int = 0
-    shard_units: int = 1
-
-
-def step_seconds(traffic: Traffic, hardware: Hardware, global_batch: int, micro_batch: int, mixed: bool,
+def step_seconds(facts: ModelFacts, hardware: Hardware, global_batch: int, micro_batch: int, mixed: bool,
                  data: int, tensor: int, pipeline: int) -> dict[str, float] | None:
     """Estimated seconds per optimizer step by part (``compute`` with the bubble, ``data``, ``tensor``,
     ``pipeline``) and ``total``; ``None`` without a known compute rate. See the module docstring."""
@@ -155,9 +127,9 @@ def step_seconds(traffic: Traffic, hardware: Hardware, global_batch: int, micro_
     devices = data * tensor * pipeline
     inside, between = links(hardware)
     micro_batches = max(global_batch // max(data * micro_batch, 1), 1)
-    chunks = pipeline_micro_batches(micro_batch, pipeline) if pipeline > 1 else 1
+    chunks = pipeline_micro_batches(micro_batch, pipeline, STAGES_PER_DEVICE)[0] if pipeline > 1 else 1
     bubble = pipeline_bubble(micro_batch, pipeline)
-    work = traffic.flops_per_sample * global_batch
+    work = facts.flops_per_sample * global_batch
     compute = work / (devices * rate) / (1 - bubble)
     if hardware.accelerator == "cpu":  # processes beyond the cores share them; waiting stages lend theirs
         compute = max(compute, work / (min(devices, max(hardware.cpu_count, 1)) * rate))
@@ -165,17 +137,17 @@ def step_seconds(traffic: Traffic, hardware: Hardware, global_batch: int, micro_
     parts = {"compute": compute, "data": 0.0, "tensor": 0.0, "pipeline": 0.0}
     if data > 1:
         link = inside if devices <= per_node else between
-        shard = traffic.parameters / (tensor * pipeline) * (data - 1) / data
+        shard = facts.parameters / (tensor * pipeline) * (data - 1) / data
         moved = shard * (2 * (2 if mixed else 4) + 4)
-        seconds = micro_batches * link.seconds(3 * traffic.shard_units / pipeline, moved)
+        seconds = micro_batches * link.seconds(3 * facts.shard_units / pipeline, moved)
         parts["data"] = max(0.0, seconds - compute) if link.overlaps else seconds
     if tensor > 1:
-        moved = 2 * (tensor - 1) / tensor * traffic.tensor_bytes_per_sample * scale * micro_batch / pipeline
-        collectives = traffic.tensor_collectives / pipeline
+        moved = 2 * (tensor - 1) / tensor * facts.tensor_parallel_bytes_per_sample * scale * micro_batch / pipeline
+        collectives = facts.tensor_parallel_collectives / pipeline
         parts["tensor"] = micro_batches * (inside.seconds(collectives, moved) + collectives * inside.redistribution)
     if pipeline > 1:
         link = inside if tensor * pipeline <= per_node else between
         sends = 2 * chunks * (2 * STAGES_PER_DEVICE - 1)  # forward and backward across each of its boundaries
-        moved = sends * traffic.boundary_bytes_per_sample * scale * micro_batch / chunks / tensor
+        moved = sends * facts.boundary_bytes_per_sample * scale * micro_batch / chunks / tensor
         parts["pipeline"] = micro_batches * link.seconds(sends, moved)
     return {**parts, "bubble": bubble, "total": sum(parts.values())}
