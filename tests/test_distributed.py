@@ -10,10 +10,13 @@ import os
 import signal
 import textwrap
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from twinkle_core import RunStore
+from twinkle_core.engine.checkpoints import load_checkpoint
 
 SCRIPT = textwrap.dedent(
     '''
@@ -155,8 +158,12 @@ def test_fsdp2_shards_on_two_cpu_processes_and_continues_in_one(run_job, twinkle
         assert sharded[rank]["seen"] == ["DTensor", [32, 30], [64, 30]]
     assert sharded[0]["result"]["best_metric"] > 0.85
     (run,) = RunStore().list(project="fsdp")
-    full = torch.load(sharded[0]["result"]["last_checkpoint"], weights_only=True)
-    assert full["state_dict"]["model.1.weight"].shape == (64, 30)  # one full checkpoint file
+    folder = Path(sharded[0]["result"]["last_checkpoint"])  # each rank wrote its own shard, none the whole model
+    assert folder.is_dir() and sorted(p.name for p in folder.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    full = load_checkpoint(str(folder))  # read whole in this process
+    assert full["state_dict"]["model.1.weight"].shape == (64, 30)
+    states = full["optimizer_states"][0]["state"]  # Adam's moments keyed by parameter order, as one process keys them
+    assert sorted(states) == list(range(len(states))) and any(s["exp_avg"].shape == (64, 30) for s in states.values())
     one = run_job(script, "continue", str(cancer_csv), run.uri)
     assert sorted(one) == [0] and one[0]["strategy"] == "auto"
     assert one[0]["result"]["parent"] == run.uri and one[0]["result"]["status"] == "finished"

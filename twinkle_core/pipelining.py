@@ -16,10 +16,12 @@ loss).
 A forward outside training (validation, generation) runs the stages in order and hands the last one's output to
 every rank of the pipeline.
 
-Checkpoints stay whole: ``full_state_dict`` / ``full_optimizer_state`` gather every rank's share on global
-rank 0 in the layout a one-process run writes (optimizer states keyed by the whole network's parameter order),
-and ``load_state_dict`` / ``load_optimizer_state`` take such a checkpoint back, each rank keeping its share —
-so a run moves between layouts (one process, tensor parallel, pipeline) through its checkpoints.
+Checkpoints are sharded folders (``engine.sharded``: each rank writes its stages' shards; ``named_groups`` names
+the whole network's parameters in the optimizers' groups) or whole files: ``full_state_dict`` /
+``full_optimizer_state`` gather every rank's share on global rank 0 in the layout a one-process run writes
+(optimizer states keyed by the whole network's parameter order), and ``load_state_dict`` /
+``load_optimizer_state`` take such a file back, each rank keeping its share — so a run moves between layouts (one
+process, tensor parallel, pipeline) through its checkpoints.
 """
 
 from __future__ import annotations
@@ -243,6 +245,23 @@ class Pipeline:
                 params[slot].update(order[name] for name in group["params"])
         return {"state": dict(sorted(merged.items())),
                 "param_groups": [{**_settings(g), "params": sorted(p)} for g, p in zip(groups, params)]}
+
+    def named_groups(self, optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+        """``optimizer``'s parameter groups over the whole network — every rank's parameters, by name, in the whole
+        network's order — on every rank. Every rank must call it."""
+        names = self._names_of(optimizer)
+        groups, start = [], 0
+        for group in optimizer.param_groups:
+            groups.append({**_settings(group), "params": names[start:start + len(group["params"])]})
+            start += len(group["params"])
+        shares: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(shares, groups)
+        order = {name: i for i, name in enumerate(self.names)}
+        merged: list[set[str]] = [set() for _ in groups]
+        for share in shares:
+            for slot, group in enumerate(share):
+                merged[slot].update(group["params"])
+        return [{**_settings(g), "params": sorted(p, key=order.__getitem__)} for g, p in zip(groups, merged)]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Load a whole network's state (a checkpoint's ``state_dict``): each rank takes its stages' share.

@@ -1,32 +1,34 @@
-"""Lightning's ``ModelParallelStrategy`` with a pipeline dimension: a ``data × pipeline × tensor`` device mesh, and
-whole checkpoints gathered from the stages (``twinkle_core.pipelining``).
+"""Lightning's ``ModelParallelStrategy`` with a pipeline dimension: a ``data × pipeline × tensor`` device mesh whose
+checkpoints are sharded folders (``engine.sharded``) or whole files.
 
-Lightning's strategy builds a ``data × tensor`` mesh and gathers a full checkpoint with torch's
-``get_model_state_dict``, which covers the tensors of one module; under pipeline parallel no rank holds the whole
-module, so this strategy asks the algorithm's ``Pipeline`` to gather every stage's share on rank 0 — the same
-file a one-process run writes, which any layout loads — and loads such a file back, each rank taking its share.
+Under pipeline parallel no rank holds the whole module: each holds its stages, under their names in the whole
+network (``twinkle_core.pipelining``). A sharded checkpoint takes every rank's shards of its stages — DCP writes
+each tensor once, whichever ranks hold it — with the optimizers' parameter groups naming the whole network's
+parameters, so any layout (one process, tensor parallel, other stages) reads it. Whole files are gathered on rank
+0 by the algorithm's ``Pipeline`` and loaded back by it, each rank taking its share.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.strategies import ModelParallelStrategy
 
+from twinkle_core.engine.sharded import ShardedModelParallelStrategy
 from twinkle_core.errors import TwinkleError
 from twinkle_core.pipelining import PIPELINE_DIMENSION
 
 
-class PipelineParallelStrategy(ModelParallelStrategy):
+class PipelineParallelStrategy(ShardedModelParallelStrategy):
     """``ModelParallelStrategy`` over a ``(data_parallel, pipeline_parallel, tensor_parallel)`` mesh."""
 
-    def __init__(self, data_parallel_size: int, pipeline_parallel_size: int, tensor_parallel_size: int) -> None:
-        """Lay ``data × pipeline × tensor`` processes out (tensor parallel innermost: neighbouring ranks)."""
+    def __init__(self, data_parallel_size: int, pipeline_parallel_size: int, tensor_parallel_size: int,
+                 sharded: bool = True) -> None:
+        """Lay ``data × pipeline × tensor`` processes out (tensor parallel innermost: neighbouring ranks);
+        ``sharded=False`` writes whole checkpoint files on rank 0."""
         super().__init__(data_parallel_size=data_parallel_size, tensor_parallel_size=tensor_parallel_size,
-                         save_distributed_checkpoint=False)
+                         sharded=sharded)
         self.pipeline_parallel_size = pipeline_parallel_size
 
     def setup_environment(self) -> None:
@@ -50,20 +52,37 @@ class PipelineParallelStrategy(ModelParallelStrategy):
                                "(Algorithm.configure_model did not run)")
         return pipeline
 
+    def local_model_state(self) -> dict[str, Any]:
+        """This rank's stages' weights (their shards), under their names in the whole network."""
+        assert self.lightning_module is not None
+        return {k: v for k, v in self.lightning_module.state_dict().items() if not v.is_meta}
+
+    def load_local_states(self, model: dict[str, Any], optimizers: list[tuple[torch.optim.Optimizer, dict[str, Any]]]
+                          ) -> None:
+        """Put this rank's loaded stages back (the other ranks' weights are not in ``model``)."""
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+        assert self.lightning_module is not None
+        self.lightning_module.load_state_dict(model, strict=False)
+        for optimizer, state in optimizers:
+            set_optimizer_state_dict(self.lightning_module, optimizer, optim_state_dict=state)
+
     def lightning_module_state_dict(self) -> dict[str, Any]:
-        """The whole network's weights on rank 0 (every stage's share), empty elsewhere."""
-        return self._pipeline().full_state_dict()
+        """This rank's shards (sharded), or the whole network's weights on rank 0 (whole files)."""
+        return self.local_model_state() if self.sharded else self._pipeline().full_state_dict()
 
     def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
-        """The whole optimizer state on rank 0, keyed as a one-process run keys it; empty elsewhere."""
+        """This rank's shards with the whole network's parameter groups (sharded), or the whole optimizer state
+        on rank 0, keyed as a one-process run keys it (whole files)."""
         inner = getattr(optimizer, "_optimizer", optimizer)  # LightningOptimizer
-        return self._pipeline().full_optimizer_state(inner)
+        if not self.sharded:
+            return self._pipeline().full_optimizer_state(inner)
+        state = self.local_optimizer_state(inner)
+        state["param_groups"] = self._pipeline().named_groups(inner)
+        return state
 
-    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+    def load_whole_checkpoint(self, path: str, weights_only: bool | None = None) -> dict[str, Any]:
         """Load a whole checkpoint file (any layout's): each rank takes its stages' weights and optimizer state."""
-        path = Path(self.broadcast(str(checkpoint_path)))
-        if path.is_dir():
-            raise TwinkleError(f"{path} is a sharded checkpoint folder; a pipelined run loads a whole checkpoint file")
         checkpoint = torch.load(path, map_location="cpu", weights_only=True if weights_only is None else weights_only)
         pipeline = self._pipeline()
         pipeline.load_state_dict(checkpoint.pop("state_dict"))

@@ -38,6 +38,7 @@ from twinkle_core.engine.record import CheckpointRecord
 from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.resume import ExactResume
 from twinkle_core.engine.settings import TrainerSettings
+from twinkle_core.engine.sharded import ShardedModelParallelStrategy
 from twinkle_core.engine.stopping import StopOnSigterm, StoppedBySignal
 from twinkle_core.engine.utilisation import Utilisation, tokens_per_sample
 from twinkle_core.errors import TwinkleError
@@ -51,7 +52,7 @@ from twinkle_core.planning import Decision, Plan
 from twinkle_core.processes import inside_ray_worker
 from twinkle_core.store.catalogue import RunRecord, RunStatus
 from twinkle_core.store.runs import RunStore
-from twinkle_core.uris import filesystem, join, run_uri
+from twinkle_core.uris import filesystem, is_local, join, run_uri
 
 
 @dataclass
@@ -199,10 +200,16 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
     elif plan.strategy == "ddp":  # DDP through a hook that counts the bytes it all-reduces (and compresses them)
         kwargs["strategy"] = ddp_strategy(plan.gradient_compression)
     clip = settings.gradient_clip_val
+    sharded = is_local(filesystem(run_dir)[0])  # DCP writes folders on this machine's disk; elsewhere: whole files
     if plan.pipeline_parallel_size > 1:  # data × pipeline × tensor; the stages clip together (PipelineGradients)
         stages, tensor = plan.pipeline_parallel_size, plan.tensor_parallel_size
-        kwargs["strategy"] = PipelineParallelStrategy(plan.devices * plan.num_nodes // (stages * tensor), stages, tensor)
+        kwargs["strategy"] = PipelineParallelStrategy(plan.devices * plan.num_nodes // (stages * tensor), stages, tensor,
+                                                      sharded=sharded)
         clip = None
+    elif plan.strategy == "fsdp2":  # data × tensor, its checkpoints sharded
+        tensor = plan.tensor_parallel_size
+        kwargs["strategy"] = ShardedModelParallelStrategy(plan.devices * plan.num_nodes // tensor, tensor,
+                                                          sharded=sharded)
     return L.Trainer(
         **kwargs,
         max_epochs=settings.max_epochs,

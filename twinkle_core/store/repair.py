@@ -80,6 +80,8 @@ def _checkpoint_record(folder: str) -> dict[str, Any]:
 
     for name in ("last.ckpt", "best.ckpt"):
         path = os.path.join(folder, "checkpoints", name)
+        if os.path.isdir(path):  # a sharded checkpoint folder (engine.sharded): the record is in its meta.pt
+            path = os.path.join(path, "meta.pt")
         if os.path.exists(path):
             try:
                 checkpoint = torch.load(path, map_location="cpu", weights_only=True)

@@ -150,7 +150,11 @@ class RunStore:
         fs, path = filesystem(target)
         fs.makedirs(path, exist_ok=True)
         src_fs, src = filesystem(record.best_checkpoint)
-        fs.pipe_file(join(path, "model.ckpt"), src_fs.cat_file(src))
+        if src_fs.isdir(src):  # a sharded checkpoint folder: copied as a folder of the same name
+            for file in src_fs.find(src):
+                fs.pipe_file(join(path, "model.ckpt", file[len(src):].lstrip("/")), src_fs.cat_file(file))
+        else:
+            fs.pipe_file(join(path, "model.ckpt"), src_fs.cat_file(src))
         atomic_write_text(
             join(target, "model.json"),
             json.dumps({"run": record.uri, "algorithm": record.algorithm, "task": record.task,

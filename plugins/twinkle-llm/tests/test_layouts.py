@@ -1,7 +1,7 @@
 """llm-tiny split over CPU processes (gloo, in Lightning's ModelParallelStrategy) — tensor parallel on two, FSDP2
 on two, pipeline stages on two (interleaved 1F1B), data × tensor, data × pipeline and tensor × pipeline parallel on
-four — trains as one process does; a tensor-parallel run resumes exactly after SIGKILL, and checkpoints move
-between layouts."""
+four — trains as one process does; a tensor-parallel and a two-stage run resume exactly after SIGKILL from the
+shards each rank checkpointed, and checkpoints move between layouts."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from twinkle_core import RunStore, Trainer
+from twinkle_core.engine.checkpoints import load_checkpoint
 from twinkle_core.testing import run_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.processes]  # two training processes
@@ -90,19 +91,27 @@ def test_tensor_parallel_on_two_processes_trains_as_one_process_does_and_its_che
     assert staged["losses"][0] < one["losses"][4]  # the tp-2 weights and Adam state, cut into two stages
 
 
-def test_a_tensor_parallel_run_killed_mid_epoch_resumes_to_the_same_weights(runs: dict) -> None:
-    """tp 2 SIGKILLed (both ranks) before step 6 — after the step-4 checkpoint, mid-epoch — and resumed on two
-    processes ends with weights and Adam moments bit-identical to the uninterrupted tp-2 run's."""
-    home = runs["split_home"]
-    _train("kill", runs["data"], runs["folder"] / "out-kill", home, 2, 2, "6", killed=True)
+@pytest.mark.parametrize("layout", [2, "1,2"], ids=["tp2", "pp2"])
+def test_a_split_run_killed_mid_epoch_resumes_to_the_same_weights(runs: dict, layout: int | str) -> None:
+    """tp 2, and two pipeline stages, SIGKILLed (both ranks) before step 6 — after the step-4 checkpoint, a folder
+    of each rank's shards, mid-epoch — and resumed on two processes end with weights and Adam moments bit-identical
+    to the uninterrupted run's (the two-stage reference: ten steps of its own)."""
+    if layout == 2:
+        home, uninterrupted = runs["split_home"], runs["split"][0]
+    else:
+        home = runs["folder"] / "home-pp2"
+        uninterrupted = _train("fresh", runs["data"], runs["folder"] / "out-pp2", home, 2, layout)[0]
+    _train("kill", runs["data"], runs["folder"] / f"out-kill-{layout}", home, 2, layout, "6", killed=True)
     store = RunStore(str(home))
     (victim,) = store.list(project="kill")
     assert victim.status == "running"  # nothing could mark it
-    resumed = _train("resume", runs["data"], runs["folder"] / "out-resume", home, 2, 2, victim.uri)
+    resumed = _train("resume", runs["data"], runs["folder"] / f"out-resume-{layout}", home, 2, layout, victim.uri)
     assert resumed[0]["losses"] == resumed[1]["losses"] and len(resumed[0]["losses"]) == 6  # from the checkpoint
-    assert resumed[0]["losses"] == runs["split"][0]["losses"][4:]  # at step 4: the same batches, the same losses
-    reference = torch.load(runs["split"][0]["last_checkpoint"], weights_only=True)
-    again = torch.load(resumed[0]["last_checkpoint"], weights_only=True)
+    assert resumed[0]["losses"] == uninterrupted["losses"][4:]  # at step 4: the same batches, the same losses
+    folder = Path(resumed[0]["last_checkpoint"])  # each rank wrote its own shard
+    assert sorted(p.name for p in folder.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    reference = load_checkpoint(uninterrupted["last_checkpoint"])  # the sharded folders, read whole
+    again = load_checkpoint(str(folder))
     assert reference["global_step"] == again["global_step"] == 10
     for key, value in reference["state_dict"].items():
         assert torch.equal(value, again["state_dict"][key]), key
