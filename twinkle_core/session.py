@@ -414,7 +414,7 @@ class Session:
         kwargs = {k: options.pop(k) for k in list(options) if k in trainer_keys}
         store = RunStore(kwargs.get("home"))
         uri = _checkpoint_uri(store, checkpoint, mode)
-        ckpt = load_checkpoint(uri)
+        ckpt = load_checkpoint(uri, tensors=False)  # a sharded folder: its meta.pt only, until weights are needed
         record = CheckpointRecord.from_dict(ckpt.get(TWINKLE_KEY), uri)
         target = restore_algorithm(record, uri, algorithm)  # nothing named in the checkpoint is imported
         processor = restore_processor(record, uri, kwargs.get("data_processor"))
@@ -434,10 +434,9 @@ class Session:
             mode=mode,
             checkpoint_uri=uri,
             record=record,
-            state_dict=ckpt["state_dict"],
-            optimizer_states=ckpt.get("optimizer_states", []) if mode == "continue" else [],
             global_step=int(ckpt.get("global_step", 0)),
             same_run=same_run,
+            loaded=ckpt,
         )
         if same_run and not record.run:
             raise TwinkleError(f"checkpoint '{uri}' names no run to resume into; drop same_run=True")

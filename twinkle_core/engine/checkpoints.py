@@ -83,15 +83,19 @@ def load_torch_file(uri: str, what: str = "checkpoint") -> Any:
         ) from None
 
 
-def load_checkpoint(uri: str) -> dict[str, Any]:
+def load_checkpoint(uri: str, tensors: bool = True) -> dict[str, Any]:
     """Read a Lightning checkpoint from any URI with ``torch.load(weights_only=True)`` — a file, or a sharded folder
-    gathered whole (``read_sharded``).
+    gathered whole (``read_sharded``); ``tensors=False`` reads a sharded folder's ``meta.pt`` only (Twinkle's
+    record, the loops; no ``state_dict``), a file whole.
 
     Raises:
         CheckpointError: missing or corrupt (truncated, not a torch file); the message names it.
         UnsafeCheckpointError: it would unpickle code; the message says how to re-save it.
     """
     if is_sharded(uri):
+        if not tensors:
+            meta = load_torch_file(f"{str(uri).rstrip('/')}/{SHARDS_META}", "checkpoint metadata")
+            return {k: v for k, v in meta.items() if k != SHARDS_KEY}
         return read_sharded(uri)
     fs, path = filesystem(str(uri))
     if fs.isdir(path):

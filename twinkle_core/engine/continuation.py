@@ -17,7 +17,7 @@ import lightning as L
 import torch
 
 from twinkle_core.data.errors import DataError
-from twinkle_core.engine.checkpoints import CheckpointError
+from twinkle_core.engine.checkpoints import CheckpointError, load_checkpoint
 from twinkle_core.engine.record import CheckpointRecord
 
 MODES = ("resume", "continue", "finetune")
@@ -33,22 +33,36 @@ class Continuation:
 
     Attributes:
         mode: ``resume``, ``continue`` or ``finetune``.
-        checkpoint_uri: the checkpoint file.
+        checkpoint_uri: the checkpoint file or sharded folder.
         record: Twinkle's record in the checkpoint (algorithm, hyperparameters, data spec, run, ...).
-        state_dict: the model weights.
-        optimizer_states: the optimizers' states (``continue``).
         global_step: the optimizer step the checkpoint was written at.
         same_run: ``resume`` into the run that wrote the checkpoint (a restart after a crash) rather than a
             new child run.
+        loaded: the checkpoint already read whole, if it was (a file is; a sharded folder is read whole only when
+            its weights are asked for — a ``resume`` loads its shards in the strategy instead).
     """
 
     mode: str
     checkpoint_uri: str
     record: CheckpointRecord
-    state_dict: dict[str, Any] = field(repr=False, default_factory=dict)
-    optimizer_states: list[dict[str, Any]] = field(repr=False, default_factory=list)
     global_step: int = 0
     same_run: bool = False
+    loaded: dict[str, Any] | None = field(repr=False, default=None)
+
+    @property
+    def state_dict(self) -> dict[str, Any]:
+        """The model weights (the checkpoint is read whole on first use)."""
+        return self._whole()["state_dict"]
+
+    @property
+    def optimizer_states(self) -> list[dict[str, Any]]:
+        """The optimizers' states to carry on (``continue`` only; keyed by parameter order)."""
+        return list(self._whole().get("optimizer_states", [])) if self.mode == "continue" else []
+
+    def _whole(self) -> dict[str, Any]:
+        if self.loaded is None or "state_dict" not in self.loaded:
+            self.loaded = load_checkpoint(self.checkpoint_uri)
+        return self.loaded
 
     @property
     def parent_run(self) -> str | None:

@@ -95,7 +95,8 @@ def test_tensor_parallel_on_two_processes_trains_as_one_process_does_and_its_che
 def test_a_split_run_killed_mid_epoch_resumes_to_the_same_weights(runs: dict, layout: int | str) -> None:
     """tp 2, and two pipeline stages, SIGKILLed (both ranks) before step 6 — after the step-4 checkpoint, a folder
     of each rank's shards, mid-epoch — and resumed on two processes end with weights and Adam moments bit-identical
-    to the uninterrupted run's (the two-stage reference: ten steps of its own)."""
+    to the uninterrupted run's (the two-stage reference: ten steps of its own); the two stages' checkpoint then
+    continues in one process."""
     if layout == 2:
         home, uninterrupted = runs["split_home"], runs["split"][0]
     else:
@@ -118,6 +119,11 @@ def test_a_split_run_killed_mid_epoch_resumes_to_the_same_weights(runs: dict, la
     for saved, restored in zip(reference["optimizer_states"][0]["state"].values(),
                                again["optimizer_states"][0]["state"].values()):
         assert all(torch.equal(saved[k], restored[k]) for k in ("exp_avg", "exp_avg_sq"))
+    if layout != 2:  # the two stages' shards continue in one process
+        onward = Trainer.from_checkpoint(resumed[0]["run_uri"], home=str(home), verbose=False, progress_bar=False,
+                                         hyperparams={"devices": 1, "pipeline_parallel_size": 1, "max_steps": 4}).fit()
+        assert onward.status == "finished" and onward.plan.pipeline_parallel_size == 1
+        assert onward.metrics["train_loss"] < uninterrupted["losses"][4]  # from the trained weights, not afresh
 
 
 @pytest.mark.parametrize(("devices", "tensor", "strategy", "layout"), [(2, 1, "fsdp2", "dp 2 × tp 1 × pp 1"),
