@@ -59,13 +59,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 def load_torch_file(uri: str, what: str = "checkpoint") -> Any:
-    """Read a torch file (a checkpoint, a state dict of weights) from any URI with ``weights_only=True``.
+    """Read a torch file (a checkpoint, a state dict of weights) from any URI with ``weights_only=True`` — or a
+    sharded checkpoint folder, read whole (``read_sharded``).
 
     Raises:
         CheckpointError: missing or corrupt (truncated, not a torch file); the message names it.
         UnsafeCheckpointError: it would unpickle code (nothing ran); the message names it and says how to re-save.
     """
     fs, path = require_exists(uri, what)
+    if fs.isdir(path) and is_sharded(uri):
+        return read_sharded(uri)
     data = fs.cat_file(path)
     try:
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
@@ -108,7 +111,7 @@ def load_checkpoint(uri: str, tensors: bool = True) -> dict[str, Any]:
 
 
 def is_sharded(uri: str) -> bool:
-    """Whether ``uri`` is a sharded checkpoint folder (DCP's ``.metadata`` beside Twinkle's ``meta.pt``)."""
+    """Whether ``uri`` is a finished sharded checkpoint folder (it holds ``meta.pt``, which rank 0 writes last)."""
     fs, path = filesystem(str(uri))
     return bool(fs.isdir(path) and fs.exists(f"{path.rstrip('/')}/{SHARDS_META}"))
 
