@@ -7,6 +7,7 @@ from torch import nn
 
 from twinkle_core import hookimpl
 from twinkle_core.algorithm import Algorithm
+from twinkle_core.data import DataProcessor
 from twinkle_core.testing import assert_plugin_contract, check_plugin_contract
 
 
@@ -123,3 +124,37 @@ def test_heavy_plugin_module_is_caught(make_dist, site_dir, run_twinkle) -> None
 
 def test_core_builtins_meet_the_contract() -> None:
     assert_plugin_contract("twinkle-core")
+
+
+class OnlyTrains(DataProcessor):
+    """A processor that prepares training data only (no ``read_samples``)."""
+
+    task = "tabular_classification"
+    formats = ("odd",)
+
+    def prepare(self, uri, context=None):
+        raise NotImplementedError
+
+
+class TrainOnly:
+    """A plugin whose processor cannot read data for a trained run."""
+
+    @hookimpl
+    def register_data_processors(self, register):
+        """Register the processor."""
+        register("only-trains", OnlyTrains, task="tabular_classification", formats=("odd",), description="x")
+
+
+def test_a_processor_without_read_samples_is_noted_and_refused_by_name(twinkle_plugin) -> None:
+    """The contract notes (without failing) a processor that cannot read test or new data, and such a processor
+    refuses evaluate's read with ``SamplesNotSupportedError`` naming itself and the method to implement."""
+    from twinkle_core.data import DataSpec, SamplesNotSupportedError
+
+    twinkle_plugin(TrainOnly(), name="train-only")
+    report = assert_plugin_contract("train-only")
+    assert report.notes == ["data_processor 'only-trains' does not implement read_samples: evaluate and predict "
+                            "refuse its runs"]
+    assert "note: data_processor 'only-trains'" in str(report)
+    assert check_plugin_contract("twinkle-core").notes == []  # core's tabular processor reads samples
+    with pytest.raises(SamplesNotSupportedError, match="OnlyTrains cannot read data for a trained run.*read_samples"):
+        OnlyTrains().read_samples("x.odd", DataSpec(task="tabular_classification", input_shape=(3,)))

@@ -232,3 +232,71 @@ def test_write_to_run_puts_an_algorithms_files_in_its_run_and_refuses_paths_out_
     for bad in ["/etc/passwd", "../escape.txt", "notes/../../x", "a//b"]:
         with pytest.raises(TwinkleError, match="not a relative path inside the run's folder"):
             _Noting().write_to_run(bad, "x")
+
+
+def _validation_rows(cancer_csv: Path) -> pd.DataFrame:
+    """The rows the run held out for validation: the processor's split (20 %, stratified, seed 0)."""
+    from twinkle_core.data import split_indices
+
+    frame = pd.read_csv(cancer_csv)
+    _, val = split_indices(len(frame), 0.2, 0, frame["target"].to_numpy())
+    return frame.iloc[val]
+
+
+def test_evaluate_on_the_validation_rows_reproduces_the_runs_validation_accuracy(trained, own_store, cancer_csv,
+                                                                                tmp_path) -> None:
+    """``evaluate`` reads a test set with the run's spec and scores the best checkpoint: on the rows the run held
+    out, its accuracy equals the best validation accuracy within 1e-6; the per-class table and the confusion matrix
+    agree with each other and the counts, the plot is a PNG, the evaluation is stored as ``evaluations/1/`` and a
+    second one as ``evaluations/2/``, and ``twinkle runs show`` lists them."""
+    from click.testing import CliRunner
+
+    from twinkle_core.cli import main
+
+    _, result, _ = trained
+    rows = _validation_rows(cancer_csv)
+    test_csv = tmp_path / "held-out.csv"
+    rows.sample(frac=1.0, random_state=1)[list(rows.columns)[::-1]].to_csv(test_csv, index=False)  # any order
+    first = Trainer.from_checkpoint(result.run_uri, verbose=False).evaluate(str(test_csv))
+    assert first.samples == len(rows) and first.run_uri == result.run_uri
+    assert first.checkpoint.endswith("best.ckpt")
+    assert abs(first.metrics["accuracy"] - result.best_metric) < 1e-6
+    counts = first.tables["confusion_matrix"]["counts"]
+    assert sum(map(sum, counts)) == len(rows) and first.tables["confusion_matrix"]["classes"] == ["0", "1"]
+    per_class = first.tables["per_class"]
+    assert [row["support"] for row in per_class] == [sum(row) for row in counts]
+    assert per_class[1]["recall"] == pytest.approx(counts[1][1] / sum(counts[1]))
+    assert sum(counts[i][i] for i in range(2)) / len(rows) == pytest.approx(first.metrics["accuracy"])
+    folder = Path(first.folder)
+    assert folder == Path(result.run_dir.replace(str(trained[2]), str(own_store))) / "evaluations" / "1"
+    assert (folder / "confusion_matrix.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((folder / "evaluation.json").read_text())["data_fingerprint"] == first.data_fingerprint
+
+    shown = CliRunner().invoke(main, ["evaluate", result.run_uri, "--data", str(test_csv)])
+    assert shown.exit_code == 0, shown.output
+    assert "accuracy" in shown.output and "evaluations/2" in shown.output
+    listed = CliRunner().invoke(main, ["runs", "show", result.run_uri])
+    assert "evaluation 1:" in listed.output and "evaluation 2:" in listed.output
+
+
+def test_evaluate_names_what_differs_from_the_run(trained, own_store, cancer_csv, tmp_path) -> None:
+    """A test set of the run's format but not its shape is named with the fix, before any scoring: a missing and an
+    extra feature column, no label column; rows of a class the run never saw are left out and reported."""
+    from twinkle_core.data import DataError, MissingColumnError
+
+    _, result, _ = trained
+    trainer = Trainer.from_checkpoint(result.run_uri, verbose=False)
+    rows = _validation_rows(cancer_csv)
+    cases = {"missing.csv": (rows.drop(columns=["mean radius"]), MissingColumnError,
+                             "lacks 1 feature column.*mean radius"),
+             "extra.csv": (rows.assign(patient=1), DataError, "did not train on: patient"),
+             "unlabelled.csv": (rows.drop(columns=["target"]), DataError, "carries no targets")}
+    for name, (frame, error, message) in cases.items():
+        frame.to_csv(tmp_path / name, index=False)
+        with pytest.raises(error, match=message):
+            trainer.evaluate(str(tmp_path / name))
+    unseen = pd.concat([rows, rows.head(3).assign(target=7)])
+    unseen.to_csv(tmp_path / "unseen.csv", index=False)
+    evaluation = trainer.evaluate(str(tmp_path / "unseen.csv"))
+    assert evaluation.details["unseen_classes"] == {"7": 3} and evaluation.samples == len(rows)
+    assert abs(evaluation.metrics["accuracy"] - result.best_metric) < 1e-6

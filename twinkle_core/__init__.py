@@ -39,6 +39,8 @@ _LAZY: dict[str, str] = {
     "PreparedData": "twinkle_core.data.processor:PreparedData",
     "ExportResult": "twinkle_core.exporting.base:ExportResult",
     "FitResult": "twinkle_core.engine.result:FitResult",
+    "Evaluation": "twinkle_core.engine.evaluation:Evaluation",
+    "EvaluationReport": "twinkle_core.metrics:EvaluationReport",
     "load_torch_file": "twinkle_core.engine.checkpoints:load_torch_file",
     "Plan": "twinkle_core.planning.plan:Plan",
     "RunStore": "twinkle_core.store.runs:RunStore",
@@ -55,6 +57,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from twinkle_core.session import Session
     from twinkle_core.store.runs import RunStore
     from twinkle_core.engine.checkpoints import load_torch_file
+    from twinkle_core.engine.evaluation import Evaluation
+    from twinkle_core.metrics import EvaluationReport
     from twinkle_core.engine.result import FitResult
     from twinkle_core.trainer import Trainer
 

@@ -32,6 +32,7 @@ from torch.nn import functional as F
 from twinkle_core.data.spec import DataSpec, ModelInput
 from twinkle_core.errors import TwinkleError
 from twinkle_core.hyperparams import Hyperparameter, declared, validate, with_new_names
+from twinkle_core.metrics import EvaluationReport
 from twinkle_core.parallel import tied_names
 from twinkle_core.tasks import Task, get_task
 from twinkle_core.types import NonNegativeFloat, PositiveFloat, Probability
@@ -387,6 +388,26 @@ class Algorithm(L.LightningModule):
         if kind == "regression":
             return {"mae": (outputs.reshape(targets.shape) - targets).abs().mean()}
         return {}
+
+    def evaluation_report(self, outputs: torch.Tensor, targets: torch.Tensor, spec: DataSpec) -> EvaluationReport:
+        """What ``evaluate`` reports for a test set, from the model's ``predict_step`` outputs and the targets
+        (all samples, in order): for classification, accuracy, per-class precision/recall/F1 and the confusion
+        matrix (JSON and PNG); for regression, MAE, RMSE and R². An algorithm of another task kind overrides it
+        and returns its own ``twinkle_core.EvaluationReport``.
+
+        Raises:
+            TwinkleError: the task kind has no report here (the algorithm must override this).
+        """
+        from twinkle_core.metrics import classification_report, regression_report
+
+        kind = self.task_info.kind
+        if kind == "classification":
+            return classification_report(outputs, targets, spec.class_names or
+                                         [str(i) for i in range(int(spec.num_classes or outputs.shape[-1]))])
+        if kind == "regression":
+            return regression_report(outputs, targets)
+        raise TwinkleError(f"{type(self).__name__} ({kind} task '{self.task}') has no evaluation report: override "
+                           "Algorithm.evaluation_report(outputs, targets, spec) to return a twinkle_core.EvaluationReport")
 
     # ---------------------------------------------------------------- logging
     def _reduced(self, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from twinkle_core.data.spec import DataSpec, ModelInput
 from twinkle_core.engine import continuation as cont
 from twinkle_core.engine.checkpoints import TWINKLE_KEY, load_checkpoint
 from twinkle_core.engine.curves import keep_history
+from twinkle_core.engine.evaluation import Evaluation
 from twinkle_core.engine.ranks import is_global_zero
 from twinkle_core.engine.record import CheckpointRecord, class_path, restore_algorithm, restore_processor
 from twinkle_core.engine.reshape import reshape_to_state
@@ -121,6 +122,8 @@ class Session:
         self.shared_data: dict[tuple[Any, ...], PreparedData] | None = None
         """Prepared data kept for reuse by this session's variants (a tuning study prepares its data once)."""
         self._detected: Hardware | None = None
+        self.best_checkpoint: str | None = None
+        """For a session from a checkpoint: the checkpoint ``evaluate`` scores (a run's best, or the file given)."""
         self.reuse_run: str | None = None
         """A run to train into instead of creating one (a job restarted before its first checkpoint)."""
         self.run_created: Callable[[str], None] | None = None
@@ -207,9 +210,9 @@ class Session:
         return component, route(self.hyperparams, self.choice.cls.hyperparameters(), processor_cls.parameters(),
                                 trainer=self.settings)
 
-    def prepare(self, uri: str) -> Prepared:
-        """Read ``uri`` with the chosen processor and build the algorithm for it (weights from the continuation,
-        when there is one); nothing is trained or stored."""
+    def _processor(self, uri: str) -> tuple[DataProcessor, Component | None, Routed]:
+        """The data processor that reads ``uri`` (configured with its routed hyperparameters), its registration
+        (``None``: one the user configured) and the routed hyperparameters."""
         component, routed = self._route(uri)
         if component is None:
             processor = self.data_processor
@@ -218,6 +221,12 @@ class Session:
             routed.data = {name: getattr(processor, name) for name in processor.parameters() if hasattr(processor, name)}  # type: ignore[union-attr]
         else:
             processor = component.load().from_params(routed.data, task=self.task, typed=True)
+        return processor, component, routed  # type: ignore[return-value]
+
+    def prepare(self, uri: str) -> Prepared:
+        """Read ``uri`` with the chosen processor and build the algorithm for it (weights from the continuation,
+        when there is one); nothing is trained or stored."""
+        processor, component, routed = self._processor(uri)
         source_bytes = _source_bytes(uri)
         algorithm = self.choice.cls.from_hyperparams(routed.algorithm, task=self.task, typed=True)
         context = PrepareContext(
@@ -441,6 +450,7 @@ class Session:
         if same_run and not record.run:
             raise TwinkleError(f"checkpoint '{uri}' names no run to resume into; drop same_run=True")
         session.new_data = new_data or record.data_uri
+        session.best_checkpoint = _checkpoint_uri(store, checkpoint, "finetune")  # what evaluate and predict score
         return session
 
     def data_uri(self, data: str | None) -> str:
@@ -464,6 +474,43 @@ class Session:
             return ready.algorithm, ready.data, self.continuation.parent_run, self.continuation.checkpoint_uri
         raise TwinkleError("nothing to export yet: call fit() first, or use Trainer.from_checkpoint(...)")
 
+
+    def evaluate(self, data: str, *, batch_size: int | None = None, output: str | None = None) -> Evaluation:
+        """Score the best checkpoint's model on the labelled data at ``data``, read with the run's data spec, and
+        store the evaluation with the run (``twinkle_core.engine.evaluation``)."""
+        from twinkle_core.engine.evaluation import evaluate
+
+        uri = self.store.resolve(str(data))
+        model, spec, run_uri, checkpoint = self._trained_model(uri)
+        processor = self._processor(uri)[0]
+        context = PrepareContext(home=self.store.home, model_input=self._model_input(model), seed=self.settings.seed)
+        samples = processor.read_samples(uri, spec, context)
+        size = batch_size or model.eval_batch_size(self.settings.batch_size)
+        return evaluate(self.store, model, spec, samples, run_uri=run_uri, checkpoint=checkpoint, batch_size=size,
+                        output=output, verbose=self.verbose)
+
+    def _trained_model(self, uri: str) -> tuple[Algorithm, DataSpec, str | None, str | None]:
+        """The trained model with its best weights, its data spec, its run and checkpoint: after ``fit``, that
+        run's; for a session from a checkpoint, the run's best checkpoint (or the file given), built from the
+        spec in the checkpoint — the training data is not read."""
+        if self.result is not None and self.algorithm is not None and self.prepared is not None:
+            model, prepared, run_uri, best = self.model_for_export()
+            return model, prepared.spec, run_uri, best
+        if self.continuation is None:
+            raise TwinkleError("nothing trained yet: call fit() first, or use Trainer.from_checkpoint(run)")
+        record = self.continuation.record
+        if not record.data_spec:
+            raise TwinkleError(f"checkpoint '{self.continuation.checkpoint_uri}' holds no data spec (written before "
+                               "0.2); evaluate it after continuing it for one step")
+        spec = DataSpec.from_dict(record.data_spec)
+        routed = self._route(uri)[1]
+        model = self.choice.cls.from_hyperparams(routed.algorithm, task=self.task, typed=True)
+        self._build_network(model, spec)
+        best = self.best_checkpoint or self.continuation.checkpoint_uri
+        state = (self.continuation.state_dict if best == self.continuation.checkpoint_uri
+                 else load_checkpoint(best)["state_dict"])
+        model.load_state_dict(state)
+        return model, spec, record.run, best
 
     def _unsplit(self) -> Algorithm:
         """A new, whole instance of the algorithm ``fit`` trained (one split over devices — FSDP2, tensor parallel

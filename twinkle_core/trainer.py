@@ -18,6 +18,7 @@ import lightning as L
 
 from twinkle_core.algorithm import Algorithm
 from twinkle_core.data.processor import DataProcessor, PreparedData
+from twinkle_core.engine.evaluation import Evaluation
 from twinkle_core.engine.result import FitResult
 from twinkle_core.errors import TwinkleError
 from twinkle_core.exporting.base import ExportResult
@@ -181,6 +182,29 @@ class Trainer(Operations):
         exporter = exporter_for(format)  # an unknown format is an error before the model is rebuilt
         return export_run(self.session.store, exporter, *self.model_for_export(), output, quantize, options)
 
+    def evaluate(self, data: str, *, batch_size: int | None = None, output: str | None = None) -> Evaluation:
+        """Score the best checkpoint's model on a labelled test set and store the evaluation with its run.
+
+        The data is read with the run's own data spec — the same columns, classes, vocabulary, input size and
+        normalisation; nothing is fitted on it — by the run's data processor (``DataProcessor.read_samples``).
+        The algorithm's own test figures (``loss``, ``accuracy``, ... computed as validation computes them) come
+        with its task's report: for classification, per-class precision, recall and F1 and a confusion matrix
+        (JSON and ``confusion_matrix.png``); for regression, MAE, RMSE and R². It is written to the run's
+        ``evaluations/<N>/`` and listed by ``twinkle runs show``. Works after ``fit`` and on
+        ``Trainer.from_checkpoint(run)`` (the run's best checkpoint; the training data is not read).
+
+        Args:
+            data: the test set at any URI, in the format the run trained on, with its label column.
+            batch_size: samples per forward pass (default: the algorithm's validation batch size).
+            output: a folder to write it to instead of the run's (required for a checkpoint of no run).
+
+        Raises:
+            SamplesNotSupportedError: the run's data processor cannot read test data.
+            twinkle_core.data.errors.DataError: the data differs from the run's (named, with the fix) or has no
+                labels.
+        """
+        return self.session.evaluate(data, batch_size=batch_size, output=output)
+
     def synthesize(self, text: str, output: str | None = None, **options: Any) -> str:
         """Speak ``text`` with the best checkpoint's model and write a WAV file; returns its path.
 
@@ -249,4 +273,4 @@ class Trainer(Operations):
                                               same_run=same_run, **options))
 
 
-__all__ = ["FitResult", "Trainer"]
+__all__ = ["Evaluation", "FitResult", "Trainer"]

@@ -1,4 +1,4 @@
-"""``twinkle train``, ``plan``, ``export`` and ``runs``: the engine from the command line.
+"""``twinkle train``, ``plan``, ``export``, ``evaluate`` and ``runs``: the engine from the command line.
 
 These commands import the engine (torch, Lightning) inside their bodies, so listing commands stay fast.
 """
@@ -109,6 +109,33 @@ def export(run: str, fmt: str, quantize: bool, output: str | None, opset: int | 
         click.echo(f"{result.metric}: PyTorch {result.metric_torch:.4f}, export {result.metric_export:.4f}")
 
 
+@click.command()
+@click.argument("run")
+@click.option("--data", "-d", required=True, help="The labelled test set (path or URI), in the run's data format.")
+@click.option("--batch-size", type=click.IntRange(min=1), help="Samples per forward pass.")
+@click.option("--output", "-o", help="A folder to write the evaluation to (default: the run's evaluations/N/).")
+@click.option("--json", "as_json", is_flag=True, help="Print the evaluation as JSON.")
+def evaluate(run: str, data: str, batch_size: int | None, output: str | None, as_json: bool) -> None:
+    """Score RUN's best model (twinkle://user/project/runN or a .ckpt) on the test set --data, read with the run's
+    data spec, and store the evaluation with the run (figures, per-class table, confusion matrix)."""
+    from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
+
+    result = Trainer.from_checkpoint(run, mode="finetune", verbose=False).evaluate(data, batch_size=batch_size,
+                                                                                   output=output)
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    click.echo(f"Evaluated {result.checkpoint} on {result.samples} samples of {result.data_uri}")
+    for name, value in result.metrics.items():
+        click.echo(f"  {name:18} {value:.6g}")
+    for row in result.tables.get("per_class", []):
+        click.echo(f"  class {row['class']!s:12} precision {row['precision']:.3f}  recall {row['recall']:.3f}  "
+                   f"f1 {row['f1']:.3f}  support {row['support']}")
+    for name, count in (result.details.get("unseen_classes") or {}).items():
+        click.echo(f"  not scored: {count} row(s) of class {name!r}, which the run never trained on")
+    click.echo(f"Written to {result.folder}")
+
+
 @click.group()
 def runs() -> None:
     """Runs in the store (TWINKLE_HOME)."""
@@ -180,6 +207,10 @@ def runs_show(run: str, as_json: bool) -> None:
     for item in record.exports:
         click.echo(f"export {item['format']}{' int8' if item['quantized'] else ''}: {item['path']} "
                    f"(max diff {item['max_abs_diff']:.3g}, {item.get('metric')} {item.get('metric_export')})")
+    for item in store.evaluations(record.id):
+        figures = ", ".join(f"{k} {v:.4g}" for k, v in list(item.get("metrics", {}).items())[:4])
+        click.echo(f"evaluation {item.get('number')}: {item.get('samples')} samples of {item.get('data_uri')} "
+                   f"({figures}) in {item.get('folder')}")
 
 
 @runs.command("repair")
@@ -197,5 +228,5 @@ def runs_repair() -> None:
     click.echo(f"Rebuilt {path} from {count} run folder(s)" + (f"; the old file is at {moved}" if moved else ""))
 
 
-COMMANDS = (train, plan, export, runs)
+COMMANDS = (train, plan, export, evaluate, runs)
 """The engine's commands, added to the ``twinkle`` group."""

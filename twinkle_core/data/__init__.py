@@ -37,6 +37,7 @@ _PUBLIC: dict[str, str] = {
     "IndexedProcessor": "twinkle_core.data.indexed",
     "PreparedData": "twinkle_core.data.processor",
     "PrepareContext": "twinkle_core.data.processor",
+    "Samples": "twinkle_core.data.processor",
     "split_indices": "twinkle_core.data.processor",
     "DataSpec": "twinkle_core.data.spec",
     "ModelInput": "twinkle_core.data.spec",
@@ -57,6 +58,7 @@ _PUBLIC: dict[str, str] = {
     "MissingColumnError": "twinkle_core.data.errors",
     "MissingValueError": "twinkle_core.data.errors",
     "NonNumericError": "twinkle_core.data.errors",
+    "SamplesNotSupportedError": "twinkle_core.data.errors",
     "UnsupportedFormatError": "twinkle_core.data.errors",
     "DataNotFoundError": "twinkle_core.uris",
     "filesystem": "twinkle_core.uris",
@@ -76,13 +78,14 @@ if TYPE_CHECKING:  # pragma: no cover
         MissingColumnError,
         MissingValueError,
         NonNumericError,
+        SamplesNotSupportedError,
         UnsupportedFormatError,
     )
     from twinkle_core.data.fingerprint import Manifest, Reader, data_fingerprint, read_file, scan
     from twinkle_core.data.index import index_header, is_index, read_array, read_index, write_index
     from twinkle_core.data.indexed import IndexedProcessor
     from twinkle_core.data.shards import DEFAULT_SHARD_ROWS, ShardedRows
-    from twinkle_core.data.processor import DataProcessor, PrepareContext, PreparedData, split_indices
+    from twinkle_core.data.processor import DataProcessor, PrepareContext, PreparedData, Samples, split_indices
     from twinkle_core.data.spec import DataSpec, ModelInput
     from twinkle_core.store.atomic import atomic_write_bytes, atomic_write_text
     from twinkle_core.uris import DataNotFoundError, filesystem, is_local, join, local_cache_dir, require_exists, suffix

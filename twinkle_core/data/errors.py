@@ -34,6 +34,11 @@ class UnsupportedFormatError(DataError):
     """A file whose format the chosen data processor cannot read."""
 
 
+class SamplesNotSupportedError(TwinkleError):
+    """A data processor that cannot read test or new data with a run's spec (it does not implement
+    ``DataProcessor.read_samples``), so ``evaluate`` and ``predict`` cannot use it."""
+
+
 __all__ = [
     "DataError",
     "DataNotFoundError",
@@ -41,5 +46,6 @@ __all__ = [
     "MissingColumnError",
     "MissingValueError",
     "NonNumericError",
+    "SamplesNotSupportedError",
     "UnsupportedFormatError",
 ]

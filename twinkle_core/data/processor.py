@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from twinkle_core.data.errors import UnsupportedFormatError
+from twinkle_core.data.errors import SamplesNotSupportedError, UnsupportedFormatError
 from twinkle_core.data.spec import DataSpec, ModelInput
 from twinkle_core.errors import TwinkleError
 from twinkle_core.hyperparams import Hyperparameter, HyperparameterError, declared, validate, with_new_names
@@ -90,6 +90,31 @@ class PreparedData:
         return counts
 
 
+@dataclass
+class Samples:
+    """Test or new data read with a trained run's spec (``DataProcessor.read_samples``), in the source's order.
+
+    Attributes:
+        dataset: one item per sample: ``(input, target)`` when ``labelled``, else ``(input,)``, encoded exactly as
+            the run's training data was (the same columns, classes, vocabulary, input size, normalisation).
+        labelled: whether the source carries targets (``evaluate`` needs them; ``predict`` does not).
+        fingerprint: the content fingerprint of the source (``md5:...``).
+        source: the URI the samples came from.
+        ids: a name for each sample, in order (a row number, a file's path), for prediction outputs.
+        details: JSON-ready facts about the read: rows left out and why (``unseen_classes``: rows whose class the
+            run never trained on, by class — they are reported, not scored), files skipped.
+        collate_fn: how samples become a batch (default: torch's ``default_collate``).
+    """
+
+    dataset: Any
+    labelled: bool
+    fingerprint: str
+    source: str
+    ids: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    collate_fn: Any = None
+
+
 class DataProcessor(ABC):
     """Base class of every data processor.
 
@@ -148,6 +173,23 @@ class DataProcessor(ABC):
         Raises:
             twinkle_core.data.errors.DataError: (and its subclasses) naming the file, row or column.
         """
+
+    def read_samples(self, uri: str, spec: DataSpec, context: PrepareContext | None = None) -> Samples:
+        """Read test or new data at ``uri`` as a run trained on ``spec`` reads it — the same columns, classes,
+        vocabulary, input size and normalisation; nothing is fitted on this data — labelled or not.
+
+        ``evaluate`` scores a run on labelled samples; ``predict`` runs it on any. A processor that supports them
+        overrides this; the base refuses by name.
+
+        Raises:
+            SamplesNotSupportedError: this processor does not read samples for a trained run.
+            twinkle_core.data.errors.DataError: the data differs from the run's (missing columns, other
+                channels), naming the difference and the fix; an empty source.
+        """
+        raise SamplesNotSupportedError(
+            f"{type(self).__name__} cannot read data for a trained run (evaluate, predict): it does not implement "
+            "DataProcessor.read_samples(uri, spec, context); ask its plugin's authors, or pass a processor that does "
+            "(data_processor=...)")
 
     def context(self, given: PrepareContext | int | None = None) -> PrepareContext:
         """``given``, or — for a call without one — a context from this processor's 0.2-style attributes

@@ -20,7 +20,7 @@ from twinkle_core.data.errors import (
 from twinkle_core.data.fingerprint import read_file
 from twinkle_core.data.index import index_header, is_index, read_array, read_index, write_index
 from twinkle_core.data.indexed import IndexedProcessor
-from twinkle_core.data.processor import PrepareContext, PreparedData, split_indices
+from twinkle_core.data.processor import PrepareContext, PreparedData, Samples, split_indices
 from twinkle_core.data.shards import DEFAULT_SHARD_ROWS
 from twinkle_core.data.spec import DataSpec
 from twinkle_core.types import Fraction, PositiveInt
@@ -153,27 +153,9 @@ class TabularProcessor(IndexedProcessor):
         features = frame.drop(columns=[label])
         if features.shape[1] == 0:
             raise DataError(f"'{uri}' has only the label column '{label}'; it needs feature columns")
-        for column in features.columns:
-            values = features[column]
-            if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
-                converted = pd.to_numeric(values, errors="coerce")
-                bad = values[converted.isna() & values.notna()]
-                if len(bad):
-                    raise NonNumericError(
-                        f"feature column '{column}' of '{uri}' holds text ({bad.iloc[0]!r} in data row "
-                        f"{bad.index[0] + 1}); encode it as numbers or drop the column"
-                    )
-                features[column] = converted
-        self._check_missing(features, uri)
+        x = self._numeric(features, uri)
         self._check_missing(frame[[label]], uri)
         facts: dict[str, Any] = {"feature_names": [str(c) for c in features.columns], "label_column": label}
-        x = features.to_numpy(dtype=np.float32)
-        if not np.isfinite(x).all():
-            row, col = np.argwhere(~np.isfinite(x))[0]
-            raise MissingValueError(
-                f"feature column '{features.columns[col]}' of '{uri}' holds an infinite value in data row "
-                f"{row + 1}; replace or drop it"
-            )
         raw_labels = frame[label]
         if self.classification:
             classes = sorted(raw_labels.unique().tolist(), key=lambda v: (str(type(v)), v))
@@ -206,6 +188,87 @@ class TabularProcessor(IndexedProcessor):
                 )
             y = numeric.to_numpy(dtype=np.float32)
         return x, y, facts
+
+    def _numeric(self, features: pd.DataFrame, uri: str) -> np.ndarray:
+        """The feature columns as float32, or the named error for text, missing or infinite values."""
+        features = features.copy()
+        for column in features.columns:
+            values = features[column]
+            if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+                converted = pd.to_numeric(values, errors="coerce")
+                bad = values[converted.isna() & values.notna()]
+                if len(bad):
+                    raise NonNumericError(
+                        f"feature column '{column}' of '{uri}' holds text ({bad.iloc[0]!r} in data row "
+                        f"{bad.index[0] + 1}); encode it as numbers or drop the column"
+                    )
+                features[column] = converted
+        self._check_missing(features, uri)
+        x = features.to_numpy(dtype=np.float32)
+        if not np.isfinite(x).all():
+            row, col = np.argwhere(~np.isfinite(x))[0]
+            raise MissingValueError(
+                f"feature column '{features.columns[col]}' of '{uri}' holds an infinite value in data row "
+                f"{row + 1}; replace or drop it"
+            )
+        return x
+
+    def read_samples(self, uri: str, spec: DataSpec, context: PrepareContext | None = None) -> Samples:
+        """Read a CSV or Parquet table with the run's columns: its feature columns (any order; a missing or an extra
+        one is a named error), and its label column if present — classes mapped as the run mapped them, rows of
+        a class the run never saw left out and counted in ``details["unseen_classes"]``. Sample ids are data-row
+        numbers (1-based, as error messages count them).
+
+        Raises:
+            MissingColumnError: a feature column of the run is absent. DataError: columns the run did not train on,
+                an empty table. NonNumericError, MissingValueError: as for training.
+        """
+        names = [str(n) for n in spec.extra.get("feature_names", ())]
+        label = str(spec.extra.get("label_column", ""))
+        data, manifest = read_file(uri)
+        frame = self.read_table(uri, data)
+        frame.columns = [str(c) for c in frame.columns]
+        if len(frame) == 0:
+            raise EmptyDataError(f"'{uri}' has a header but no rows; give the rows to evaluate or predict")
+        missing = [n for n in names if n not in frame.columns]
+        if missing:
+            raise MissingColumnError(
+                f"'{uri}' lacks {len(missing)} feature column(s) the run trained on: {', '.join(missing[:8])}"
+                f"{' ...' if len(missing) > 8 else ''}; add them (the run reads {len(names)} columns)")
+        extra = [c for c in frame.columns if c not in names and c != label]
+        if extra:
+            raise DataError(
+                f"'{uri}' has column(s) the run did not train on: {', '.join(extra[:8])}"
+                f"{' ...' if len(extra) > 8 else ''}; drop them (the run's label column is '{label}')")
+        x = self._numeric(frame[names], uri)
+        ids = [str(i + 1) for i in range(len(frame))]
+        labelled = label in frame.columns
+        details: dict[str, Any] = {"rows": int(len(frame))}
+        if not labelled:
+            dataset: Any = TensorDataset(torch.tensor(x))
+            return Samples(dataset, False, f"md5:{manifest.md5}", uri, ids, details)
+        self._check_missing(frame[[label]], uri)
+        raw = frame[label]
+        if self.classification:
+            lookup = {name: i for i, name in enumerate(spec.class_names)}
+            names_of = raw.map(str)
+            y = names_of.map(lookup)
+            unseen = names_of[y.isna()]
+            if len(unseen):
+                details["unseen_classes"] = {str(k): int(v) for k, v in unseen.value_counts().items()}
+            keep = np.flatnonzero(y.notna().to_numpy())
+            target = torch.tensor(y.to_numpy()[keep].astype(np.int64))
+        else:
+            numeric = pd.to_numeric(raw, errors="coerce")
+            if numeric.isna().any():
+                row = int(np.flatnonzero(numeric.isna().to_numpy())[0])
+                raise NonNumericError(f"label column '{label}' of '{uri}' holds {raw.iloc[row]!r} in data row "
+                                      f"{row + 1}; regression needs numeric labels")
+            keep = np.arange(len(frame))
+            target = torch.tensor(numeric.to_numpy(dtype=np.float32))
+        details["scored_rows"] = int(len(keep))
+        dataset = TensorDataset(torch.tensor(x[keep]), target)
+        return Samples(dataset, True, f"md5:{manifest.md5}", uri, [ids[i] for i in keep], details)
 
     def _label_column(self, frame: pd.DataFrame, uri: str) -> str:
         columns = [str(c) for c in frame.columns]

@@ -95,8 +95,7 @@ class ShardedModelParallelStrategy(ModelParallelStrategy):
                                                   if torch.is_tensor(v)}}
         kept = []
         for number, state in enumerate(checkpoint.pop("optimizer_states", [])):
-            tensors[f"optimizer_{number}"] = {"state": {
-                name: {k: v for k, v in values.items() if torch.is_tensor(v)} for name, values in state["state"].items()}}
+            tensors[f"optimizer_{number}"] = {"state": _tensors_of(state["state"])}
             plain = {name: {k: v for k, v in values.items() if not torch.is_tensor(v)}
                      for name, values in state["state"].items()}
             kept.append({"param_groups": state["param_groups"], "plain": {k: v for k, v in plain.items() if v}})
@@ -130,8 +129,7 @@ class ShardedModelParallelStrategy(ModelParallelStrategy):
         states = [self.local_optimizer_state(optimizer) for optimizer in self.optimizers]
         target: dict[str, Any] = {"state_dict": model}
         for number, state in enumerate(states[:len(saved)]):
-            target[f"optimizer_{number}"] = {"state": {
-                name: {k: v for k, v in values.items() if torch.is_tensor(v)} for name, values in state["state"].items()}}
+            target[f"optimizer_{number}"] = {"state": _tensors_of(state["state"])}
         dcp.load(target, storage_reader=SafeReader(path), planner=TensorsOnly())
         loaded = []
         for number, (optimizer, state) in enumerate(zip(self.optimizers, states)):
@@ -149,6 +147,11 @@ class ShardedModelParallelStrategy(ModelParallelStrategy):
     def load_whole_checkpoint(self, path: str, weights_only: bool | None = None) -> dict[str, Any]:
         """Load a whole checkpoint file: Lightning's way (each rank takes its shard of every tensor)."""
         return super().load_checkpoint(Path(path), weights_only=weights_only)
+
+
+def _tensors_of(state: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """An optimizer state's tensors only (by parameter name, then by state name)."""
+    return {name: {k: v for k, v in values.items() if torch.is_tensor(v)} for name, values in state.items()}
 
 
 def _remove(path: str) -> None:

@@ -5,7 +5,7 @@ Layout under ``TWINKLE_HOME`` (any fsspec URL; default ``~/.twinkle``):
 ```text
 catalogue.sqlite                       (for a local home; see below)
 runs/<user>/<project>/run<N>/          plan.json, data.json, logs/metrics.csv, curves.png,
-                                       checkpoints/{best,last}.ckpt, exports/
+                                       checkpoints/{best,last}.ckpt, exports/, evaluations/<N>/
 models/<name>/                         published models (model.json + files)
 ```
 
@@ -104,6 +104,28 @@ class RunStore:
         url = self.path(run_id, name)
         atomic_write_text(url, json.dumps(data, indent=2, default=str) + "\n")
         return url
+
+    def next_evaluation(self, run_id: str) -> tuple[int, str]:
+        """The number and folder URL of the run's next evaluation (``evaluations/<N>/``, counting from 1)."""
+        fs, path = filesystem(self.path(run_id, "evaluations"))
+        taken = [int(name.rstrip("/").rsplit("/", 1)[-1]) for name in (fs.ls(path, detail=False) if fs.exists(path)
+                                                                        else [])
+                 if name.rstrip("/").rsplit("/", 1)[-1].isdigit()]
+        number = max(taken, default=0) + 1
+        return number, self.path(run_id, "evaluations", str(number))
+
+    def evaluations(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's evaluations (each ``evaluations/<N>/evaluation.json``), in order."""
+        fs, path = filesystem(self.path(run_id, "evaluations"))
+        if not fs.exists(path):
+            return []
+        found = []
+        for name in fs.ls(path, detail=False):
+            number = name.rstrip("/").rsplit("/", 1)[-1]
+            record = f"{name.rstrip('/')}/evaluation.json"
+            if number.isdigit() and fs.exists(record):
+                found.append(json.loads(fs.cat_file(record)))
+        return sorted(found, key=lambda e: int(e.get("number", 0)))
 
     def get(self, ref: str) -> RunRecord:
         """The run named by ``twinkle://user/project/runN`` (or ``user/project/runN``).

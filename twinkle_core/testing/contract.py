@@ -11,6 +11,9 @@ A plugin meets the contract when:
    training makes, so a plugin that passes is one ``Trainer`` accepts;
 5. docstrings are present: on the plugin module, each hook implementation and each target, and each
    component has a ``description``.
+
+What a plugin may leave out, at a cost to its users, is noted rather than failed: a data processor without
+``DataProcessor.read_samples`` (``evaluate`` and ``predict`` refuse its runs by name).
 """
 
 from __future__ import annotations
@@ -58,11 +61,13 @@ class ContractReport:
         plugin: the plugin's name.
         checked: a line per check that ran.
         problems: a line per violation; empty when the plugin meets the contract.
+        notes: a line per optional step the plugin does not support (it still meets the contract).
     """
 
     plugin: str
     checked: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -72,7 +77,8 @@ class ContractReport:
     def __str__(self) -> str:
         """A readable summary: one line per problem, or that the plugin meets the contract."""
         if self.ok:
-            return f"plugin '{self.plugin}' meets the Twinkle plugin contract ({len(self.checked)} checks)"
+            return (f"plugin '{self.plugin}' meets the Twinkle plugin contract ({len(self.checked)} checks)"
+                    + "".join(f"\n  note: {n}" for n in self.notes))
         return f"plugin '{self.plugin}' breaks the Twinkle plugin contract:\n" + "\n".join(
             f"  - {p}" for p in self.problems
         )
@@ -181,6 +187,11 @@ def _check_component(comp: Component, report: ContractReport, tasks: set[str]) -
         report.problems.append(f"{where} target {comp.target_path} is not a subclass of {base.__qualname__}")
     elif not target.__dict__.get("__doc__"):
         report.problems.append(f"{where} target {comp.target_path} has no docstring")
+    if comp.kind == "data_processor" and inspect.isclass(target):
+        from twinkle_core.data.processor import DataProcessor
+
+        if issubclass(target, DataProcessor) and target.read_samples is DataProcessor.read_samples:
+            report.notes.append(f"{where} does not implement read_samples: evaluate and predict refuse its runs")
 
 
 def _check_unique(comp: Component, same_kind: list[Component], report: ContractReport) -> None:
