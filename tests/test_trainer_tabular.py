@@ -300,3 +300,79 @@ def test_evaluate_names_what_differs_from_the_run(trained, own_store, cancer_csv
     evaluation = trainer.evaluate(str(tmp_path / "unseen.csv"))
     assert evaluation.details["unseen_classes"] == {"7": 3} and evaluation.samples == len(rows)
     assert abs(evaluation.metrics["accuracy"] - result.best_metric) < 1e-6
+
+
+def test_predict_writes_every_row_in_order_and_agrees_with_evaluate(trained, own_store, cancer_csv, tmp_path) -> None:
+    """``predict`` writes one row per input row, in input order, with its data-row id, the class, its probability
+    and every class's (summing to 1); scored against the labels they give exactly ``evaluate``'s accuracy and
+    confusion matrix; in-memory rows (a DataFrame without labels) give the same classes; Parquet and JSON lines
+    hold the same; an existing output is refused unless overwritten, an unknown suffix is refused."""
+    from click.testing import CliRunner
+
+    from twinkle_core.cli import main
+
+    _, result, _ = trained
+    rows = _validation_rows(cancer_csv)
+    test_csv = tmp_path / "held-out.csv"
+    rows.to_csv(test_csv, index=False)
+    trainer = Trainer.from_checkpoint(result.run_uri, verbose=False)
+    evaluation = trainer.evaluate(str(test_csv))
+    written = trainer.predict(str(test_csv), batch_size=32)  # several batches
+    assert written.output.endswith("predictions/1/predictions.csv") and written.count == len(rows)
+    table = pd.read_csv(written.output)
+    assert written.columns == ["id", "class", "probability", "p_0", "p_1"] == list(table.columns)
+    assert table["id"].tolist() == list(range(1, len(rows) + 1))
+    assert (table["p_0"] + table["p_1"]).round(6).eq(1.0).all()
+    assert (table[["p_0", "p_1"]].max(axis=1) == table["probability"]).all()
+    truth = rows["target"].to_numpy()
+    assert (table["class"].to_numpy() == truth).mean() == pytest.approx(evaluation.metrics["accuracy"], abs=1e-6)
+    counts = [[int(((truth == t) & (table["class"].to_numpy() == p)).sum()) for p in (0, 1)] for t in (0, 1)]
+    assert counts == evaluation.tables["confusion_matrix"]["counts"]
+
+    frame = rows.drop(columns=["target"])
+    in_memory = trainer.predict(frame, str(tmp_path / "memory.parquet"))
+    classes = table["class"].astype(str).tolist()  # class names are text; the CSV reader took them for numbers
+    assert pd.read_parquet(in_memory.output)["class"].tolist() == classes
+    lines = trainer.predict(str(test_csv), str(tmp_path / "rows.jsonl"))
+    assert [json.loads(line)["class"] for line in Path(lines.output).read_text().splitlines()] == classes
+    with pytest.raises(TwinkleError, match="exists; pass overwrite=True"):
+        trainer.predict(str(test_csv), str(tmp_path / "rows.jsonl"))
+    assert trainer.predict(str(test_csv), str(tmp_path / "rows.jsonl"), overwrite=True).count == len(rows)
+    with pytest.raises(TwinkleError, match="ending in .csv, .parquet, .jsonl"):
+        trainer.predict(str(test_csv), str(tmp_path / "rows.txt"))
+
+    shown = CliRunner().invoke(main, ["predict", result.run_uri, "--data", str(test_csv), "-o", str(tmp_path / "cli.csv")])
+    assert shown.exit_code == 0, shown.output
+    assert f"Predicted {len(rows)} samples" in shown.output
+    assert pd.read_csv(tmp_path / "cli.csv")["class"].tolist() == table["class"].tolist()
+
+
+PREDICT_SCRIPT = '''
+import json, os, sys
+from twinkle_core import Trainer
+
+mode, run, data, out = sys.argv[1:5]
+result = Trainer.from_checkpoint(run, verbose=False).predict(data, out, devices=2, batch_size=16)
+rank = int(os.environ.get("LOCAL_RANK", 0))
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{mode}-rank{rank}.json"), "w") as f:
+    json.dump({"count": result.count, "output": result.output}, f)
+'''
+
+
+@pytest.mark.processes
+def test_predict_on_two_processes_writes_every_row_once_in_order(trained, own_store, cancer_csv, tmp_path,
+                                                                 run_job) -> None:
+    """Two processes (Lightning's DDP launcher, each predicting its unrepeated share) write one file holding every
+    input row exactly once, in input order — the same file one process writes."""
+    _, result, _ = trained
+    data = tmp_path / "rows.csv"
+    pd.read_csv(cancer_csv).head(101).to_csv(data, index=False)  # an odd count: the ranks' shares differ
+    script = tmp_path / "predict_two.py"
+    script.write_text(PREDICT_SCRIPT)
+    ranks = run_job(script, "predict", result.run_uri, str(data), str(tmp_path / "two.csv"))
+    assert sorted(ranks) == [0, 1] and ranks[0]["count"] == ranks[1]["count"] == 101
+    two = pd.read_csv(tmp_path / "two.csv")
+    assert two["id"].tolist() == list(range(1, 102))
+    one = Trainer.from_checkpoint(result.run_uri, verbose=False).predict(str(data), str(tmp_path / "one.csv"))
+    pd.testing.assert_frame_equal(two, pd.read_csv(one.output))
+    assert not (tmp_path / "two.csv.parts").exists()

@@ -41,6 +41,7 @@ _LAZY: dict[str, str] = {
     "FitResult": "twinkle_core.engine.result:FitResult",
     "Evaluation": "twinkle_core.engine.evaluation:Evaluation",
     "EvaluationReport": "twinkle_core.metrics:EvaluationReport",
+    "Predictions": "twinkle_core.engine.prediction:Predictions",
     "load_torch_file": "twinkle_core.engine.checkpoints:load_torch_file",
     "Plan": "twinkle_core.planning.plan:Plan",
     "RunStore": "twinkle_core.store.runs:RunStore",
@@ -58,6 +59,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from twinkle_core.store.runs import RunStore
     from twinkle_core.engine.checkpoints import load_torch_file
     from twinkle_core.engine.evaluation import Evaluation
+    from twinkle_core.engine.prediction import Predictions
     from twinkle_core.metrics import EvaluationReport
     from twinkle_core.engine.result import FitResult
     from twinkle_core.trainer import Trainer

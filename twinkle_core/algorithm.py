@@ -409,6 +409,25 @@ class Algorithm(L.LightningModule):
         raise TwinkleError(f"{type(self).__name__} ({kind} task '{self.task}') has no evaluation report: override "
                            "Algorithm.evaluation_report(outputs, targets, spec) to return a twinkle_core.EvaluationReport")
 
+    def prediction_rows(self, outputs: torch.Tensor, spec: DataSpec) -> list[dict[str, Any]]:
+        """What ``predict`` writes for a batch of ``predict_step`` outputs: one JSON-ready row per sample (the
+        engine adds its ``id``). For classification, the predicted ``class``, its ``probability`` and ``p_<class>``
+        for every class; for regression, the ``prediction``. An algorithm of another task kind overrides it.
+
+        Raises:
+            TwinkleError: the task kind has no rows here (the algorithm must override this).
+        """
+        from twinkle_core.metrics import classification_rows, regression_rows
+
+        kind = self.task_info.kind
+        if kind == "classification":
+            return classification_rows(outputs, spec.class_names or
+                                       [str(i) for i in range(int(spec.num_classes or outputs.shape[-1]))])
+        if kind == "regression":
+            return regression_rows(outputs)
+        raise TwinkleError(f"{type(self).__name__} ({kind} task '{self.task}') has no prediction rows: override "
+                           "Algorithm.prediction_rows(outputs, spec)")
+
     # ---------------------------------------------------------------- logging
     def _reduced(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """``kwargs`` for Lightning's logging, reduced across ranks unless the caller chose otherwise."""

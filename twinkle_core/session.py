@@ -30,6 +30,7 @@ from twinkle_core.engine import continuation as cont
 from twinkle_core.engine.checkpoints import TWINKLE_KEY, load_checkpoint
 from twinkle_core.engine.curves import keep_history
 from twinkle_core.engine.evaluation import Evaluation
+from twinkle_core.engine.prediction import Predictions
 from twinkle_core.engine.ranks import is_global_zero
 from twinkle_core.engine.record import CheckpointRecord, class_path, restore_algorithm, restore_processor
 from twinkle_core.engine.reshape import reshape_to_state
@@ -488,6 +489,38 @@ class Session:
         size = batch_size or model.eval_batch_size(self.settings.batch_size)
         return evaluate(self.store, model, spec, samples, run_uri=run_uri, checkpoint=checkpoint, batch_size=size,
                         output=output, verbose=self.verbose)
+
+    def predict(self, data: Any, output: str | None = None, *, batch_size: int | None = None, devices: int = 1,
+                overwrite: bool = False) -> Predictions:
+        """Predict every sample of ``data`` (a URI, or in-memory samples the run's processor takes) with the best
+        checkpoint's model and write the rows to ``output`` (``twinkle_core.engine.prediction``)."""
+        from twinkle_core.engine.prediction import check_output, predict
+
+        if output is not None:
+            check_output(output, overwrite)
+        in_memory = not isinstance(data, (str, os.PathLike))
+        # in-memory samples go to the processor that read the training data
+        uri = (str(self.new_data or (self.prepared.source if self.prepared else "")) if in_memory
+               else self.store.resolve(str(data)))
+        model, spec, run_uri, checkpoint = self._trained_model(uri)
+        processor = self._processor(uri)[0]
+        if in_memory:
+            samples = processor.samples_from(data, spec)
+        else:
+            context = PrepareContext(home=self.store.home, model_input=self._model_input(model),
+                                     seed=self.settings.seed)
+            samples = processor.read_samples(uri, spec, context, targets=False)
+
+        def where() -> str:
+            if output is not None:
+                return output
+            if run_uri is None:
+                raise TwinkleError("this model belongs to no run, so its predictions have nowhere to go; pass output=")
+            return join(self.store.next_folder(self.store.run_id(run_uri), "predictions")[1], "predictions.csv")
+
+        size = batch_size or model.eval_batch_size(self.settings.batch_size)
+        return predict(model, spec, samples, where, devices=devices, batch_size=size, run_uri=run_uri,
+                       checkpoint=checkpoint, verbose=self.verbose)
 
     def _trained_model(self, uri: str) -> tuple[Algorithm, DataSpec, str | None, str | None]:
         """The trained model with its best weights, its data spec, its run and checkpoint: after ``fit``, that

@@ -19,6 +19,7 @@ import lightning as L
 from twinkle_core.algorithm import Algorithm
 from twinkle_core.data.processor import DataProcessor, PreparedData
 from twinkle_core.engine.evaluation import Evaluation
+from twinkle_core.engine.prediction import Predictions
 from twinkle_core.engine.result import FitResult
 from twinkle_core.errors import TwinkleError
 from twinkle_core.exporting.base import ExportResult
@@ -205,6 +206,27 @@ class Trainer(Operations):
         """
         return self.session.evaluate(data, batch_size=batch_size, output=output)
 
+    def predict(self, data: Any, output: str | None = None, *, batch_size: int | None = None, devices: int = 1,
+                overwrite: bool = False) -> Predictions:
+        """The best checkpoint's predictions for every sample of ``data``, in input order, written to a file.
+
+        The samples are read with the run's data spec by its data processor (``DataProcessor.read_samples``;
+        labels, if the data has them, are ignored) and predicted in batches; each batch's rows are written as it
+        ends (``Algorithm.prediction_rows``: for classification the class, its probability and every class's;
+        for regression the value), each with the sample's id (a table's data-row number, an image's path).
+
+        Args:
+            data: a path or URI in the run's data format, or in-memory samples its processor takes
+                (``DataProcessor.samples_from``: a ``pandas.DataFrame`` for a tabular run).
+            output: the file to write, by suffix ``.csv``, ``.parquet`` or ``.jsonl`` (any URI); default the
+                run's ``predictions/<N>/predictions.csv``.
+            batch_size: samples per forward pass (default: the algorithm's validation batch size).
+            devices: processes to predict on (Lightning starts them, as for ``fit``); each predicts its share and
+                the output holds every sample exactly once, in input order.
+            overwrite: replace an existing ``output`` (else it is refused before anything runs).
+        """
+        return self.session.predict(data, output, batch_size=batch_size, devices=devices, overwrite=overwrite)
+
     def synthesize(self, text: str, output: str | None = None, **options: Any) -> str:
         """Speak ``text`` with the best checkpoint's model and write a WAV file; returns its path.
 
@@ -273,4 +295,4 @@ class Trainer(Operations):
                                               same_run=same_run, **options))
 
 
-__all__ = ["Evaluation", "FitResult", "Trainer"]
+__all__ = ["Evaluation", "FitResult", "Predictions", "Trainer"]

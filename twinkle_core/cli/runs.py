@@ -1,4 +1,4 @@
-"""``twinkle train``, ``plan``, ``export``, ``evaluate`` and ``runs``: the engine from the command line.
+"""``twinkle train``, ``plan``, ``export``, ``evaluate``, ``predict`` and ``runs``: the engine from the command line.
 
 These commands import the engine (torch, Lightning) inside their bodies, so listing commands stay fast.
 """
@@ -136,6 +136,33 @@ def evaluate(run: str, data: str, batch_size: int | None, output: str | None, as
     click.echo(f"Written to {result.folder}")
 
 
+@click.command()
+@click.argument("run")
+@click.option("--data", "-d", required=True, help="The samples to predict (path or URI), in the run's data format.")
+@click.option("--output", "-o", required=True, help="The file to write: .csv, .parquet or .jsonl (any URI).")
+@click.option("--batch-size", type=click.IntRange(min=1), help="Samples per forward pass.")
+@click.option("--devices", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes to predict on (every sample written once, in input order).")
+@click.option("--overwrite", is_flag=True, help="Replace --output if it exists.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def predict(run: str, data: str, output: str, batch_size: int | None, devices: int, overwrite: bool,
+            as_json: bool) -> None:
+    """Predict every sample of --data with RUN's best model (twinkle://user/project/runN or a .ckpt) and write one
+    row per sample, in input order, to --output."""
+    from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
+    from twinkle_core.engine.ranks import is_global_zero
+
+    result = Trainer.from_checkpoint(run, mode="finetune", verbose=False).predict(
+        data, output, batch_size=batch_size, devices=devices, overwrite=overwrite)
+    if not is_global_zero():
+        return
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    click.echo(f"Predicted {result.count} samples of {result.data_uri} with {result.checkpoint}")
+    click.echo(f"Written to {result.output} (columns: {', '.join(result.columns)})")
+
+
 @click.group()
 def runs() -> None:
     """Runs in the store (TWINKLE_HOME)."""
@@ -228,5 +255,5 @@ def runs_repair() -> None:
     click.echo(f"Rebuilt {path} from {count} run folder(s)" + (f"; the old file is at {moved}" if moved else ""))
 
 
-COMMANDS = (train, plan, export, evaluate, runs)
+COMMANDS = (train, plan, export, evaluate, predict, runs)
 """The engine's commands, added to the ``twinkle`` group."""

@@ -174,12 +174,14 @@ class DataProcessor(ABC):
             twinkle_core.data.errors.DataError: (and its subclasses) naming the file, row or column.
         """
 
-    def read_samples(self, uri: str, spec: DataSpec, context: PrepareContext | None = None) -> Samples:
+    def read_samples(self, uri: str, spec: DataSpec, context: PrepareContext | None = None, *,
+                     targets: bool = True) -> Samples:
         """Read test or new data at ``uri`` as a run trained on ``spec`` reads it — the same columns, classes,
         vocabulary, input size and normalisation; nothing is fitted on this data — labelled or not.
 
-        ``evaluate`` scores a run on labelled samples; ``predict`` runs it on any. A processor that supports them
-        overrides this; the base refuses by name.
+        ``evaluate`` scores a run on labelled samples; ``predict`` runs it on any, with ``targets=False``: every
+        sample is read, as unlabelled, whatever labels the source carries. A processor that supports them
+        overrides this (and ``samples_from`` for in-memory samples); the base refuses by name.
 
         Raises:
             SamplesNotSupportedError: this processor does not read samples for a trained run.
@@ -190,6 +192,17 @@ class DataProcessor(ABC):
             f"{type(self).__name__} cannot read data for a trained run (evaluate, predict): it does not implement "
             "DataProcessor.read_samples(uri, spec, context); ask its plugin's authors, or pass a processor that does "
             "(data_processor=...)")
+
+    def samples_from(self, items: Any, spec: DataSpec) -> Samples:
+        """In-memory samples (a table, images, texts — what the processor's format holds) as unlabelled
+        ``Samples`` for ``predict``, encoded as ``read_samples`` encodes a file's.
+
+        Raises:
+            SamplesNotSupportedError: this processor takes no in-memory samples.
+        """
+        raise SamplesNotSupportedError(
+            f"{type(self).__name__} takes no in-memory samples for predict: pass a path or URI instead (or implement "
+            "DataProcessor.samples_from(items, spec))")
 
     def context(self, given: PrepareContext | int | None = None) -> PrepareContext:
         """``given``, or — for a call without one — a context from this processor's 0.2-style attributes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 from typing import Any
 
@@ -213,20 +214,29 @@ class TabularProcessor(IndexedProcessor):
             )
         return x
 
-    def read_samples(self, uri: str, spec: DataSpec, context: PrepareContext | None = None) -> Samples:
+    def read_samples(self, uri: str, spec: DataSpec, context: PrepareContext | None = None, *,
+                     targets: bool = True) -> Samples:
         """Read a CSV or Parquet table with the run's columns: its feature columns (any order; a missing or an extra
         one is a named error), and its label column if present — classes mapped as the run mapped them, rows of
         a class the run never saw left out and counted in ``details["unseen_classes"]``. Sample ids are data-row
-        numbers (1-based, as error messages count them).
+        numbers (1-based, as error messages count them). ``targets=False``: every row, unlabelled.
 
         Raises:
             MissingColumnError: a feature column of the run is absent. DataError: columns the run did not train on,
                 an empty table. NonNumericError, MissingValueError: as for training.
         """
+        data, manifest = read_file(uri)
+        return self._samples(self.read_table(uri, data), spec, uri, f"md5:{manifest.md5}", targets)
+
+    def samples_from(self, items: Any, spec: DataSpec) -> Samples:
+        """A ``pandas.DataFrame`` (or a list of row dicts) with the run's feature columns, as unlabelled samples."""
+        frame = items if isinstance(items, pd.DataFrame) else pd.DataFrame(list(items))
+        fingerprint = "md5:" + hashlib.md5(pd.util.hash_pandas_object(frame, index=False).values.tobytes()).hexdigest()
+        return self._samples(frame.copy(), spec, "<in-memory rows>", fingerprint, False)
+
+    def _samples(self, frame: pd.DataFrame, spec: DataSpec, uri: str, fingerprint: str, targets: bool) -> Samples:
         names = [str(n) for n in spec.extra.get("feature_names", ())]
         label = str(spec.extra.get("label_column", ""))
-        data, manifest = read_file(uri)
-        frame = self.read_table(uri, data)
         frame.columns = [str(c) for c in frame.columns]
         if len(frame) == 0:
             raise EmptyDataError(f"'{uri}' has a header but no rows; give the rows to evaluate or predict")
@@ -242,11 +252,9 @@ class TabularProcessor(IndexedProcessor):
                 f"{' ...' if len(extra) > 8 else ''}; drop them (the run's label column is '{label}')")
         x = self._numeric(frame[names], uri)
         ids = [str(i + 1) for i in range(len(frame))]
-        labelled = label in frame.columns
         details: dict[str, Any] = {"rows": int(len(frame))}
-        if not labelled:
-            dataset: Any = TensorDataset(torch.tensor(x))
-            return Samples(dataset, False, f"md5:{manifest.md5}", uri, ids, details)
+        if not targets or label not in frame.columns:
+            return Samples(TensorDataset(torch.tensor(x)), False, fingerprint, uri, ids, details)
         self._check_missing(frame[[label]], uri)
         raw = frame[label]
         if self.classification:
@@ -268,7 +276,7 @@ class TabularProcessor(IndexedProcessor):
             target = torch.tensor(numeric.to_numpy(dtype=np.float32))
         details["scored_rows"] = int(len(keep))
         dataset = TensorDataset(torch.tensor(x[keep]), target)
-        return Samples(dataset, True, f"md5:{manifest.md5}", uri, [ids[i] for i in keep], details)
+        return Samples(dataset, True, fingerprint, uri, [ids[i] for i in keep], details)
 
     def _label_column(self, frame: pd.DataFrame, uri: str) -> str:
         columns = [str(c) for c in frame.columns]

@@ -22,6 +22,7 @@ from twinkle_core.algorithm import Algorithm
 from twinkle_core.data.errors import DataError, EmptyDataError
 from twinkle_core.data.processor import Samples
 from twinkle_core.data.spec import DataSpec
+from twinkle_core.engine.isolation import quiet_lightning
 from twinkle_core.engine.ranks import is_global_zero
 from twinkle_core.errors import TwinkleError
 from twinkle_core.store.atomic import atomic_write_bytes, atomic_write_text
@@ -86,10 +87,12 @@ def evaluate(store: RunStore, model: Algorithm, spec: DataSpec, samples: Samples
     if output is None and run_uri is None:
         raise TwinkleError("this model belongs to no run, so its evaluation has nowhere to go; pass output='folder'")
     loader = DataLoader(samples.dataset, batch_size=batch_size, shuffle=False, collate_fn=samples.collate_fn)
-    trainer = L.Trainer(accelerator="auto", devices=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=verbose, enable_model_summary=False)
-    figures = trainer.test(model, loader, verbose=False)[0]
-    outputs = torch.cat([torch.as_tensor(o).cpu() for o in trainer.predict(model, loader)])
+    with quiet_lightning(verbose):
+        trainer = L.Trainer(accelerator="auto", devices=1, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=verbose, enable_model_summary=False)
+    with quiet_lightning(verbose):
+        figures = trainer.test(model, loader, verbose=False)[0]
+        outputs = torch.cat([torch.as_tensor(o).cpu() for o in trainer.predict(model, loader)])
     targets = torch.cat([batch[1].cpu() for batch in loader])
     report = model.evaluation_report(outputs, targets, spec)
     metrics = {name.removeprefix("test_"): float(value) for name, value in figures.items()}
@@ -100,7 +103,7 @@ def evaluate(store: RunStore, model: Algorithm, spec: DataSpec, samples: Samples
         return evaluation
     if output is None:
         assert run_uri is not None
-        evaluation.number, output = store.next_evaluation(store.run_id(run_uri))
+        evaluation.number, output = store.next_folder(store.run_id(run_uri), "evaluations")
     evaluation.folder = output
     for name, image in report.plots.items():
         evaluation.files[name] = join(output, name)

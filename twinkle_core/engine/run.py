@@ -7,7 +7,6 @@ callbacks take rank 0's folder, and only rank 0 saves), and receive rank 0's ``F
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -35,6 +34,7 @@ from twinkle_core.engine.loaders import eval_loader, train_loader
 from twinkle_core.engine.pipelined import PipelineGradients, PipelineParallelStrategy
 from twinkle_core.engine.ranks import broadcast, close_group, init_elastic_group
 from twinkle_core.engine.record import CheckpointRecord
+from twinkle_core.engine.isolation import distributed_environment_kept, quiet_lightning
 from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.resume import ExactResume
 from twinkle_core.engine.settings import TrainerSettings
@@ -229,27 +229,6 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
     )
 
 
-_LIGHTNING_INFO = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero",
-                   "lightning.pytorch.accelerators.cuda", "lightning.fabric.utilities.distributed")
-
-
-@contextlib.contextmanager
-def _quiet(verbose: bool) -> Any:
-    """Without ``verbose``, Lightning's information lines ("GPU available: ...") are hidden; warnings pass."""
-    if verbose:
-        yield
-        return
-    loggers = [logging.getLogger(name) for name in _LIGHTNING_INFO]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-
-
 def _no_notify(alert: Alert) -> None:
     """Ranks other than 0 notify nobody (rank 0 does, once per job)."""
 
@@ -263,27 +242,8 @@ def run_lightning(setup: RunSetup) -> FitResult:
     tensor-parallel group read the same batches (``twinkle_core.parallel.model_parallel``).
     """
     with model_parallel(setup.plan.tensor_parallel_size * setup.plan.pipeline_parallel_size), \
-            _distributed_environment_kept():
+            distributed_environment_kept():
         return _run_lightning(setup)
-
-
-_DISTRIBUTED_ENVIRONMENT = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK",
-                            "LOCAL_WORLD_SIZE")
-
-
-@contextlib.contextmanager
-def _distributed_environment_kept() -> Any:
-    """The rendezvous variables as they were before the fit: a distributed fit inside this process (FSDP2 on one
-    device, rank 0 of Lightning's launcher) sets them, and a later fit must not take them for a launcher's."""
-    before = {name: os.environ.get(name) for name in _DISTRIBUTED_ENVIRONMENT}
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _run_lightning(setup: RunSetup) -> FitResult:
@@ -292,7 +252,7 @@ def _run_lightning(setup: RunSetup) -> FitResult:
     if setup.record is None:  # a rank other than 0
         scratch = tempfile.mkdtemp(prefix="twinkle-rank-")
         try:
-            with _quiet(False):
+            with quiet_lightning(False):
                 _train(setup, scratch, os.path.join(scratch, "checkpoints"), _no_notify)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -304,7 +264,7 @@ def _run_lightning(setup: RunSetup) -> FitResult:
     store, record = setup.store, setup.record
     notify = run_notifier(store, record.id, record.uri, setup.monitor.webhook if setup.monitor else None)
     try:
-        with _quiet(setup.verbose):
+        with quiet_lightning(setup.verbose):
             trainer, roles = _train(setup, store.run_dir(record.id), store.path(record.id, "checkpoints"), notify)
     except StoppedBySignal as err:  # asked to stop: resumable from the checkpoint it just saved
         store.end_run(record.id, RunStatus.STOPPED, str(err))

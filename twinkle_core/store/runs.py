@@ -5,7 +5,8 @@ Layout under ``TWINKLE_HOME`` (any fsspec URL; default ``~/.twinkle``):
 ```text
 catalogue.sqlite                       (for a local home; see below)
 runs/<user>/<project>/run<N>/          plan.json, data.json, logs/metrics.csv, curves.png,
-                                       checkpoints/{best,last}.ckpt, exports/, evaluations/<N>/
+                                       checkpoints/{best,last}.ckpt, exports/, evaluations/<N>/,
+                                       predictions/<N>/
 models/<name>/                         published models (model.json + files)
 ```
 
@@ -105,14 +106,15 @@ class RunStore:
         atomic_write_text(url, json.dumps(data, indent=2, default=str) + "\n")
         return url
 
-    def next_evaluation(self, run_id: str) -> tuple[int, str]:
-        """The number and folder URL of the run's next evaluation (``evaluations/<N>/``, counting from 1)."""
-        fs, path = filesystem(self.path(run_id, "evaluations"))
+    def next_folder(self, run_id: str, kind: str) -> tuple[int, str]:
+        """The number and URL of the run's next numbered folder of ``kind`` (``evaluations/<N>/``,
+        ``predictions/<N>/``; counting from 1). Nothing is created."""
+        fs, path = filesystem(self.path(run_id, kind))
         taken = [int(name.rstrip("/").rsplit("/", 1)[-1]) for name in (fs.ls(path, detail=False) if fs.exists(path)
                                                                         else [])
                  if name.rstrip("/").rsplit("/", 1)[-1].isdigit()]
         number = max(taken, default=0) + 1
-        return number, self.path(run_id, "evaluations", str(number))
+        return number, self.path(run_id, kind, str(number))
 
     def evaluations(self, run_id: str) -> list[dict[str, Any]]:
         """The run's evaluations (each ``evaluations/<N>/evaluation.json``), in order."""

@@ -1,0 +1,196 @@
+"""``Trainer.predict``: a trained model's predictions for every sample of new data, in input order, streamed to a
+file (CSV, Parquet or JSON lines), on one process or several.
+
+Lightning runs the model (``trainer.predict``, keeping no predictions in memory). With several devices each
+process reads its share of the samples — Lightning's unrepeated distributed sampler: every sample exactly once —
+and ``PredictionWriter`` streams its rows (``Algorithm.prediction_rows``, each with the sample's index and id) to
+a part file of its own as its batches end. When every rank is done, rank 0 merges the parts by index into the
+output, written under a temporary name and renamed, and removes them.
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator
+
+import lightning as L
+from lightning.pytorch.callbacks import BasePredictionWriter
+from torch.utils.data import DataLoader
+
+from twinkle_core.algorithm import Algorithm
+from twinkle_core.data.processor import Samples
+from twinkle_core.data.spec import DataSpec
+from twinkle_core.engine.isolation import distributed_environment_kept, quiet_lightning
+from twinkle_core.engine.ranks import close_group
+from twinkle_core.errors import TwinkleError
+from twinkle_core.uris import filesystem, suffix
+
+FORMATS = ("csv", "parquet", "jsonl")
+"""What ``predict`` writes, by the output's suffix."""
+
+_PARQUET_ROWS = 10_000
+
+
+@dataclass
+class Predictions:
+    """What ``predict`` wrote.
+
+    Attributes:
+        output: the file (CSV, Parquet or JSON lines), one row per sample in input order.
+        count: how many samples it holds.
+        columns: its columns (``id`` first).
+        data_uri: the data predicted on.
+        data_fingerprint: its content fingerprint.
+        details: what the processor said of the data (rows, files skipped).
+        checkpoint: the checkpoint whose weights predicted.
+        run_uri: the run it belongs to (``None``: a file of no run).
+    """
+
+    output: str
+    count: int
+    columns: list[str]
+    data_uri: str
+    data_fingerprint: str
+    details: dict[str, Any] = field(default_factory=dict)
+    checkpoint: str | None = None
+    run_uri: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-ready values."""
+        return asdict(self)
+
+
+class PredictionWriter(BasePredictionWriter):
+    """Streams each rank's prediction rows to its own part file; rank 0 merges the parts in input order."""
+
+    def __init__(self, output: Callable[[], str], spec: DataSpec, ids: list[str]) -> None:
+        """``output`` names the file (called on rank 0 once the ranks exist); ``ids`` name the samples."""
+        super().__init__("batch")
+        self.resolve, self.spec, self.ids = output, spec, ids
+        self.output = ""
+        self.count = 0
+        self.columns: list[str] = []
+        self._part: Any = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Agree on the output (rank 0 names it) and open this rank's part file."""
+        self.output = trainer.strategy.broadcast(self.resolve() if trainer.is_global_zero else None)
+        fs, path = filesystem(self._parts())
+        fs.makedirs(path, exist_ok=True)
+        self._part = fs.open(f"{path}/part-{trainer.global_rank:05d}.jsonl", "w")
+
+    def write_on_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, prediction: Any,
+                           batch_indices: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Append the batch's rows, each with its sample's index and id."""
+        rows = pl_module.prediction_rows(prediction.detach().cpu(), self.spec)  # type: ignore[operator]
+        for index, row in zip(batch_indices, rows):
+            self._part.write(json.dumps({"index": int(index), "id": self.ids[int(index)], **row}) + "\n")
+
+    def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Close the part; once every rank has, rank 0 merges them into the output."""
+        self._part.close()
+        trainer.strategy.barrier("predictions_written")
+        summary = self._merge() if trainer.is_global_zero else None
+        self.count, self.columns = trainer.strategy.broadcast(summary)
+
+    def _parts(self) -> str:
+        return f"{self.output}.parts"
+
+    def _merge(self) -> tuple[int, list[str]]:
+        fs, path = filesystem(self._parts())
+        names = sorted(fs.ls(path, detail=False))
+        handles = [fs.open(name, "r") for name in names]
+        try:
+            rows = heapq.merge(*(map(json.loads, h) for h in handles), key=lambda row: row["index"])
+            count, columns = write_rows(self.output, ({k: v for k, v in row.items() if k != "index"} for row in rows))
+        finally:
+            for handle in handles:
+                handle.close()
+        fs.rm(path, recursive=True)
+        return count, columns
+
+
+def write_rows(output: str, rows: Iterator[dict[str, Any]]) -> tuple[int, list[str]]:
+    """Stream ``rows`` (dicts with the same keys) into ``output`` by its suffix — CSV, Parquet or JSON lines —
+    under a temporary name, then renamed; returns the count and the columns."""
+    fs, path = filesystem(output)
+    temporary = f"{path}.partial"
+    kind = suffix(output)
+    count, columns = 0, []
+    with fs.open(temporary, "wb" if kind == "parquet" else "w") as handle:
+        if kind == "parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            writer = None
+            chunk: list[dict[str, Any]] = []
+            for row in rows:
+                chunk.append(row)
+                if len(chunk) == _PARQUET_ROWS:
+                    writer = _parquet_chunk(pq, pa, handle, writer, chunk)
+                    count, chunk = count + len(chunk), []
+            if chunk or writer is None:
+                writer = _parquet_chunk(pq, pa, handle, writer, chunk)
+                count += len(chunk)
+            columns = list(writer.schema.names)
+            writer.close()
+        elif kind == "csv":
+            writer_csv = None
+            for row in rows:
+                if writer_csv is None:
+                    columns = list(row)
+                    writer_csv = csv.DictWriter(handle, fieldnames=columns)
+                    writer_csv.writeheader()
+                writer_csv.writerow(row)
+                count += 1
+        else:
+            for row in rows:
+                columns = columns or list(row)
+                handle.write(json.dumps(row) + "\n")
+                count += 1
+    fs.mv(temporary, path)
+    return count, columns
+
+
+def _parquet_chunk(pq: Any, pa: Any, handle: Any, writer: Any, chunk: list[dict[str, Any]]) -> Any:
+    table = pa.Table.from_pylist(chunk)
+    if writer is None:
+        writer = pq.ParquetWriter(handle, table.schema)
+    writer.write_table(table)
+    return writer
+
+
+def predict(model: Algorithm, spec: DataSpec, samples: Samples, output: Callable[[], str], *, devices: int = 1,
+            batch_size: int, run_uri: str | None, checkpoint: str | None, verbose: bool = False) -> Predictions:
+    """Predict every sample and write the rows to the file ``output()`` names (see the module).
+
+    Raises:
+        TwinkleError: an output format other than CSV, Parquet or JSON lines.
+    """
+    loader = DataLoader(samples.dataset, batch_size=batch_size, shuffle=False, collate_fn=samples.collate_fn)
+    writer = PredictionWriter(output, spec, samples.ids)
+    with quiet_lightning(verbose), distributed_environment_kept():
+        trainer = L.Trainer(accelerator="auto", devices=devices, strategy="ddp" if devices > 1 else "auto",
+                            logger=False, enable_checkpointing=False, enable_progress_bar=verbose,
+                            enable_model_summary=False, callbacks=[writer])
+        trainer.predict(model, loader, return_predictions=False)
+    close_group()
+    return Predictions(writer.output, writer.count, writer.columns, samples.source, samples.fingerprint,
+                       dict(samples.details), checkpoint, run_uri)
+
+
+def check_output(output: str, overwrite: bool) -> None:
+    """Refuse an output of another format, or one that exists (unless ``overwrite``), before anything runs.
+
+    Raises:
+        TwinkleError: naming the path and the fix.
+    """
+    if suffix(output) not in FORMATS:
+        raise TwinkleError(f"cannot write predictions to '{output}': name a file ending in "
+                           f"{', '.join('.' + f for f in FORMATS)}")
+    fs, path = filesystem(output)
+    if fs.exists(path) and not overwrite:
+        raise TwinkleError(f"'{output}' exists; pass overwrite=True (--overwrite) to replace it, or another path")
