@@ -80,6 +80,21 @@ def test_fp32_exports_match_the_model(trained, tmp_path, fmt, options, suffix) -
         assert not list(tmp_path.glob("*.data"))  # one self-contained file
     exports = RunStore(str(home)).get(result.run_uri).exports
     assert any(e["path"] == output and e["format"] == fmt for e in exports)
+    # it describes itself: its inference card in its own metadata and, with the verification, in a JSON beside it
+    if fmt == "onnx":
+        card = json.loads({p.key: p.value for p in onnx.load(output).metadata_props}["twinkle"])
+    else:
+        import torch
+
+        files = {"twinkle.json": ""}
+        torch.jit.load(output, _extra_files=files)
+        card = json.loads(files["twinkle.json"])
+    assert card["task"] == "tabular_classification" and card["class_names"] == ["0", "1"]
+    assert card["inputs"] == [{"name": "input", "dtype": "float32", "shape": ["batch", 30]}]
+    assert card["preprocessing"]["reader"] == "table" and len(card["preprocessing"]["columns"]) == 30
+    assert card["preprocessing"]["scaling"] == "inside the model" and card["run"] == result.run_uri
+    beside = json.loads(Path(output + ".json").read_text())
+    assert beside["inference"] == card and beside["max_abs_diff"] == export.max_abs_diff
 
 
 def test_int8_onnx_keeps_accuracy(trained) -> None:
@@ -376,3 +391,42 @@ def test_predict_on_two_processes_writes_every_row_once_in_order(trained, own_st
     one = Trainer.from_checkpoint(result.run_uri, verbose=False).predict(str(data), str(tmp_path / "one.csv"))
     pd.testing.assert_frame_equal(two, pd.read_csv(one.output))
     assert not (tmp_path / "two.csv.parts").exists()
+
+
+def test_an_exported_onnx_file_predicts_alone_without_torch(trained, cancer_csv, tmp_path) -> None:
+    """``twinkle predict model.onnx`` reads the card the export carries and predicts the same classes as the run
+    (probabilities within 1e-5), in a process that never imports torch, Lightning or a plugin; an ONNX file with
+    no card is a named error."""
+    import subprocess
+    import sys
+
+    import onnx
+
+    trainer, result, _ = trained
+    model = trainer.export(format="onnx", output=str(tmp_path / "model.onnx")).path
+    rows = _validation_rows(cancer_csv)
+    data = tmp_path / "rows.csv"
+    rows.drop(columns=["target"]).to_csv(data, index=False)
+    reference = pd.read_csv(trainer.predict(str(data), str(tmp_path / "run.csv")).output)
+    probe = (
+        "import json, sys\n"
+        "from twinkle_core.cli import main\n"
+        f"main(['predict', {model!r}, '--data', {str(data)!r}, '-o', {str(tmp_path / 'onnx.csv')!r}],"
+        " standalone_mode=False)\n"
+        "print(json.dumps(sorted(m for m in ('torch', 'lightning', 'twinkle_vision', 'twinkle_llm') "
+        "if m in sys.modules)))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"  # nothing heavy was imported on this path
+    assert f"Predicted {len(rows)} samples" in done.stdout
+    alone = pd.read_csv(tmp_path / "onnx.csv")
+    assert alone["id"].tolist() == reference["id"].tolist() and alone["class"].tolist() == reference["class"].tolist()
+    assert (alone["probability"] - reference["probability"]).abs().max() < 1e-5
+
+    from twinkle_core.inference import NoInferenceCardError, predict_export
+
+    bare = onnx.load(model)
+    del bare.metadata_props[:]
+    onnx.save(bare, str(tmp_path / "bare.onnx"))
+    with pytest.raises(NoInferenceCardError, match="carries no Twinkle inference card"):
+        predict_export(str(tmp_path / "bare.onnx"), str(data), str(tmp_path / "bare.csv"))

@@ -417,14 +417,13 @@ class Algorithm(L.LightningModule):
         Raises:
             TwinkleError: the task kind has no rows here (the algorithm must override this).
         """
-        from twinkle_core.metrics import classification_rows, regression_rows
+        from twinkle_core.predictions import classification_rows, regression_rows
 
         kind = self.task_info.kind
         if kind == "classification":
-            return classification_rows(outputs, spec.class_names or
-                                       [str(i) for i in range(int(spec.num_classes or outputs.shape[-1]))])
+            return classification_rows(outputs.float().numpy(), spec.class_names)
         if kind == "regression":
-            return regression_rows(outputs)
+            return regression_rows(outputs.float().numpy())
         raise TwinkleError(f"{type(self).__name__} ({kind} task '{self.task}') has no prediction rows: override "
                            "Algorithm.prediction_rows(outputs, spec)")
 

@@ -1,7 +1,7 @@
-"""What ``evaluate`` and ``predict`` report, per task kind: an ``EvaluationReport`` of figures, tables and plots
-for a test set, and a row per sample for predictions. ``Algorithm.evaluation_report`` and
-``Algorithm.prediction_rows`` pick them for the algorithm's task; core's kinds are here (classification,
-regression; figures computed with torchmetrics); a plugin's algorithm returns its own for other kinds.
+"""What ``evaluate`` reports about a trained model on a test set, per task kind: an ``EvaluationReport`` of
+figures, tables and plots. ``Algorithm.evaluation_report`` picks one for its task; core's kinds are here
+(classification, regression), computed with torchmetrics; a plugin's algorithm returns its own
+``EvaluationReport`` for other kinds. (Prediction rows are ``twinkle_core.predictions``'.)
 """
 
 from __future__ import annotations
@@ -78,26 +78,6 @@ def regression_report(outputs: torch.Tensor, targets: torch.Tensor) -> Evaluatio
     if len(targets) > 1:
         metrics["r2"] = float(r2_score(predicted, targets))
     return EvaluationReport(metrics)
-
-
-def classification_rows(outputs: torch.Tensor, class_names: Sequence[str]) -> list[dict[str, Any]]:
-    """One row per sample of a classifier's logits: the predicted ``class``, its ``probability`` and the
-    probability of every class (``p_<class>``), from a softmax."""
-    probabilities = torch.softmax(outputs.float(), dim=-1)
-    best, index = probabilities.max(dim=-1)
-    names = [str(c) for c in class_names]
-    rows = []
-    for p, i, all_p in zip(best.tolist(), index.tolist(), probabilities.tolist()):
-        row: dict[str, Any] = {"class": names[i] if i < len(names) else str(i), "probability": p}
-        row.update({f"p_{name}": value for name, value in zip(names, all_p)})
-        rows.append(row)
-    return rows
-
-
-def regression_rows(outputs: torch.Tensor) -> list[dict[str, Any]]:
-    """One row per sample of a regressor's outputs: its ``prediction`` (a list for several targets)."""
-    flat = outputs.float().reshape(len(outputs), -1)
-    return [{"prediction": values[0] if len(values) == 1 else values} for values in flat.tolist()]
 
 
 def confusion_png(counts: list[list[int]], classes: list[str]) -> bytes:

@@ -494,7 +494,8 @@ class Session:
                 overwrite: bool = False) -> Predictions:
         """Predict every sample of ``data`` (a URI, or in-memory samples the run's processor takes) with the best
         checkpoint's model and write the rows to ``output`` (``twinkle_core.engine.prediction``)."""
-        from twinkle_core.engine.prediction import check_output, predict
+        from twinkle_core.engine.prediction import predict
+        from twinkle_core.predictions import check_output
 
         if output is not None:
             check_output(output, overwrite)
@@ -521,6 +522,15 @@ class Session:
         size = batch_size or model.eval_batch_size(self.settings.batch_size)
         return predict(model, spec, samples, where, devices=devices, batch_size=size, run_uri=run_uri,
                        checkpoint=checkpoint, verbose=self.verbose)
+
+    def inference_card(self, model: Algorithm, prepared: PreparedData, run_uri: str | None,
+                       checkpoint: str | None) -> dict[str, Any]:
+        """The inference card of an export of ``model`` (``engine.exports.inference_card``), with the
+        preprocessing of the processor that read its data."""
+        from twinkle_core.engine.exports import inference_card
+
+        preprocessing = self._processor(prepared.source)[0].preprocessing(prepared.spec) if prepared.source else {}
+        return inference_card(model, prepared.spec, preprocessing, run_uri, checkpoint)
 
     def _trained_model(self, uri: str) -> tuple[Algorithm, DataSpec, str | None, str | None]:
         """The trained model with its best weights, its data spec, its run and checkpoint: after ``fit``, that

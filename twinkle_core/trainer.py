@@ -172,6 +172,12 @@ class Trainer(Operations):
     ) -> ExportResult:
         """Export the best checkpoint's model, verify it on validation data and record it with the run.
 
+        Every export describes itself: its inference card — the task, the graph's input names, dtypes and shapes,
+        the class names, how raw data becomes its input (the data processor's ``preprocessing``), what its output
+        means, the data spec, its run and checkpoint — is stored in the file's own metadata (ONNX
+        ``metadata_props["twinkle"]``, TorchScript's extra file ``twinkle.json``) and, with the verification, in
+        ``<output>.json`` beside it; ``twinkle predict model.onnx`` needs nothing else.
+
         Args:
             format: an exporter's name (``"onnx"``, ``"torchscript"``, ...; see ``twinkle exporters list``).
             output: where to write it (any URI); default ``<run>/exports/model[-int8].<suffix>``.
@@ -181,7 +187,10 @@ class Trainer(Operations):
         from twinkle_core.engine.exports import export_run, exporter_for
 
         exporter = exporter_for(format)  # an unknown format is an error before the model is rebuilt
-        return export_run(self.session.store, exporter, *self.model_for_export(), output, quantize, options)
+        model, prepared, run_uri, checkpoint = self.model_for_export()
+        card = self.session.inference_card(model, prepared, run_uri, checkpoint)
+        return export_run(self.session.store, exporter, model, prepared, run_uri, checkpoint, output, quantize,
+                          options, card)
 
     def evaluate(self, data: str, *, batch_size: int | None = None, output: str | None = None) -> Evaluation:
         """Score the best checkpoint's model on a labelled test set and store the evaluation with its run.

@@ -147,8 +147,19 @@ def evaluate(run: str, data: str, batch_size: int | None, output: str | None, as
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def predict(run: str, data: str, output: str, batch_size: int | None, devices: int, overwrite: bool,
             as_json: bool) -> None:
-    """Predict every sample of --data with RUN's best model (twinkle://user/project/runN or a .ckpt) and write one
-    row per sample, in input order, to --output."""
+    """Predict every sample of --data with RUN's best model (twinkle://user/project/runN or a .ckpt) — or with an
+    exported model.onnx alone, from the card it carries (onnxruntime; no plugin, no torch) — and write one row per
+    sample, in input order, to --output."""
+    if run.endswith(".onnx"):
+        from twinkle_core.inference import predict_export
+
+        exported = predict_export(run, data, output, batch_size=batch_size or 256, overwrite=overwrite)
+        if as_json:
+            echo_json(exported.to_dict())
+        else:
+            click.echo(f"Predicted {exported.count} samples of {exported.data_uri} with {exported.model}")
+            click.echo(f"Written to {exported.output} (columns: {', '.join(exported.columns)})")
+        return
     from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
     from twinkle_core.engine.ranks import is_global_zero
 

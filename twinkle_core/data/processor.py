@@ -193,6 +193,14 @@ class DataProcessor(ABC):
             "DataProcessor.read_samples(uri, spec, context); ask its plugin's authors, or pass a processor that does "
             "(data_processor=...)")
 
+    def preprocessing(self, spec: DataSpec) -> dict[str, Any]:
+        """How raw data becomes the model's input for a run trained on ``spec``, as JSON-ready values every
+        export carries (its inference card): ``reader`` names the kind of data (``"table"``: ``columns`` in order;
+        ``"image"``: ``size``, ``crop_pct``, ``mean``, ``std``, ``interpolation``; ...) and ``scaling`` says where
+        normalisation happens (``"inside the model"``, or the values). ``{}`` (the base): not described, so only
+        this processor's plugin can prepare data for the export."""
+        return {}
+
     def samples_from(self, items: Any, spec: DataSpec) -> Samples:
         """In-memory samples (a table, images, texts — what the processor's format holds) as unlabelled
         ``Samples`` for ``predict``, encoded as ``read_samples`` encodes a file's.

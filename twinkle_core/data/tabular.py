@@ -228,6 +228,11 @@ class TabularProcessor(IndexedProcessor):
         data, manifest = read_file(uri)
         return self._samples(self.read_table(uri, data), spec, uri, f"md5:{manifest.md5}", targets)
 
+    def preprocessing(self, spec: DataSpec) -> dict[str, Any]:
+        """A table: the feature columns, in the model's order, as float32; the model standardises them itself."""
+        return {"reader": "table", "columns": [str(n) for n in spec.extra.get("feature_names", ())],
+                "label_column": spec.extra.get("label_column"), "dtype": "float32", "scaling": "inside the model"}
+
     def samples_from(self, items: Any, spec: DataSpec) -> Samples:
         """A ``pandas.DataFrame`` (or a list of row dicts) with the run's feature columns, as unlabelled samples."""
         frame = items if isinstance(items, pd.DataFrame) else pd.DataFrame(list(items))

@@ -10,11 +10,10 @@ output, written under a temporary name and renamed, and removes them.
 
 from __future__ import annotations
 
-import csv
 import heapq
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import lightning as L
 from lightning.pytorch.callbacks import BasePredictionWriter
@@ -25,13 +24,8 @@ from twinkle_core.data.processor import Samples
 from twinkle_core.data.spec import DataSpec
 from twinkle_core.engine.isolation import distributed_environment_kept, quiet_lightning
 from twinkle_core.engine.ranks import close_group
-from twinkle_core.errors import TwinkleError
-from twinkle_core.uris import filesystem, suffix
-
-FORMATS = ("csv", "parquet", "jsonl")
-"""What ``predict`` writes, by the output's suffix."""
-
-_PARQUET_ROWS = 10_000
+from twinkle_core.predictions import write_rows
+from twinkle_core.uris import filesystem
 
 
 @dataclass
@@ -113,63 +107,10 @@ class PredictionWriter(BasePredictionWriter):
         return count, columns
 
 
-def write_rows(output: str, rows: Iterator[dict[str, Any]]) -> tuple[int, list[str]]:
-    """Stream ``rows`` (dicts with the same keys) into ``output`` by its suffix — CSV, Parquet or JSON lines —
-    under a temporary name, then renamed; returns the count and the columns."""
-    fs, path = filesystem(output)
-    temporary = f"{path}.partial"
-    kind = suffix(output)
-    count, columns = 0, []
-    with fs.open(temporary, "wb" if kind == "parquet" else "w") as handle:
-        if kind == "parquet":
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            writer = None
-            chunk: list[dict[str, Any]] = []
-            for row in rows:
-                chunk.append(row)
-                if len(chunk) == _PARQUET_ROWS:
-                    writer = _parquet_chunk(pq, pa, handle, writer, chunk)
-                    count, chunk = count + len(chunk), []
-            if chunk or writer is None:
-                writer = _parquet_chunk(pq, pa, handle, writer, chunk)
-                count += len(chunk)
-            columns = list(writer.schema.names)
-            writer.close()
-        elif kind == "csv":
-            writer_csv = None
-            for row in rows:
-                if writer_csv is None:
-                    columns = list(row)
-                    writer_csv = csv.DictWriter(handle, fieldnames=columns)
-                    writer_csv.writeheader()
-                writer_csv.writerow(row)
-                count += 1
-        else:
-            for row in rows:
-                columns = columns or list(row)
-                handle.write(json.dumps(row) + "\n")
-                count += 1
-    fs.mv(temporary, path)
-    return count, columns
-
-
-def _parquet_chunk(pq: Any, pa: Any, handle: Any, writer: Any, chunk: list[dict[str, Any]]) -> Any:
-    table = pa.Table.from_pylist(chunk)
-    if writer is None:
-        writer = pq.ParquetWriter(handle, table.schema)
-    writer.write_table(table)
-    return writer
-
-
 def predict(model: Algorithm, spec: DataSpec, samples: Samples, output: Callable[[], str], *, devices: int = 1,
             batch_size: int, run_uri: str | None, checkpoint: str | None, verbose: bool = False) -> Predictions:
-    """Predict every sample and write the rows to the file ``output()`` names (see the module).
-
-    Raises:
-        TwinkleError: an output format other than CSV, Parquet or JSON lines.
-    """
+    """Predict every sample and write the rows to the file ``output()`` names (see the module; the caller checked
+    the output with ``twinkle_core.predictions.check_output``)."""
     loader = DataLoader(samples.dataset, batch_size=batch_size, shuffle=False, collate_fn=samples.collate_fn)
     writer = PredictionWriter(output, spec, samples.ids)
     with quiet_lightning(verbose), distributed_environment_kept():
@@ -180,17 +121,3 @@ def predict(model: Algorithm, spec: DataSpec, samples: Samples, output: Callable
     close_group()
     return Predictions(writer.output, writer.count, writer.columns, samples.source, samples.fingerprint,
                        dict(samples.details), checkpoint, run_uri)
-
-
-def check_output(output: str, overwrite: bool) -> None:
-    """Refuse an output of another format, or one that exists (unless ``overwrite``), before anything runs.
-
-    Raises:
-        TwinkleError: naming the path and the fix.
-    """
-    if suffix(output) not in FORMATS:
-        raise TwinkleError(f"cannot write predictions to '{output}': name a file ending in "
-                           f"{', '.join('.' + f for f in FORMATS)}")
-    fs, path = filesystem(output)
-    if fs.exists(path) and not overwrite:
-        raise TwinkleError(f"'{output}' exists; pass overwrite=True (--overwrite) to replace it, or another path")

@@ -129,6 +129,12 @@ class Exporter(ABC):
         named arrays for a model with several inputs) to its output (the list of outputs for a graph with
         several)."""
 
+    def describe(self, path: str, card: dict[str, Any]) -> bool:
+        """Write the inference card (task, inputs, classes, preprocessing, ...: see ``Trainer.export``) into the
+        artefact at local ``path`` — its own metadata — and return True; False (the base) when the format has no
+        place for it (the JSON written beside every export carries it anyway)."""
+        return False
+
     def close(self) -> None:
         """Release what ``export`` and ``runner`` hold (a converter process, ...); called once the
         artefact is verified. The default holds nothing."""

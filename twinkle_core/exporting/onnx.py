@@ -38,6 +38,10 @@ class _Calibration:
         return next(self._iter, None)
 
 
+CARD_KEY = "twinkle"
+"""The ``metadata_props`` key of an exported ONNX model's inference card (JSON)."""
+
+
 class ONNXExporter(Exporter):
     """Exports with ``torch.onnx.export`` (the TorchScript-based exporter) at the requested opset, batch axis
     dynamic. A model with several inputs (a dict example) becomes a graph with those named inputs, every axis
@@ -116,6 +120,22 @@ class ONNXExporter(Exporter):
                 output_names=output_names,
                 dynamic_axes=axes,
             )
+
+    def describe(self, path: str, card: dict[str, Any]) -> bool:
+        """Store the card as JSON in the model's ``metadata_props`` under ``twinkle`` (onnxruntime reads it back
+        with ``InferenceSession(path).get_modelmeta().custom_metadata_map``)."""
+        import json
+
+        import onnx
+
+        model = onnx.load(path)
+        kept = [p for p in model.metadata_props if p.key != CARD_KEY]
+        del model.metadata_props[:]
+        model.metadata_props.extend(kept)
+        entry = model.metadata_props.add()
+        entry.key, entry.value = CARD_KEY, json.dumps(card, sort_keys=True)
+        onnx.save(model, path)
+        return True
 
     @staticmethod
     def _written_opset(path: str) -> int:

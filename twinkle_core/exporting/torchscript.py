@@ -12,6 +12,10 @@ from torch import nn
 from twinkle_core.exporting.base import ExportError, Exporter, input_values
 
 
+CARD_FILE = "twinkle.json"
+"""The extra file of an exported TorchScript module holding its inference card (JSON)."""
+
+
 class TorchScriptExporter(Exporter):
     """Traces the model with ``torch.jit.trace`` and saves one ``.pt`` file loadable without Python code."""
 
@@ -38,6 +42,17 @@ class TorchScriptExporter(Exporter):
             traced = torch.jit.trace(model, input_values(example), check_trace=False)
             torch.jit.save(traced, path)
         return {"torch": torch.__version__}
+
+    def describe(self, path: str, card: dict[str, Any]) -> bool:
+        """Re-save the module with the card as the extra file ``twinkle.json`` (read it back with
+        ``torch.jit.load(path, _extra_files={"twinkle.json": ""})``)."""
+        import json
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = torch.jit.load(path, map_location="cpu")
+            torch.jit.save(module, path, _extra_files={CARD_FILE: json.dumps(card, sort_keys=True)})
+        return True
 
     def runner(self, path: str) -> Callable[[np.ndarray], np.ndarray]:
         """Load with ``torch.jit.load`` (CPU)."""

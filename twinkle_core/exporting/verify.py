@@ -42,6 +42,7 @@ def export_and_verify(
     calibration_samples: int = 256,
     options: dict[str, Any] | None = None,
     collate_fn: Any = None,
+    card: dict[str, Any] | None = None,
 ) -> ExportResult:
     """Export ``algorithm`` with ``exporter`` to ``output`` (any URI) and verify it on ``val``.
 
@@ -49,6 +50,8 @@ def export_and_verify(
     relative; ``FP32_ATOL`` for fp32 formats); INT8 artefacts are judged by their metric and cosine
     similarity, which are reported. At most ``max_samples`` (default: the exporter's ``verify_samples``)
     validation samples are compared. A failed export leaves no file at ``output``; the exporter is closed.
+    ``card`` (the inference card), with the exported inputs' names, dtypes and shapes added, goes into the
+    artefact's own metadata where the format has a place for it (``Exporter.describe``), before it is verified.
 
     Raises:
         ExportError: the exporter refused an option; ExportVerificationError: outputs differ.
@@ -80,6 +83,10 @@ def export_and_verify(
         details = exporter.export(traced, example, tmp, quantize=quantize, calibration=calib, **(options or {}))
         if split:
             details["decoded_on_cpu"] = True
+        if card is not None:
+            card["inputs"] = [{"name": name, "dtype": str(t.dtype).removeprefix("torch."),
+                               "shape": ["batch", *t.shape[1:]]} for name, t in _named(example)]
+            details["described"] = exporter.describe(tmp, card)
         run = _decoding(exporter.runner(tmp), split[1] if split else None)
         diffs, scale, samples, dot, norm_ref, norm_got = [], 0.0, 0, 0.0, 0.0, 0.0
         pairs_ref: list[tuple[Any, torch.Tensor]] = []
@@ -134,6 +141,11 @@ def export_and_verify(
     finally:
         exporter.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _named(example: Any) -> list[tuple[str, torch.Tensor]]:
+    """The exported graph's inputs by name: ``input`` for one tensor, the keys of a dict of several."""
+    return list(example.items()) if isinstance(example, dict) else [("input", example)]
 
 
 def _size(path: str) -> int:

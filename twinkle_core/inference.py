@@ -1,0 +1,140 @@
+"""Predictions from an exported ONNX file alone: ``twinkle predict model.onnx --data URI -o OUT``.
+
+Every export carries its inference card (``Trainer.export``): the task, the graph's inputs, the class names, how
+raw data becomes the input (``preprocessing``) and what the output means. This module reads the card with
+onnxruntime, reads the data as the card says, runs the graph in batches and writes one row per sample in input
+order (``twinkle_core.predictions``) — without importing torch, Lightning or any plugin. Readers: ``table``
+(core's tabular runs: the card's columns from a CSV or Parquet file). An export whose card names another reader
+(images, K-lines, speech, text) needs that reader's plugin, and says so.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from twinkle_core.errors import TwinkleError
+from twinkle_core.predictions import check_output, classification_rows, regression_rows, write_rows
+from twinkle_core.uris import require_exists, suffix
+
+CARD_KEY = "twinkle"
+"""The ONNX ``metadata_props`` key holding the card (as the ONNX exporter writes it)."""
+
+
+class NoInferenceCardError(TwinkleError):
+    """An ONNX file that carries no Twinkle inference card (not exported by Twinkle, or before 0.3)."""
+
+
+@dataclass
+class ExportPredictions:
+    """What ``predict_export`` wrote.
+
+    Attributes:
+        output: the file, one row per sample in input order.
+        count: how many samples it holds.
+        columns: its columns (``id`` first).
+        model: the exported file that predicted.
+        data_uri: the data predicted on.
+        details: facts about the read (rows).
+    """
+
+    output: str
+    count: int
+    columns: list[str]
+    model: str
+    data_uri: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-ready values."""
+        return asdict(self)
+
+
+def read_card(model: str) -> dict[str, Any]:
+    """The inference card of the ONNX file ``model`` (any URI).
+
+    Raises:
+        NoInferenceCardError: the file has none. TwinkleError: it is not an ONNX model onnxruntime can open.
+    """
+    session = _session(model)
+    text = session.get_modelmeta().custom_metadata_map.get(CARD_KEY)
+    if not text:
+        raise NoInferenceCardError(f"'{model}' carries no Twinkle inference card (metadata '{CARD_KEY}'); export the "
+                                   "run again with twinkle export (0.3 or later), or predict from the run itself")
+    return json.loads(text)
+
+
+def predict_export(model: str, data: str, output: str, *, batch_size: int = 256, overwrite: bool = False
+                   ) -> ExportPredictions:
+    """Predict every sample of ``data`` with the exported ONNX file ``model`` and write the rows to ``output``.
+
+    Raises:
+        TwinkleError: the output exists (unless ``overwrite``) or has another suffix; the card's reader is not
+            core's; the data lacks the card's columns.
+    """
+    check_output(output, overwrite)
+    session = _session(model)
+    card = read_card(model)
+    reader = (card.get("preprocessing") or {}).get("reader")
+    if reader != "table":
+        raise TwinkleError(f"'{model}' reads its data as '{reader or 'undescribed'}', which core cannot prepare "
+                           "without the plugin that trained it; install that plugin and run twinkle predict on the "
+                           f"run ({card.get('run') or 'its checkpoint'}) instead")
+    names, batches, ids = _table(data, card, batch_size)
+    kind = card.get("task_kind")
+    input_name = session.get_inputs()[0].name
+
+    def rows() -> Iterator[dict[str, Any]]:
+        for start, batch in batches:
+            outputs = session.run(None, {input_name: batch})[0]
+            predicted = (classification_rows(outputs, card.get("class_names") or []) if kind == "classification"
+                         else regression_rows(outputs) if kind == "regression" else
+                         [{"output": o.tolist()} for o in np.asarray(outputs)])
+            for offset, row in enumerate(predicted):
+                yield {"id": ids[start + offset], **row}
+
+    count, columns = write_rows(output, rows())
+    return ExportPredictions(output, count, columns, model, data, {"rows": len(ids), "columns": names})
+
+
+def _session(model: str) -> Any:
+    """An onnxruntime session of the file at ``model`` (read through fsspec)."""
+    import onnxruntime as ort
+
+    fs, path = require_exists(model, "exported model")
+    try:
+        return ort.InferenceSession(fs.cat_file(path), providers=["CPUExecutionProvider"])
+    except Exception as err:  # noqa: BLE001 — onnxruntime raises its own exception types
+        raise TwinkleError(f"'{model}' is not an ONNX model onnxruntime can open ({type(err).__name__}: {err})"
+                           ) from None
+
+
+def _table(data: str, card: dict[str, Any], batch_size: int
+           ) -> tuple[list[str], Iterator[tuple[int, np.ndarray]], list[str]]:
+    """The card's columns of the table at ``data`` as float32 batches of ``batch_size`` rows, and the rows' ids."""
+    import pandas as pd
+
+    fs, path = require_exists(data)
+    with fs.open(path, "rb") as handle:
+        frame = pd.read_parquet(handle) if suffix(data) in ("parquet", "pq") else pd.read_csv(handle)
+    frame.columns = [str(c) for c in frame.columns]
+    names = [str(c) for c in card["preprocessing"].get("columns", [])]
+    missing = [n for n in names if n not in frame.columns]
+    if missing:
+        raise TwinkleError(f"'{data}' lacks {len(missing)} column(s) the model reads: {', '.join(missing[:8])}"
+                           f"{' ...' if len(missing) > 8 else ''}; add them")
+    values = frame[names].apply(pd.to_numeric, errors="coerce")
+    if values.isna().to_numpy().any():
+        column = values.isna().any().idxmax()
+        row = int(np.flatnonzero(values[column].isna().to_numpy())[0])
+        raise TwinkleError(f"column '{column}' of '{data}' holds {frame[column].iloc[row]!r} in data row {row + 1}, "
+                           "not a number; fix or drop the row")
+    array = values.to_numpy(dtype=np.float32)
+    ids = [str(i + 1) for i in range(len(frame))]
+    return names, ((start, array[start:start + batch_size]) for start in range(0, len(array), batch_size)), ids
+
+
+__all__ = ["ExportPredictions", "NoInferenceCardError", "predict_export", "read_card"]
