@@ -164,3 +164,38 @@ def test_sharded_images_stream_each_training_image_once_per_epoch(twinkle_home, 
     assert orders[0] != orders[1]
     val = [y for _, ys in DataLoader(streamed.val, batch_size=64) for y in ys.tolist()]
     assert val == [int(whole.val[i][1]) for i in range(len(whole.val))]  # validation in order, every image
+
+
+def test_evaluate_and_predict_read_images_as_the_run_did(trained, tmp_path, digits_folder) -> None:
+    """``evaluate`` on the images the run held out for validation (copied as ``<class>/<file>``, plus one image of
+    a class the run never saw) reproduces the best validation accuracy within 1e-6, reports the unseen image
+    instead of scoring it and draws the confusion matrix; ``predict`` writes one row per image in path order, each
+    id the image's path, whose classes score the same accuracy."""
+    import numpy as np
+    import pandas as pd
+
+    from twinkle_core.data import split_indices
+
+    trainer, result, _ = trained
+    classes = sorted(p.name for p in digits_folder.iterdir())
+    entries = [(p, c) for c in classes for p in sorted((digits_folder / c).iterdir())]  # the run's order
+    _, val = split_indices(len(entries), 0.2, 0, np.array([classes.index(c) for _, c in entries]))
+    held = tmp_path / "held"
+    for i in val:
+        path, name = entries[i]
+        (held / name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, held / name / path.name)
+    (held / "x").mkdir()
+    shutil.copy(entries[0][0], held / "x" / "stranger.png")
+    evaluation = trainer.evaluate(str(held), output=str(tmp_path / "evaluation"))
+    assert abs(evaluation.metrics["accuracy"] - result.best_metric) < 1e-6
+    assert evaluation.samples == len(val) and evaluation.details["unseen_classes"] == {"x": 1}
+    assert sum(map(sum, evaluation.tables["confusion_matrix"]["counts"])) == len(val)
+    assert (tmp_path / "evaluation" / "confusion_matrix.png").read_bytes()[:4] == b"\x89PNG"
+
+    written = trainer.predict(str(held), str(tmp_path / "digits.csv"))
+    table = pd.read_csv(written.output, dtype={"class": str})
+    assert written.count == len(val) + 1 and table["id"].tolist() == sorted(table["id"])
+    truth = table["id"].str.split("/").str[0]
+    known = truth != "x"
+    assert (table["class"][known] == truth[known]).mean() == pytest.approx(evaluation.metrics["accuracy"], abs=1e-6)

@@ -33,6 +33,7 @@ from twinkle_core.data import (
     ModelInput,
     PrepareContext,
     PreparedData,
+    Samples,
     data_fingerprint,
     filesystem,
     index_header,
@@ -79,6 +80,22 @@ class FileImages(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Image ``i`` as floats in [0, 1] and its class index."""
         return self.transform(self.stored(i)), torch.tensor(int(self.labels[int(self.rows[i])]))
+
+
+class _Inputs(Dataset):
+    """The images of a dataset without their labels (``(image,)`` items: unlabelled samples)."""
+
+    def __init__(self, images: Dataset) -> None:
+        """Wrap ``images``."""
+        self.images = images
+
+    def __len__(self) -> int:
+        """The number of images."""
+        return len(self.images)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor]:
+        """Image ``i`` alone."""
+        return (self.images[i][0],)
 
 
 class ArrayImages(Dataset):
@@ -350,6 +367,69 @@ class ImageFolderProcessor(IndexedProcessor):
                    "index": indexed, "channels": layout["channels"], "input_size": layout["size"], "sharded": True,
                    "shards": len(train.shards), **_skipped_details(meta.get("skipped", []))}
         return PreparedData(train, val, spec, fingerprint, uri, int(fs.size(path)), details, decisions=decisions)
+
+    # ---------------------------------------------------- test and new images
+    def read_samples(self, uri: str, spec: DataSpec, context: PrepareContext | None = None, *,
+                     targets: bool = True) -> Samples:
+        """Images for a run trained on ``spec``, decoded, resized and centre-cropped as its validation images were
+        (the run's size, channels and interpolation; a grey run's images are read grey, whatever their mode).
+
+        ``uri`` is a folder with one folder per class (labelled: classes mapped by name as the run mapped them;
+        images of a class the run never saw are left out and counted in ``details["unseen_classes"]``), a folder
+        of images (unlabelled), or one image file. ``targets=False`` reads every image, unlabelled. Sample ids
+        are the images' paths below ``uri``. Files that cannot be read follow ``bad_files``: a named error, or
+        left out and counted in ``details``.
+
+        Raises:
+            EmptyDataError: no image. CorruptImageError, UnsupportedFormatError: a bad file (``bad_files="error"``).
+        """
+        fs, root = require_exists(uri)
+        if fs.isdir(root):
+            folders = sorted(p.rstrip("/") for p in fs.ls(root, detail=False) if fs.isdir(p)
+                             and not p.rstrip("/").rsplit("/", 1)[-1].startswith("."))
+            entries = [(p, f.rsplit("/", 1)[-1]) for f in folders for p in sorted(fs.find(f)) if _kept(p)]
+            entries += [(p, None) for p in sorted(fs.ls(root, detail=False)) if not fs.isdir(p) and _kept(p)]
+        else:
+            entries = [(root, None)]
+        if not entries:
+            raise EmptyDataError(f"'{uri}' holds no image; give a folder of images (one folder per class to "
+                                 "evaluate) or an image file")
+        found = survey(fs, [p for p, _ in entries], self.bad_files)
+        good = set(found.paths)
+        entries = [e for e in entries if e[0] in good]
+        details: dict[str, Any] = {"images": len(entries), **_skipped_details(found.skipped)}
+        labelled = targets and bool(entries) and all(c is not None for _, c in entries)
+        if labelled:
+            lookup = {name: i for i, name in enumerate(spec.class_names)}
+            unseen: dict[str, int] = {}
+            for _, name in entries:
+                if name not in lookup:
+                    unseen[str(name)] = unseen.get(str(name), 0) + 1
+            if unseen:
+                details["unseen_classes"] = unseen
+            entries = [e for e in entries if e[1] in lookup]
+            labels = np.array([lookup[c] for _, c in entries], dtype=np.int64)
+        else:
+            labels = np.zeros(len(entries), dtype=np.int64)
+        size = int(spec.input_shape[-1])
+        preprocess = spec.extra.get("preprocess", {})
+        layout = {"size": size, "store": int(preprocess.get("resize_shorter_side", size)),
+                  "channels": int(spec.input_shape[0]), "interpolation": preprocess.get("interpolation", "bilinear")}
+        paths = [p for p, _ in entries]
+        images: Dataset = FileImages(fs, paths, labels, np.arange(len(paths)), layout, EvalTransform(size))
+        ids = [p[len(root):].lstrip("/") or p.rsplit("/", 1)[-1] for p in paths]
+        fingerprint = data_fingerprint(uri)
+        return Samples(images if labelled else _Inputs(images), labelled, fingerprint, uri, ids, details)
+
+    def preprocessing(self, spec: DataSpec) -> dict[str, Any]:
+        """An image: decoded in ``mode`` (EXIF-oriented), its shorter side resized to ``resize_shorter_side``, a
+        centre crop of ``size``, pixels scaled to [0, 1] in channel-first order; the model normalises them."""
+        preprocess = spec.extra.get("preprocess", {})
+        return {"reader": "image", "size": int(spec.input_shape[-1]), "channels": int(spec.input_shape[0]),
+                "resize_shorter_side": preprocess.get("resize_shorter_side"),
+                "center_crop": preprocess.get("center_crop"), "interpolation": preprocess.get("interpolation"),
+                "mode": preprocess.get("mode"), "pixel_range": [0, 1], "layout": "CHW",
+                "scaling": "inside the model (mean and std buffers)"}
 
     @staticmethod
     def _spec(layout: dict[str, Any], classes: list[str], mean: list[float], std: list[float]) -> DataSpec:
