@@ -3,9 +3,10 @@
 Every export carries its inference card (``Trainer.export``): the task, the graph's inputs, the class names, how
 raw data becomes the input (``preprocessing``) and what the output means. This module reads the card with
 onnxruntime, reads the data as the card says, runs the graph in batches and writes one row per sample in input
-order (``twinkle_core.predictions``) — without importing torch, Lightning or any plugin. Readers: ``table``
-(core's tabular runs: the card's columns from a CSV or Parquet file). An export whose card names another reader
-(images, K-lines, speech, text) needs that reader's plugin, and says so.
+order (``twinkle_core.predictions``). Core reads ``table`` data itself (the card's columns from a CSV or Parquet
+file) without importing torch, Lightning or any plugin. Any other reader (images, K-lines, speech, text) is the
+data processor the card names, from its plugin, which must be installed: it reads the samples with the card's
+data spec (``DataProcessor.read_samples``), as the run read its validation data.
 """
 
 from __future__ import annotations
@@ -79,11 +80,11 @@ def predict_export(model: str, data: str, output: str, *, batch_size: int = 256,
     session = _session(model)
     card = read_card(model)
     reader = (card.get("preprocessing") or {}).get("reader")
-    if reader != "table":
-        raise TwinkleError(f"'{model}' reads its data as '{reader or 'undescribed'}', which core cannot prepare "
-                           "without the plugin that trained it; install that plugin and run twinkle predict on the "
-                           f"run ({card.get('run') or 'its checkpoint'}) instead")
-    names, batches, ids = _table(data, card, batch_size)
+    if reader == "table":
+        names, batches, ids = _table(data, card, batch_size)
+        details: dict[str, Any] = {"rows": len(ids), "columns": names}
+    else:  # images, K-lines, ...: the data processor that trained the model reads them (it imports its plugin)
+        batches, ids, details = _through_processor(card, model, data, batch_size)
     kind = card.get("task_kind")
     input_name = session.get_inputs()[0].name
 
@@ -97,7 +98,42 @@ def predict_export(model: str, data: str, output: str, *, batch_size: int = 256,
                 yield {"id": ids[start + offset], **row}
 
     count, columns = write_rows(output, rows())
-    return ExportPredictions(output, count, columns, model, data, {"rows": len(ids), "columns": names})
+    return ExportPredictions(output, count, columns, model, data, details)
+
+
+def _through_processor(card: dict[str, Any], model: str, data: str, batch_size: int
+                       ) -> tuple[Iterator[tuple[int, np.ndarray]], list[str], dict[str, Any]]:
+    """The samples at ``data`` read by the data processor the card names (``DataProcessor.read_samples`` with the
+    card's data spec), as numpy batches, with their ids and the read's details.
+
+    Raises:
+        TwinkleError: the card names no processor, or its plugin is not installed (``UnknownComponentError``).
+    """
+    from twinkle_core.data.processor import DataProcessor
+    from twinkle_core.data.spec import DataSpec
+    from twinkle_core.lookup import get_component
+
+    name = card.get("processor")
+    reader = (card.get("preprocessing") or {}).get("reader") or "undescribed"
+    if not name:
+        raise TwinkleError(f"'{model}' reads its data as '{reader}' and names no data processor; predict from its "
+                           f"run ({card.get('run') or 'its checkpoint'}) with the plugin that trained it")
+    processor = get_component("data_processor", name).load()
+    if not (isinstance(processor, type) and issubclass(processor, DataProcessor)):
+        raise TwinkleError(f"data processor '{name}' is not a DataProcessor subclass")
+    samples = processor.from_params({}, task=card.get("task")).read_samples(
+        data, DataSpec.from_dict(card["data_spec"]), targets=False)
+    from torch.utils.data import DataLoader
+
+    def batches() -> Iterator[tuple[int, np.ndarray]]:
+        start = 0
+        for batch in DataLoader(samples.dataset, batch_size=batch_size, shuffle=False,
+                                collate_fn=samples.collate_fn):
+            inputs = batch[0] if isinstance(batch, (tuple, list)) else batch
+            yield start, inputs.numpy()
+            start += len(inputs)
+
+    return batches(), samples.ids, dict(samples.details)
 
 
 def _session(model: str) -> Any:

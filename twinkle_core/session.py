@@ -529,8 +529,12 @@ class Session:
         preprocessing of the processor that read its data."""
         from twinkle_core.engine.exports import inference_card
 
-        preprocessing = self._processor(prepared.source)[0].preprocessing(prepared.spec) if prepared.source else {}
-        return inference_card(model, prepared.spec, preprocessing, run_uri, checkpoint)
+        card = inference_card(model, prepared.spec, {}, run_uri, checkpoint)
+        if prepared.source:
+            processor, component, _ = self._processor(prepared.source)
+            card["preprocessing"] = processor.preprocessing(prepared.spec)
+            card["processor"] = component.qualified_name if component is not None else None
+        return card
 
     def _trained_model(self, uri: str) -> tuple[Algorithm, DataSpec, str | None, str | None]:
         """The trained model with its best weights, its data spec, its run and checkpoint: after ``fit``, that

@@ -170,7 +170,8 @@ def test_evaluate_and_predict_read_images_as_the_run_did(trained, tmp_path, digi
     """``evaluate`` on the images the run held out for validation (copied as ``<class>/<file>``, plus one image of
     a class the run never saw) reproduces the best validation accuracy within 1e-6, reports the unseen image
     instead of scoring it and draws the confusion matrix; ``predict`` writes one row per image in path order, each
-    id the image's path, whose classes score the same accuracy."""
+    id the image's path, whose classes score the same accuracy; the ONNX export, whose card names its image
+    reading, predicts the same classes from the file."""
     import numpy as np
     import pandas as pd
 
@@ -199,3 +200,13 @@ def test_evaluate_and_predict_read_images_as_the_run_did(trained, tmp_path, digi
     truth = table["id"].str.split("/").str[0]
     known = truth != "x"
     assert (table["class"][known] == truth[known]).mean() == pytest.approx(evaluation.metrics["accuracy"], abs=1e-6)
+
+    from twinkle_core.inference import predict_export, read_card
+
+    exported = trainer.export(format="onnx", output=str(tmp_path / "digits.onnx")).path
+    card = read_card(exported)  # the export says how its images are read
+    assert card["preprocessing"]["reader"] == "image" and card["preprocessing"]["size"] == 32
+    assert card["processor"].endswith("image-folder") and card["class_names"][:3] == ["0", "1", "2"]
+    alone = predict_export(exported, str(held), str(tmp_path / "from-onnx.csv"))
+    from_onnx = pd.read_csv(alone.output, dtype={"class": str})
+    assert from_onnx["id"].tolist() == table["id"].tolist() and from_onnx["class"].tolist() == table["class"].tolist()
