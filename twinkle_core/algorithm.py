@@ -389,6 +389,13 @@ class Algorithm(L.LightningModule):
             return {"mae": (outputs.reshape(targets.shape) - targets).abs().mean()}
         return {}
 
+    @property
+    def evaluation_needs_outputs(self) -> bool:
+        """Whether ``evaluation_report`` reads the model's outputs for every test sample (``evaluate`` then runs a
+        predict pass after the test pass). An algorithm whose report needs only its test figures — a language
+        model's perplexity — returns False, so no ``N × length × vocab`` logits are gathered."""
+        return True
+
     def evaluation_report(self, outputs: torch.Tensor, targets: torch.Tensor, spec: DataSpec) -> EvaluationReport:
         """What ``evaluate`` reports for a test set, from the model's ``predict_step`` outputs and the targets
         (all samples, in order): for classification, accuracy, per-class precision/recall/F1 and the confusion

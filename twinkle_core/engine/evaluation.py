@@ -1,9 +1,9 @@
 """``Trainer.evaluate``: a trained model scored on a test set read with its run's data spec, stored with the run.
 
-Lightning runs the model twice over the samples, in order, in this process: ``trainer.test`` — the algorithm's
-own ``test_step``, so ``loss`` and the metrics it logs are computed exactly as validation computed them — and
-``trainer.predict`` for the outputs the task's report needs (``Algorithm.evaluation_report``: per-class figures,
-a confusion matrix, ...). The evaluation is written (by global rank 0) to the run's ``evaluations/<N>/``:
+Lightning runs the model over the samples, in order, in this process: ``trainer.test`` — the algorithm's own
+``test_step``, so ``loss`` and the metrics it logs are computed exactly as validation computed them — then, when
+the task's report reads them (``Algorithm.evaluation_needs_outputs``), ``trainer.predict`` for the outputs
+(``Algorithm.evaluation_report``: per-class figures, a confusion matrix, ...). The evaluation is written (by global rank 0) to the run's ``evaluations/<N>/``:
 ``evaluation.json`` (its figures, tables, the data's URI and fingerprint, the checkpoint) and the report's plots.
 """
 
@@ -92,8 +92,11 @@ def evaluate(store: RunStore, model: Algorithm, spec: DataSpec, samples: Samples
                             enable_progress_bar=verbose, enable_model_summary=False)
     with quiet_lightning(verbose):
         figures = trainer.test(model, loader, verbose=False)[0]
-        outputs = torch.cat([torch.as_tensor(o).cpu() for o in trainer.predict(model, loader)])
-    targets = torch.cat([batch[1].cpu() for batch in loader])
+        if model.evaluation_needs_outputs:
+            outputs = torch.cat([torch.as_tensor(o).cpu() for o in trainer.predict(model, loader)])
+            targets = torch.cat([batch[1].cpu() for batch in loader])
+        else:  # the report is the test figures alone
+            outputs, targets = torch.empty(0), torch.empty(0)
     report = model.evaluation_report(outputs, targets, spec)
     metrics = {name.removeprefix("test_"): float(value) for name, value in figures.items()}
     metrics.update(report.metrics)

@@ -163,3 +163,27 @@ def test_a_finetuned_child_keeps_its_parents_tokenizer_and_starts_from_its_weigh
     fresh = Trainer("llm-tiny", hyperparams=same, home=str(tmp_path / "fresh"), verbose=False).fit(str(some))
     print("finetuned", done.metrics["val_perplexity"], "fresh", fresh.metrics["val_perplexity"])
     assert done.metrics["val_perplexity"] < fresh.metrics["val_perplexity"] / 2
+
+
+def test_evaluate_on_the_held_out_documents_reproduces_the_validation_perplexity(pretrained: tuple, topics: Path,
+                                                                                 tmp_path: Path) -> None:
+    """``evaluate`` reads text with the run's tokenizer and window length: on the documents the run held out
+    (written in the run's order) its per-token loss equals the best checkpoint's validation loss within 1e-6, and
+    its perplexity is that loss's exponential; ``predict`` names what a language model cannot yet write."""
+    import json
+
+    from twinkle_llm.data import TextProcessor
+    from twinkle_llm.reading import read_documents
+
+    trainer, result = pretrained
+    documents, _ = read_documents(str(topics))
+    _, held = TextProcessor(max_seq_len=128, vocab_size=1024).split(len(documents), 0)
+    data = tmp_path / "held-out.jsonl"
+    data.write_text("".join(json.dumps({"text": documents[i].text}) + "\n" for i in held))
+    evaluation = trainer.evaluate(str(data), output=str(tmp_path / "evaluation"))
+    assert evaluation.metrics["loss"] == pytest.approx(result.best_metric, abs=1e-6)  # best val_loss
+    assert evaluation.metrics["perplexity"] == pytest.approx(math.exp(evaluation.metrics["loss"]), rel=1e-6)
+    assert evaluation.details["documents"] == len(held) and evaluation.samples == evaluation.details["windows"]
+    assert (tmp_path / "evaluation" / "evaluation.json").exists()
+    with pytest.raises(TwinkleError, match="has no prediction rows"):
+        trainer.predict(str(data), str(tmp_path / "out.jsonl"))

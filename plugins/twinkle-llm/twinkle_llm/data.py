@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from twinkle_core.data import DataError, DataProcessor, DataSpec, EmptyDataError, PreparedData, PrepareContext, Reader
+from twinkle_core.data import (DataError, DataProcessor, DataSpec, EmptyDataError, PreparedData, PrepareContext, Reader,
+                               Samples)
 from twinkle_core.errors import HyperparameterError
 from twinkle_core.planning import Decision
 from twinkle_core.types import Fraction, PositiveInt
@@ -257,6 +258,24 @@ class TextProcessor(LanguageDataProcessor):
         train = pack(train_ids, tokenizer.eos_id, tokenizer.pad_id, self.max_seq_len)
         val = pack(val_ids, tokenizer.eos_id, tokenizer.pad_id, self.max_seq_len)
         return self.packed(tokenizer, train, val, reader, uri, {"documents": len(documents), "split": split})
+
+
+    def read_samples(self, uri: str, spec: DataSpec, context: PrepareContext | None = None, *,
+                     targets: bool = True) -> Samples:
+        """Text read as the run read its held-out text: every document tokenized with the run's tokenizer (from
+        its data spec) and packed into windows of its ``max_seq_len``; the tokens are their own targets, so the
+        windows are labelled (``evaluate`` gives the per-token loss and perplexity). Ids are window numbers.
+
+        Raises:
+            UnsupportedFormatError, DataError: as for training (the file, line and field named).
+        """
+        documents, reader = read_documents(uri, self.text_field)
+        tokenizer = TextTokenizer.resolve(str(spec.extra["tokenizer"]))
+        length = int(spec.extra.get("max_seq_len", spec.input_shape[0]))
+        packed = pack(tokenizer.encode_batch([d.text for d in documents]), tokenizer.eos_id, tokenizer.pad_id, length)
+        details = {"documents": len(documents), "tokens": packed.tokens, "windows": len(packed.input_ids)}
+        return Samples(packed.dataset(), True, f"md5:{reader.manifest().md5}", uri,
+                       [f"window {i + 1}" for i in range(len(packed.input_ids))], details)
 
 
 class ChatProcessor(LanguageDataProcessor):

@@ -120,6 +120,7 @@ class CausalLM(Algorithm):
         self._tokenizer: TextTokenizer | None = None
         self._template: ChatTemplate | None = None
         self._val_sum: torch.Tensor | None = None
+        self._test_sum = torch.zeros(5, dtype=torch.float64)
         self._split_logits = False  # the logits come split by vocabulary (tensor parallel with loss parallel)
 
     # ------------------------------------------------------------------ the model
@@ -349,14 +350,7 @@ class CausalLM(Algorithm):
         """Add the batch's summed loss and its count (tokens; pairs, with rewards and likelihoods, for DPO)."""
         if self._val_sum is None:
             self.on_validation_epoch_start()
-        if self.task == "preference_tuning":
-            terms = self.preference_terms(batch)
-            parts = [terms.loss.sum(), torch.tensor(len(terms.loss)), (terms.margin > 0).sum(), terms.margin.sum(),
-                     (terms.chosen_logp > terms.rejected_logp).sum()]
-        else:
-            total, count = self._token_loss(batch)
-            parts = [total, count, torch.tensor(0), torch.tensor(0), torch.tensor(0)]
-        self._val_sum += torch.stack([p.detach().double().to(self.device) for p in parts])
+        self._val_sum += self._sums(batch)
         if batch_idx == 0 and self.val_generations:
             self._val_prompts = held_out_prompts(batch, self.task, self.val_generations, GENERATED_TOKENS)
 
@@ -364,22 +358,61 @@ class CausalLM(Algorithm):
         """Log ``val_loss`` (per token, or per pair for DPO, over every rank's batches) and ``val_perplexity``;
         for DPO ``val_preference_accuracy`` (the chosen answer's reward above the rejected's),
         ``val_reward_margin`` and ``val_likelihood_accuracy`` (the policy finds the chosen answer likelier)."""
-        sums = self._val_sum if self._val_sum is not None else torch.zeros(5, dtype=torch.float64)
-        if self.trainer.world_size > 1:
-            sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
-        count = float(sums[1].clamp(min=1))
-        loss = float(sums[0]) / count
-        metrics = {"val_loss": loss}
-        if self.task == "preference_tuning":
-            metrics.update(val_preference_accuracy=float(sums[2]) / count, val_reward_margin=float(sums[3]) / count,
-                           val_likelihood_accuracy=float(sums[4]) / count)
-        else:
-            metrics["val_perplexity"] = math.exp(min(loss, 50.0))
-        self.log_dict(metrics, prog_bar=True, sync_dist=False)
+        self.log_dict(self._figures(self._val_sum, "val"), prog_bar=True, sync_dist=False)
         self._val_sum = None
         if self.val_generations and not self.trainer.sanity_checking and not self._split_logits:
             self.write_generations(self._val_prompts)
         self._val_prompts = []
+
+    def on_test_epoch_start(self) -> None:
+        """Start the test sums (``evaluate``), as validation's."""
+        self._test_sum = torch.zeros(5, dtype=torch.float64, device=self.device)
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        """Add the batch's sums, as ``validation_step`` does."""
+        self._test_sum += self._sums(batch)
+
+    def on_test_epoch_end(self) -> None:
+        """Log ``test_loss`` and ``test_perplexity`` (DPO: its test figures), computed as validation's."""
+        self.log_dict(self._figures(self._test_sum, "test"), sync_dist=False)
+
+    @property
+    def evaluation_needs_outputs(self) -> bool:
+        """A language model's report is its test figures (per-token loss, perplexity): no logits are gathered."""
+        return False
+
+    def evaluation_report(self, outputs: torch.Tensor, targets: torch.Tensor, spec: Any) -> Any:
+        """Nothing beyond the test figures (``loss``, ``perplexity``; DPO's accuracies and margin)."""
+        from twinkle_core import EvaluationReport
+
+        return EvaluationReport()
+
+    def _sums(self, batch: Any) -> torch.Tensor:
+        """A batch's summed loss and its count (tokens; pairs, with rewards and likelihoods, for DPO)."""
+        if self.task == "preference_tuning":
+            terms = self.preference_terms(batch)
+            parts = [terms.loss.sum(), torch.tensor(len(terms.loss)), (terms.margin > 0).sum(), terms.margin.sum(),
+                     (terms.chosen_logp > terms.rejected_logp).sum()]
+        else:
+            total, count = self._token_loss(batch)
+            parts = [total, count, torch.tensor(0), torch.tensor(0), torch.tensor(0)]
+        return torch.stack([p.detach().double().to(self.device) for p in parts])
+
+    def _figures(self, sums: torch.Tensor | None, prefix: str) -> dict[str, float]:
+        """The figures of summed batches (over every rank's), named ``<prefix>_loss`` and so on."""
+        sums = sums if sums is not None else torch.zeros(5, dtype=torch.float64)
+        if self.trainer.world_size > 1:
+            sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
+        count = float(sums[1].clamp(min=1))
+        loss = float(sums[0]) / count
+        figures = {f"{prefix}_loss": loss}
+        if self.task == "preference_tuning":
+            figures.update({f"{prefix}_preference_accuracy": float(sums[2]) / count,
+                            f"{prefix}_reward_margin": float(sums[3]) / count,
+                            f"{prefix}_likelihood_accuracy": float(sums[4]) / count})
+        else:
+            figures[f"{prefix}_perplexity"] = math.exp(min(loss, 50.0))
+        return figures
 
     def eval_batch_size(self, micro_batch_size: int) -> int:
         """Validation windows per batch: the training micro-batch (logits of a window are ``L × vocab``)."""
