@@ -139,3 +139,34 @@ def test_export_is_refused_with_a_named_error(trained) -> None:
     trainer, _, _ = trained
     with pytest.raises(TwinkleError, match="cannot be exported yet"):
         trainer.export(format="onnx")
+
+
+def test_evaluate_on_the_validation_bars_reproduces_the_validation_forecast_scores(trained, stocks, tmp_path) -> None:
+    """``evaluate`` reads bars with the run's features, look-back, horizon and stride: given each symbol's bars from
+    its first validation window to the test split, it scores the same windows with the same sampling noise, so its
+    MASE equals the best checkpoint's validation MASE within 1e-6, persistence's MASE beside it; the price IC of the
+    forecasts is reported; ``predict`` points to ``KronosModel.predict`` for K-lines."""
+    from twinkle_core.data import SamplesNotSupportedError
+
+    trainer, result, _ = trained
+    processor = FinancialDataProcessor(**{k: v for k, v in WINDOWS.items()})
+    series = processor.series(str(stocks))
+    first = {}
+    for s, start in processor.windows(series, "val"):
+        first.setdefault(s, start)
+    folder = tmp_path / "validation-bars"
+    folder.mkdir()
+    for s, item in enumerate(series):
+        frame = pd.read_csv(stocks / f"{item.symbol}.csv")
+        times = pd.to_datetime(frame["date"])
+        keep = (times >= pd.Timestamp(item.times[first[s]])) & (times < pd.Timestamp(WINDOWS["test_start"]))
+        frame[keep].to_csv(folder / f"{item.symbol}.csv", index=False)
+    evaluation = trainer.evaluate(str(folder), output=str(tmp_path / "evaluation"))
+    metrics = pd.read_csv(Path(result.run_dir) / "logs" / "metrics.csv").groupby("epoch").last()
+    best = metrics.loc[metrics["val_mase"].idxmin()]
+    assert evaluation.samples == len(processor.windows(series, "val"))
+    assert evaluation.metrics["mase"] == pytest.approx(best["val_mase"], abs=1e-6)
+    assert evaluation.metrics["persistence_mase"] == pytest.approx(best["val_persistence_mase"], abs=1e-6)
+    assert -1.0 <= evaluation.metrics["ic"] <= 1.0 and np.isfinite(evaluation.metrics["mae"])
+    with pytest.raises(SamplesNotSupportedError, match="KronosModel.predict"):
+        trainer.predict(str(folder), str(tmp_path / "bars.csv"))

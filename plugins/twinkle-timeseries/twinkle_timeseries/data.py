@@ -38,6 +38,8 @@ from twinkle_core.data import (
     PrepareContext,
     PreparedData,
     Reader,
+    Samples,
+    SamplesNotSupportedError,
 )
 from twinkle_core.types import PositiveFloat, PositiveInt
 
@@ -318,6 +320,38 @@ class FinancialDataProcessor(DataProcessor):
         series = self.series(uri)
         return {split: WindowDataset(series, self.windows(series, split), self.lookback_window, self.pred_len,
                                      self.clip) for split in ("train", "val", "test")}
+
+    def read_samples(self, uri: str, spec: DataSpec, context: PrepareContext | None = None, *,
+                     targets: bool = True) -> Samples:
+        """Bars read as the run read its validation bars (its features, timeframe, look-back, horizon and clip, from
+        ``spec``; checked, split-adjusted and resampled as for training), cut into every window that fits — a
+        look-back and the ``pred_len`` bars after it, one every ``stride`` bars from each symbol's first — whatever
+        their dates: the data given is the test set. The futures are the targets. Ids: symbol and the look-back's
+        last bar.
+
+        Raises:
+            OHLCVError, DataError: as for training; no symbol long enough for one window.
+        """
+        if targets is False:
+            raise SamplesNotSupportedError(
+                "predict reads no K-lines yet: forecast the bars after a frame with KronosModel.predict(df) (or "
+                "Trainer.from_checkpoint(run).model_for_export()[0].predict(df))")
+        self.features = list(spec.extra.get("features", self.features))
+        self.timeframe = str(spec.extra.get("timeframe", self.timeframe))
+        lookback, pred_len = int(spec.input_shape[0]), int(spec.target_shape[0])
+        reader = Reader(uri)
+        series = self.series(uri, reader)
+        span = lookback + pred_len
+        windows = [(s, start) for s, item in enumerate(series)
+                   for start in range(0, len(item.times) - span + 1, self.stride)]
+        if not windows:
+            longest = max(len(s.times) for s in series)
+            raise DataError(f"'{uri}' has at most {longest} {self.timeframe} bars per symbol; one window needs {span} "
+                            f"(the run's look-back {lookback} + pred_len {pred_len})")
+        dataset = WindowDataset(series, windows, lookback, pred_len, float(spec.extra.get("clip", self.clip)))
+        ids = [f"{series[s].symbol} {series[s].times[start + lookback - 1]}" for s, start in windows]
+        details = {"symbols": len(series), "windows": len(windows), "repairs": self.repairs}
+        return Samples(dataset, True, f"md5:{reader.manifest().md5}", uri, ids, details)
 
     def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
         """Read (each file once: parsed and fingerprinted from the same read), check, resample and window the

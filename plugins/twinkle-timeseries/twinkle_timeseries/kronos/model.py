@@ -234,12 +234,25 @@ class KronosModel(Algorithm):
         self._scores.pop("val", None)
 
     def on_validation_epoch_end(self) -> None:
-        """Log ``val_mae``, ``val_mase``, ``val_persistence_mase`` and ``val_direction`` over all windows."""
+        """Log ``val_mae``, ``val_mase``, ``val_persistence_mase``, ``val_direction`` and ``val_ic`` over all
+        windows."""
         self._log_scores("val")
 
     def on_test_epoch_end(self) -> None:
         """The same figures for the test split (``test_mae``, ...)."""
         self._log_scores("test")
+
+    @property
+    def evaluation_needs_outputs(self) -> bool:
+        """Kronos scores its forecasts in its test pass (``test_mae``, ``test_mase``, ``test_persistence_mase``,
+        ``test_direction``, ``test_ic``): no second, differently sampled, forecasting pass."""
+        return False
+
+    def evaluation_report(self, outputs: torch.Tensor, targets: torch.Tensor, spec: DataSpec) -> Any:
+        """Nothing beyond the test figures: forecast error beside persistence's, direction and IC."""
+        from twinkle_core import EvaluationReport
+
+        return EvaluationReport()
 
     def _close_index(self) -> int:
         features = list(self.data_spec.extra.get("features", ())) if self.data_spec is not None else []
