@@ -1,6 +1,7 @@
 """The user's journey from wheels: every plugin in a fresh venv of its own, installed from ``dist/`` only.
 
-For each plugin (and for a project made by ``twinkle plugins new acme``) this
+For each plugin (and for a project made by ``twinkle plugins new acme``; ``onnx`` is the journey of an export
+used where only core's wheel and onnxruntime are installed, see ``onnx_journey``) this
 
 1. makes a fresh venv (uv, with its package cache in ``.cache/uv``: the first venv unpacks torch, the others link it);
 2. installs torch (pinned) plus only ``twinkle-core``'s and that plugin's wheels from ``dist/`` — no editable
@@ -49,7 +50,7 @@ PLUGINS = {
     "timeseries": ("twinkle-timeseries", "data"),
     "llm": ("twinkle-llm", ""),
 }
-SECONDS = {"audio": 570, "edge": 500, "vision": 400, "llm": 540, "timeseries": 100, "acme": 30}
+SECONDS = {"audio": 570, "edge": 500, "vision": 400, "llm": 540, "timeseries": 100, "acme": 30, "onnx": 40}
 """What each journey with all its tests (every share of a sharded suite) took in a fresh-clone ``make test``: the
 order in which they start (a sharded one early, so that its shares are ready when a slot frees)."""
 SHARDS: dict[str, list[tuple[list[str], int]]] = {
@@ -264,10 +265,48 @@ def scaffold_journey(dist_dir: Path, work: Path, uv: str, junit: Path | None = N
     return journey.record
 
 
+ONNX_RUNTIME_ONLY = ("onnxruntime", "pandas", "click", "pluggy", "fsspec")
+"""What the ONNX-only journey installs beside core's wheel (which goes in without its dependencies: no torch)."""
+
+
+def onnx_journey(dist_dir: Path, work: Path, uv: str, junit: Path | None = None) -> dict[str, object]:
+    """An export used where only core's wheel and onnxruntime are installed: a tabular run trained and exported in
+    a venv with core (``tools/journeys/onnx_export.py``; named so as not to shadow the onnx package), then
+    ``twinkle predict model.onnx`` in a venv holding core's wheel without its dependencies plus
+    ``ONNX_RUNTIME_ONLY`` — torch is not even installed there — whose rows must be the run's own predictions."""
+    import pandas as pd
+
+    core = wheel(dist_dir, "twinkle-core")
+    exporting = Journey("onnx", dist_dir, work, uv, junit)
+    exporting.fresh_venv()
+    exporting.install("install", [*TORCH_PINS, str(core)])
+    scratch = exporting.folder / "journey"
+    scratch.mkdir()
+    script = ROOT / "tools" / "journeys" / "onnx_export.py"
+    done = exporting.run("journey", [str(exporting.python), str(script), str(scratch)], cwd=scratch)
+    say("onnx", done.stdout.strip().splitlines()[-1])
+    bare = Journey("onnx-runtime", dist_dir, work, uv)
+    bare.fresh_venv()
+    bare.install("runtime_install", list(ONNX_RUNTIME_ONLY))
+    bare.run("core_install", [uv, "pip", "install", "-q", "--python", str(bare.python), "--no-deps", str(core)])
+    probe = bare.run("torch_absent", [str(bare.python), "-c", "import importlib.util as u; "
+                                      "print(u.find_spec('torch') is None)"]).stdout.strip()
+    assert probe == "True", f"torch is installed in the onnxruntime-only venv: {probe}"
+    bare.run("predict", [str(bare.venv / "bin" / "twinkle"), "predict", str(scratch / "model.onnx"), "--data",
+                         str(scratch / "rows.csv"), "-o", str(scratch / "onnx.csv")])
+    alone, reference = pd.read_csv(scratch / "onnx.csv"), pd.read_csv(scratch / "run.csv")
+    assert alone["class"].tolist() == reference["class"].tolist(), "the ONNX file's classes differ from the run's"
+    assert float((alone["probability"] - reference["probability"]).abs().max()) < 1e-5
+    say("onnx", f"twinkle predict model.onnx without torch: {len(alone)} rows, the run's classes")
+    return {**exporting.record, **{k: v for k, v in bare.record.items() if k != "plugin"},
+            "wheels": [core.name], "rows": len(alone)}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the journeys named on the command line (default: all), two at a time, and write the summary."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("names", nargs="*", default=[*PLUGINS, "acme"], help="plugins (and 'acme'); default: all")
+    parser.add_argument("names", nargs="*", default=[*PLUGINS, "acme", "onnx"],
+                        help="plugins (and 'acme', 'onnx'); default: all")
     parser.add_argument("--dist", type=Path, default=ROOT / "dist")
     parser.add_argument("--work", type=Path, default=CACHE / "journeys")
     parser.add_argument("--summary", type=Path, default=ROOT / "artifacts" / "journeys.json")
@@ -289,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if name == "acme":
                 record = scaffold_journey(args.dist, args.work, uv, args.junit)
+            elif name == "onnx":
+                record = onnx_journey(args.dist, args.work, uv, args.junit)
             else:
                 record = plugin_journey(name, args.dist, args.work, uv, tests=not args.no_tests, junit=args.junit,
                                         schedule=schedule)
