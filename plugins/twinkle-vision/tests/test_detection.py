@@ -231,3 +231,30 @@ def test_image_size_is_one_name_and_ultralytics_imgsz_still_works_with_a_warning
         Trainer("yolov8n", hyperparams={"imgsz": 64, "image_size": 96})
     with pytest.raises(TypeError, match="unexpected keyword argument.*imgsize"):
         YoloDataProcessor(imgsize=64)
+
+
+def test_evaluate_scores_boxes_as_validation_does(trained, shapes, tmp_path) -> None:
+    """``evaluate`` on the dataset's ``val`` split (its data.yaml) reproduces the best checkpoint's validation
+    mAP50-95 within 1e-6, with per-class AP and the precision–recall curve; a dataset of other classes is named;
+    ``predict`` says it writes no boxes yet."""
+    import json
+
+    from twinkle_core.data import SamplesNotSupportedError
+
+    trainer, result = trained
+    evaluation = trainer.evaluate(str(shapes / "data.yaml"), output=str(tmp_path / "evaluation"))
+    assert evaluation.metrics["map50_95"] == pytest.approx(result.best_metric, abs=1e-6)
+    assert 0.0 <= evaluation.metrics["map50"] <= 1.0 and evaluation.details["split"] == "val"
+    classes = {row["class"] for row in evaluation.tables["per_class"]}
+    assert classes and classes <= set(trainer.algorithm.data_spec.class_names)
+    assert (tmp_path / "evaluation" / "pr_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((tmp_path / "evaluation" / "evaluation.json").read_text())["metrics"]["map50"] == \
+        pytest.approx(evaluation.metrics["map50"])
+    other = tmp_path / "other"
+    shutil.copytree(shapes, other)
+    yaml_text = (other / "data.yaml").read_text()
+    (other / "data.yaml").write_text(yaml_text.replace("rectangle", "box"))
+    with pytest.raises(DataError, match="must list the run's classes"):
+        trainer.evaluate(str(other / "data.yaml"), output=str(tmp_path / "other-evaluation"))
+    with pytest.raises(SamplesNotSupportedError, match="no boxes yet"):
+        trainer.predict(str(shapes / "data.yaml"), str(tmp_path / "boxes.jsonl"))

@@ -22,6 +22,8 @@ from twinkle_core.data import (
     MissingColumnError,
     PrepareContext,
     PreparedData,
+    Samples,
+    SamplesNotSupportedError,
     data_fingerprint,
     filesystem,
     is_local,
@@ -218,6 +220,42 @@ class YoloDataProcessor(DataProcessor):
                         _link(source, link)
             mirrored[split] = os.path.join(target, os.path.relpath(folder, head))
         return mirrored
+
+    def read_samples(self, uri: str, spec: DataSpec, context: PrepareContext | None = None, *,
+                     targets: bool = True) -> Samples:
+        """The test images and boxes of a YOLO dataset (its ``data.yaml``'s ``test`` split, else ``val``), read at
+        the run's image size as its validation images were. Its classes must be the run's, in the run's order
+        (a YOLO label is a class index). Ids are the images' paths.
+
+        Raises:
+            DataError: other classes than the run's, named with both lists. LabelError: bad labels, as for
+                training. SamplesNotSupportedError: ``predict`` (boxes are not written yet).
+        """
+        if not targets:
+            raise SamplesNotSupportedError("predict writes no boxes yet for object detection; evaluate a labelled "
+                                           "YOLO dataset, or run the exported ONNX model yourself")
+        from twinkle_vision.yolo import offline
+
+        context = self.context(context)
+        path, fingerprint = self.local_yaml(uri, context)
+        data = load_yaml(path)
+        names = [str(data["names"][i]) for i in range(int(data["nc"]))]
+        if names != list(spec.class_names):
+            raise DataError(f"'{uri}' has the classes {names}, the run {list(spec.class_names)}: a YOLO label is a "
+                            "class index, so the test set must list the run's classes in the run's order")
+        split = "test" if data.get("test") else "val"
+        images, boxes = check_labels(data[split], data["nc"])
+        if not path.startswith(context.cache_dir()):  # the user's own folder: ultralytics writes into a mirror
+            data = self.mirror(data, fingerprint, context)
+        offline.prepare()
+        from ultralytics.cfg import DEFAULT_CFG, get_cfg
+        from ultralytics.data import build_yolo_dataset
+
+        size = int(spec.extra.get("imgsz", spec.input_shape[-1]))
+        cfg = get_cfg(DEFAULT_CFG, {"imgsz": size, "workers": 0, "plots": False, "amp": False, "cache": False})
+        dataset = build_yolo_dataset(cfg, data[split], 16, data, mode="val", rect=False, stride=32)
+        return Samples(dataset, True, fingerprint, uri, [str(p) for p in dataset.im_files],
+                       {"split": split, "images": images, "boxes": boxes}, collate_fn=dataset.collate_fn)
 
     def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
         """Check the labels, then build ultralytics' train (augmented) and val (rectangular) datasets."""

@@ -198,9 +198,50 @@ class YoloDetector(Algorithm):
                  "metrics/precision(B)": "val_precision", "metrics/recall(B)": "val_recall", "fitness": "val_fitness"}
         self.log_dict({names[k]: float(v) for k, v in stats.items() if k in names}, prog_bar=True)
 
+    def on_test_epoch_start(self) -> None:
+        """A fresh validator for the test set (``evaluate``), writing nothing outside a temporary folder."""
+        import tempfile
+
+        self._validator = self._new_validator(Path(tempfile.mkdtemp(prefix="twinkle-yolo-test-")))
+
     def test_step(self, batch: Any, batch_idx: int) -> None:
-        """Testing is validation on the test split."""
+        """Testing is validation on the test set."""
         self.validation_step(batch, batch_idx)
+
+    def on_test_epoch_end(self) -> None:
+        """Log ``test_map50``, ``test_map50_95``, ``test_precision``, ``test_recall``, ``test_fitness``; keep the
+        per-class average precision and the precision–recall curves for ``evaluation_report``."""
+        import shutil
+
+        stats = self._validator.get_stats()
+        names = {"metrics/mAP50(B)": "test_map50", "metrics/mAP50-95(B)": "test_map50_95",
+                 "metrics/precision(B)": "test_precision", "metrics/recall(B)": "test_recall",
+                 "fitness": "test_fitness"}
+        self.log_dict({names[k]: float(v) for k, v in stats.items() if k in names})
+        box, classes = self._validator.metrics.box, list(self.data_spec.class_names)
+        present = [int(i) for i in self._validator.metrics.ap_class_index]
+        self._test_results = {
+            "per_class": [{"class": classes[c], "ap50": float(box.ap50[i]), "ap50_95": float(box.ap[i]),
+                           "precision": float(box.p[i]), "recall": float(box.r[i])} for i, c in enumerate(present)],
+            "recall": box.px.tolist() if hasattr(box.px, "tolist") else list(box.px),
+            "precision": [list(map(float, row)) for row in box.prec_values],
+            "classes": [classes[c] for c in present]}
+        shutil.rmtree(self._validator.save_dir, ignore_errors=True)
+
+    @property
+    def evaluation_needs_outputs(self) -> bool:
+        """ultralytics' validator matches the boxes in the test pass: nothing else is gathered."""
+        return False
+
+    def evaluation_report(self, outputs: torch.Tensor, targets: torch.Tensor, spec: DataSpec) -> Any:
+        """Per-class AP50, AP50-95, precision and recall (classes with labels in the test set) and the
+        precision–recall curve of every class at IoU 0.5 (``pr_curve.png``); the mAPs are the test figures."""
+        from twinkle_core import EvaluationReport
+
+        results = getattr(self, "_test_results", None) or {"per_class": [], "recall": [], "precision": [],
+                                                            "classes": []}
+        return EvaluationReport({}, {"per_class": results["per_class"]},
+                                {"pr_curve.png": _pr_curve(results)} if results["precision"] else {})
 
     # ------------------------------------------------------------- optimizer
     def configure_optimizers(self) -> Any:
@@ -340,3 +381,31 @@ def _variant(family: str, size: str) -> type[YoloDetector]:
 
 VARIANTS = {f"{family}{size}": _variant(family, size) for family in ("yolov8", "yolo11") for size in SIZES}
 globals().update({cls.__name__: cls for cls in VARIANTS.values()})
+
+
+def _pr_curve(results: dict[str, Any]) -> bytes:
+    """The precision–recall curve of each class at IoU 0.5, and their mean, as a PNG."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    recall, curves = np.asarray(results["recall"]), np.asarray(results["precision"])
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for name, curve, row in zip(results["classes"], curves, results["per_class"]):
+        ax.plot(recall, curve, linewidth=1, label=f"{name} {row['ap50']:.3f}")
+    ax.plot(recall, curves.mean(axis=0), linewidth=3, color="blue",
+            label=f"all classes {np.mean([r['ap50'] for r in results['per_class']]):.3f} mAP@0.5")
+    ax.set_xlabel("recall")
+    ax.set_ylabel("precision")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return buffer.getvalue()
