@@ -574,3 +574,28 @@ def test_the_app_opens_its_store_once_and_streams_reuse_it(service: dict, monkey
     with client.stream("GET", f"/api/v1/jobs/{job['id']}/events", headers=alice) as stream:
         assert "event: end" in "".join(stream.iter_text())
     assert opened == []
+
+
+def test_a_runs_page_shows_its_evaluations(service: dict, home: Path, tmp_path: Path) -> None:
+    """A run's dashboard page lists its evaluations — figures and plots (the confusion matrix, served from the
+    run's files) — and says how to make one when there is none."""
+    import pandas as pd
+
+    from twinkle_core import Trainer
+
+    client = service["client"]
+    trainer = Trainer("tabular-mlp", hyperparams={"max_epochs": 2}, home=str(home), user="alice", project="p",
+                      verbose=False, progress_bar=False)
+    result = trainer.fit(service["data"])
+    form = client.get("/login").text.split('name="csrf" value="')[1].split('"')[0]
+    client.post("/login", data={"token": service["tokens"]["alice"], "csrf": form})
+    page = client.get("/runs/alice/p/run1").text
+    assert 'id="evaluations"' in page and "None yet" in page
+    pd.read_csv(service["data"]).head(80).to_csv(tmp_path / "test.csv", index=False)
+    evaluation = trainer.evaluate(str(tmp_path / "test.csv"))
+    page = client.get("/runs/alice/p/run1").text
+    assert f"1: 80 samples of <code>{tmp_path / 'test.csv'}</code>" in page and "macro_f1" in page
+    image = "evaluations/1/confusion_matrix.png"
+    assert f'src="/api/v1/runs/{result.run_uri.removeprefix("twinkle://")}/files/{image}"' in page
+    served = client.get(f"/api/v1/runs/alice/p/run1/files/{image}")
+    assert served.status_code == 200 and served.content[:4] == b"\x89PNG" and evaluation.number == 1

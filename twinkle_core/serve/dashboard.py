@@ -166,6 +166,10 @@ def _run_details(svc: Service, run_uri: str | None) -> dict[str, Any] | None:
             "restarts": [a for a in record.alerts if a.get("kind") == "restart"],
             "checkpoints": [f for f in files if f["path"].startswith("checkpoints/")],
             "exports": [f for f in files if f["path"].startswith("exports/")],
+            "evaluations": [{**e, "plots": [f["path"] for f in files
+                                            if f["path"].startswith(f"evaluations/{e.get('number')}/")
+                                            and f["path"].endswith(".png")]}
+                            for e in store.evaluations(record.id)],
             "files": files, "base": f"/api/v1/runs/{record.id}/files/"}
 
 
