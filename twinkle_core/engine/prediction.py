@@ -79,7 +79,9 @@ class PredictionWriter(BasePredictionWriter):
     def write_on_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, prediction: Any,
                            batch_indices: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         """Append the batch's rows, each with its sample's index and id."""
-        rows = pl_module.prediction_rows(prediction.detach().cpu(), self.spec)  # type: ignore[operator]
+        if hasattr(prediction, "detach"):  # a tensor; an algorithm may also return texts (a language model's)
+            prediction = prediction.detach().cpu()
+        rows = pl_module.prediction_rows(prediction, self.spec)  # type: ignore[operator]
         for index, row in zip(batch_indices, rows):
             self._part.write(json.dumps({"index": int(index), "id": self.ids[int(index)], **row}) + "\n")
 

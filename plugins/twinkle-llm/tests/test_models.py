@@ -169,7 +169,8 @@ def test_evaluate_on_the_held_out_documents_reproduces_the_validation_perplexity
                                                                                  tmp_path: Path) -> None:
     """``evaluate`` reads text with the run's tokenizer and window length: on the documents the run held out
     (written in the run's order) its per-token loss equals the best checkpoint's validation loss within 1e-6, and
-    its perplexity is that loss's exponential; ``predict`` names what a language model cannot yet write."""
+    its perplexity is that loss's exponential; ``predict`` writes, per prompt line, the text the model continues
+    it with (greedy, as ``generate`` writes it)."""
     import json
 
     from twinkle_llm.data import TextProcessor
@@ -185,5 +186,9 @@ def test_evaluate_on_the_held_out_documents_reproduces_the_validation_perplexity
     assert evaluation.metrics["perplexity"] == pytest.approx(math.exp(evaluation.metrics["loss"]), rel=1e-6)
     assert evaluation.details["documents"] == len(held) and evaluation.samples == evaluation.details["windows"]
     assert (tmp_path / "evaluation" / "evaluation.json").exists()
-    with pytest.raises(TwinkleError, match="has no prediction rows"):
-        trainer.predict(str(data), str(tmp_path / "out.jsonl"))
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("The ", "A class ", "Lists are ")))
+    written = trainer.predict(str(prompts), str(tmp_path / "out.jsonl"))
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert written.count == 3 and [r["id"] for r in rows] == [f"{prompts}:{n}" for n in (1, 2, 3)]
+    assert rows[0]["text"] == trainer.algorithm.generate("The ", max_new_tokens=32)  # greedy, as generate writes

@@ -265,11 +265,16 @@ class TextProcessor(LanguageDataProcessor):
         """Text read as the run read its held-out text: every document tokenized with the run's tokenizer (from
         its data spec) and packed into windows of its ``max_seq_len``; the tokens are their own targets, so the
         windows are labelled (``evaluate`` gives the per-token loss and perplexity). Ids are window numbers.
+        ``targets=False`` (``predict``): each document is a prompt, its id its file and line.
 
         Raises:
             UnsupportedFormatError, DataError: as for training (the file, line and field named).
         """
         documents, reader = read_documents(uri, self.text_field)
+        if not targets:  # predict: each document is a prompt the model continues
+            where = [f"{d.file}:{d.line}" if d.line else d.file for d in documents]
+            return Samples([(d.text,) for d in documents], False, f"md5:{reader.manifest().md5}", uri, where,
+                           {"documents": len(documents)})
         tokenizer = TextTokenizer.resolve(str(spec.extra["tokenizer"]))
         length = int(spec.extra.get("max_seq_len", spec.input_shape[0]))
         packed = pack(tokenizer.encode_batch([d.text for d in documents]), tokenizer.eos_id, tokenizer.pad_id, length)

@@ -387,6 +387,18 @@ class CausalLM(Algorithm):
 
         return EvaluationReport()
 
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        """``predict`` of prompts (a batch of texts): the text the model writes after each (greedy,
+        ``GENERATED_TOKENS`` tokens); a batch of token ids: the logits, as any algorithm's."""
+        prompts = batch[0] if isinstance(batch, (tuple, list)) else batch
+        if isinstance(prompts, (tuple, list)) and all(isinstance(p, str) for p in prompts):
+            return [self.generate(p, max_new_tokens=GENERATED_TOKENS) for p in prompts]
+        return super().predict_step(batch, batch_idx)
+
+    def prediction_rows(self, outputs: Any, spec: Any) -> list[dict[str, Any]]:
+        """One row per prompt: the ``text`` the model wrote after it."""
+        return [{"text": text} for text in outputs]
+
     def _sums(self, batch: Any) -> torch.Tensor:
         """A batch's summed loss and its count (tokens; pairs, with rewards and likelihoods, for DPO)."""
         if self.task == "preference_tuning":
