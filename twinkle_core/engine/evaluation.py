@@ -90,7 +90,6 @@ def evaluate(store: RunStore, model: Algorithm, spec: DataSpec, samples: Samples
     with quiet_lightning(verbose):
         trainer = L.Trainer(accelerator="auto", devices=1, logger=False, enable_checkpointing=False,
                             enable_progress_bar=verbose, enable_model_summary=False)
-    with quiet_lightning(verbose):
         figures = trainer.test(model, loader, verbose=False)[0]
         if model.evaluation_needs_outputs:
             outputs = torch.cat([torch.as_tensor(o).cpu() for o in trainer.predict(model, loader)])

@@ -201,6 +201,15 @@ def test_evaluate_and_predict_read_images_as_the_run_did(trained, tmp_path, digi
     known = truth != "x"
     assert (table["class"][known] == truth[known]).mean() == pytest.approx(evaluation.metrics["accuracy"], abs=1e-6)
 
+    from PIL import Image
+
+    first = sorted(held.rglob("*.png"))[:5]  # in memory: Pillow images and arrays, as files of the run's are read
+    memory = trainer.predict([Image.open(first[0]), *(np.asarray(Image.open(p)) for p in first[1:])],
+                             str(tmp_path / "memory.csv"))
+    in_memory = pd.read_csv(memory.output, dtype={"class": str})
+    by_path = dict(zip(table["id"], table["class"]))
+    assert in_memory["class"].tolist() == [by_path[str(p.relative_to(held))] for p in first]
+
     from twinkle_core.inference import predict_export, read_card
 
     exported = trainer.export(format="onnx", output=str(tmp_path / "digits.onnx")).path

@@ -98,6 +98,25 @@ class _Inputs(Dataset):
         return (self.images[i][0],)
 
 
+class _EncodedImages(Dataset):
+    """Encoded images held in memory, decoded as files are (``(image,)`` items: unlabelled samples)."""
+
+    def __init__(self, encoded: list[bytes], layout: dict[str, Any],
+                 transform: Callable[[np.ndarray], torch.Tensor]) -> None:
+        """Decode ``encoded[i]`` stored as ``layout`` says, then ``transform``."""
+        self.encoded, self.layout, self.transform = encoded, layout, transform
+
+    def __len__(self) -> int:
+        """The number of images."""
+        return len(self.encoded)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor]:
+        """Image ``i`` as floats in [0, 1]."""
+        array = decode_image(self.encoded[i], f"item {i}", self.layout["store"], self.layout["channels"],
+                             self.layout["interpolation"])
+        return (self.transform(array),)
+
+
 class ArrayImages(Dataset):
     """Images already decoded into a (memory-mapped) uint8 array, read at the given rows."""
 
@@ -411,15 +430,52 @@ class ImageFolderProcessor(IndexedProcessor):
             labels = np.array([lookup[c] for _, c in entries], dtype=np.int64)
         else:
             labels = np.zeros(len(entries), dtype=np.int64)
-        size = int(spec.input_shape[-1])
-        preprocess = spec.extra.get("preprocess", {})
-        layout = {"size": size, "store": int(preprocess.get("resize_shorter_side", size)),
-                  "channels": int(spec.input_shape[0]), "interpolation": preprocess.get("interpolation", "bilinear")}
+        layout = self._layout_of(spec)
         paths = [p for p, _ in entries]
-        images: Dataset = FileImages(fs, paths, labels, np.arange(len(paths)), layout, EvalTransform(size))
+        images: Dataset = FileImages(fs, paths, labels, np.arange(len(paths)), layout, EvalTransform(layout["size"]))
         ids = [p[len(root):].lstrip("/") or p.rsplit("/", 1)[-1] for p in paths]
         fingerprint = data_fingerprint(uri)
         return Samples(images if labelled else _Inputs(images), labelled, fingerprint, uri, ids, details)
+
+    def samples_from(self, items: Any, spec: DataSpec) -> Samples:
+        """In-memory images — Pillow images, ``H × W`` or ``H × W × C`` uint8 arrays, or encoded file bytes —
+        as unlabelled samples, each read as a file of the run's would be. Ids are their positions (``0``, ``1``, ...).
+
+        Raises:
+            CorruptImageError: an item that is no image (its position named).
+        """
+        import io
+
+        from PIL import Image
+
+        encoded = []
+        for position, item in enumerate(items):
+            if isinstance(item, (bytes, bytearray)):
+                encoded.append(bytes(item))
+                continue
+            if isinstance(item, np.ndarray):
+                item = Image.fromarray(item)
+            if not hasattr(item, "save"):
+                raise CorruptImageError(f"item {position} is a {type(item).__name__}, not an image; pass Pillow "
+                                        "images, uint8 arrays or encoded image bytes")
+            buffer = io.BytesIO()
+            item.save(buffer, format="PNG")  # lossless: decoded below exactly as a file would be
+            encoded.append(buffer.getvalue())
+        if not encoded:
+            raise EmptyDataError("no images were given to predict")
+        layout = self._layout_of(spec)
+        images = _EncodedImages(encoded, layout, EvalTransform(layout["size"]))
+        digest = hashlib.md5(b"".join(hashlib.md5(e).digest() for e in encoded)).hexdigest()
+        return Samples(images, False, f"md5:{digest}", "<in-memory images>", [str(i) for i in range(len(encoded))],
+                       {"images": len(encoded)})
+
+    @staticmethod
+    def _layout_of(spec: DataSpec) -> dict[str, Any]:
+        """How a run trained on ``spec`` stores an image: its size, stored side, channels and interpolation."""
+        size = int(spec.input_shape[-1])
+        preprocess = spec.extra.get("preprocess", {})
+        return {"size": size, "store": int(preprocess.get("resize_shorter_side", size)),
+                "channels": int(spec.input_shape[0]), "interpolation": preprocess.get("interpolation", "bilinear")}
 
     def preprocessing(self, spec: DataSpec) -> dict[str, Any]:
         """An image: decoded in ``mode`` (EXIF-oriented), its shorter side resized to ``resize_shorter_side``, a
