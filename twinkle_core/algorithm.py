@@ -417,8 +417,8 @@ class Algorithm(L.LightningModule):
                            "Algorithm.evaluation_report(outputs, targets, spec) to return a twinkle_core.EvaluationReport")
 
     def prediction_rows(self, outputs: torch.Tensor, spec: DataSpec) -> list[dict[str, Any]]:
-        """What ``predict`` writes for a batch of ``predict_step`` outputs: one JSON-ready row per sample (the
-        engine adds its ``id``). For classification, the predicted ``class``, its ``probability`` and ``p_<class>``
+        """What ``predict`` writes for a batch of ``predict_step`` outputs: one JSON-ready row per sample, or a list
+        of rows for a sample that gives several (a forecast's future bars); the engine adds the sample's ``id``. For classification, the predicted ``class``, its ``probability`` and ``p_<class>``
         for every class; for regression, the ``prediction``. An algorithm of another task kind overrides it.
 
         Raises:

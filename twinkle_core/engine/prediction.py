@@ -83,7 +83,8 @@ class PredictionWriter(BasePredictionWriter):
             prediction = prediction.detach().cpu()
         rows = pl_module.prediction_rows(prediction, self.spec)  # type: ignore[operator]
         for index, row in zip(batch_indices, rows):
-            self._part.write(json.dumps({"index": int(index), "id": self.ids[int(index)], **row}) + "\n")
+            for part in row if isinstance(row, list) else [row]:  # a sample may give several rows (future bars)
+                self._part.write(json.dumps({"index": int(index), "id": self.ids[int(index)], **part}) + "\n")
 
     def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Close the part; once every rank has, rank 0 merges them into the output."""

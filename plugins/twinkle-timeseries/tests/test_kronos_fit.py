@@ -145,9 +145,8 @@ def test_evaluate_on_the_validation_bars_reproduces_the_validation_forecast_scor
     """``evaluate`` reads bars with the run's features, look-back, horizon and stride: given each symbol's bars from
     its first validation window to the test split, it scores the same windows with the same sampling noise, so its
     MASE equals the best checkpoint's validation MASE within 1e-6, persistence's MASE beside it; the price IC of the
-    forecasts is reported; ``predict`` points to ``KronosModel.predict`` for K-lines."""
-    from twinkle_core.data import SamplesNotSupportedError
-
+    forecasts is reported. ``predict`` writes each symbol's next ``pred_len`` bars after its latest look-back, in
+    prices: for one symbol exactly what ``KronosModel.predict(df, seed=0)`` forecasts with the best weights."""
     trainer, result, _ = trained
     processor = FinancialDataProcessor(**{k: v for k, v in WINDOWS.items()})
     series = processor.series(str(stocks))
@@ -168,5 +167,16 @@ def test_evaluate_on_the_validation_bars_reproduces_the_validation_forecast_scor
     assert evaluation.metrics["mase"] == pytest.approx(best["val_mase"], abs=1e-6)
     assert evaluation.metrics["persistence_mase"] == pytest.approx(best["val_persistence_mase"], abs=1e-6)
     assert -1.0 <= evaluation.metrics["ic"] <= 1.0 and np.isfinite(evaluation.metrics["mae"])
-    with pytest.raises(SamplesNotSupportedError, match="KronosModel.predict"):
-        trainer.predict(str(folder), str(tmp_path / "bars.csv"))
+    bars = trainer.predict(str(folder), str(tmp_path / "bars.csv"))  # each symbol's next bars
+    table = pd.read_csv(bars.output)
+    pred_len = WINDOWS["pred_len"]
+    assert bars.count == 3 * pred_len and list(table.columns) == ["id", "time", "open", "high", "low", "close",
+                                                                    "volume"]
+    assert table["id"].tolist() == [s for s in ("AAPL", "IBM", "MSFT") for _ in range(pred_len)]
+    single = tmp_path / "msft"
+    single.mkdir()
+    (single / "MSFT.csv").write_text((folder / "MSFT.csv").read_text())
+    alone = pd.read_csv(trainer.predict(str(single), str(tmp_path / "msft.csv")).output)
+    expected = trainer.model_for_export()[0].predict(pd.read_csv(single / "MSFT.csv"), seed=0)  # the best weights
+    assert pd.to_datetime(alone["time"]).tolist() == list(expected.index)
+    np.testing.assert_allclose(alone[list(expected.columns)].to_numpy(), expected.to_numpy(), rtol=1e-5)

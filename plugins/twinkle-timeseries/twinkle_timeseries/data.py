@@ -39,7 +39,6 @@ from twinkle_core.data import (
     PreparedData,
     Reader,
     Samples,
-    SamplesNotSupportedError,
 )
 from twinkle_core.types import PositiveFloat, PositiveInt
 
@@ -58,6 +57,23 @@ TIME_FEATURES = ("minute", "hour", "weekday", "day", "month")
 
 class OHLCVError(DataError):
     """Bars that break OHLCV rules: unsorted or duplicate timestamps, high < low, negative volume."""
+
+
+def future_index(times: np.ndarray, steps: int, timeframe: str) -> pd.DatetimeIndex:
+    """The ``steps`` timestamps after ``times`` at ``timeframe``.
+
+    Daily bars step over weekends when the history has none (stock markets); weekly bars end on Fridays;
+    intraday bars step by their length (sessions and holidays are not modelled).
+    """
+    last = pd.Timestamp(times[-1])
+    if timeframe == "1d":
+        weekends = (pd.DatetimeIndex(times).day_of_week >= 5).any()
+        offset = pd.offsets.Day() if weekends else pd.offsets.BDay()
+        return pd.date_range(last + offset, periods=steps, freq=offset)
+    if timeframe == "1w":
+        return pd.date_range(last + pd.offsets.Week(weekday=4), periods=steps, freq="W-FRI")
+    step = pd.Timedelta(TIMEFRAMES[timeframe])
+    return pd.DatetimeIndex([last + step * (i + 1) for i in range(steps)])
 
 
 def window_stats(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -327,20 +343,19 @@ class FinancialDataProcessor(DataProcessor):
         ``spec``; checked, split-adjusted and resampled as for training), cut into every window that fits — a
         look-back and the ``pred_len`` bars after it, one every ``stride`` bars from each symbol's first — whatever
         their dates: the data given is the test set. The futures are the targets. Ids: symbol and the look-back's
-        last bar.
+        last bar. ``targets=False`` (``predict``): each symbol's latest look-back instead, its id the symbol.
 
         Raises:
-            OHLCVError, DataError: as for training; no symbol long enough for one window.
+            OHLCVError, DataError: as for training; no symbol long enough for one window (or one look-back).
         """
-        if targets is False:
-            raise SamplesNotSupportedError(
-                "predict reads no K-lines yet: forecast the bars after a frame with KronosModel.predict(df) (or "
-                "Trainer.from_checkpoint(run).model_for_export()[0].predict(df))")
         self.features = list(spec.extra.get("features", self.features))
         self.timeframe = str(spec.extra.get("timeframe", self.timeframe))
         lookback, pred_len = int(spec.input_shape[0]), int(spec.target_shape[0])
         reader = Reader(uri)
         series = self.series(uri, reader)
+        if not targets:  # predict: each symbol's latest look-back, to forecast the bars after it
+            return self._latest(series, lookback, pred_len, float(spec.extra.get("clip", self.clip)), uri,
+                                f"md5:{reader.manifest().md5}")
         span = lookback + pred_len
         windows = [(s, start) for s, item in enumerate(series)
                    for start in range(0, len(item.times) - span + 1, self.stride)]
@@ -352,6 +367,31 @@ class FinancialDataProcessor(DataProcessor):
         ids = [f"{series[s].symbol} {series[s].times[start + lookback - 1]}" for s, start in windows]
         details = {"symbols": len(series), "windows": len(windows), "repairs": self.repairs}
         return Samples(dataset, True, f"md5:{reader.manifest().md5}", uri, ids, details)
+
+    def _latest(self, series: list[Series], lookback: int, pred_len: int, clip: float, uri: str,
+                fingerprint: str) -> Samples:
+        """Each symbol's last ``lookback`` bars, z-scored by themselves, with what a forecast of the ``pred_len``
+        bars after them needs: items ``(look-back, stamps of the look-back and the future, future times as int64
+        ns, mean, std)`` — as ``KronosModel.predict(df)`` builds them.
+
+        Raises:
+            DataError: a symbol with fewer bars than the look-back (named).
+        """
+        short = [f"{s.symbol} ({len(s.times)} bars)" for s in series if len(s.times) < lookback]
+        if short:
+            raise DataError(f"'{uri}': {', '.join(short[:5])} hold fewer {self.timeframe} bars than the run's look-back "
+                            f"of {lookback}; give at least {lookback} bars per symbol")
+        items = []
+        for item in series:
+            values = item.values[-lookback:]
+            mean, std = window_stats(values)
+            future = future_index(item.times, pred_len, self.timeframe).to_numpy()
+            stamps = time_features(np.concatenate([item.times[-lookback:], future]))
+            items.append((torch.from_numpy(normalise(values, mean, std, clip)), torch.from_numpy(stamps),
+                          torch.from_numpy(future.astype("datetime64[ns]").astype(np.int64)),
+                          torch.from_numpy(np.asarray(mean, dtype=np.float64)),
+                          torch.from_numpy(np.asarray(std, dtype=np.float64))))
+        return Samples(items, False, fingerprint, uri, [s.symbol for s in series], {"symbols": len(series)})
 
     def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
         """Read (each file once: parsed and fingerprinted from the same read), check, resample and window the

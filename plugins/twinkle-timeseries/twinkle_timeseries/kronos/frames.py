@@ -1,31 +1,16 @@
-"""Helpers around forecasts as DataFrames: future timestamps and the forecast PNG."""
+"""Helpers around forecasts as DataFrames: future timestamps (``future_index``, kept with the timeframes in
+``twinkle_timeseries.data``) and the forecast PNG."""
 
 from __future__ import annotations
 
 import io
 
-import numpy as np
 import pandas as pd
 
 from twinkle_core.data import atomic_write_bytes
-from twinkle_timeseries.data import TIMEFRAMES
+from twinkle_timeseries.data import future_index
 
-
-def future_index(times: np.ndarray, steps: int, timeframe: str) -> pd.DatetimeIndex:
-    """The ``steps`` timestamps after ``times`` at ``timeframe``.
-
-    Daily bars step over weekends when the history has none (stock markets); weekly bars end on Fridays;
-    intraday bars step by their length (sessions and holidays are not modelled).
-    """
-    last = pd.Timestamp(times[-1])
-    if timeframe == "1d":
-        weekends = (pd.DatetimeIndex(times).day_of_week >= 5).any()
-        offset = pd.offsets.Day() if weekends else pd.offsets.BDay()
-        return pd.date_range(last + offset, periods=steps, freq=offset)
-    if timeframe == "1w":
-        return pd.date_range(last + pd.offsets.Week(weekday=4), periods=steps, freq="W-FRI")
-    step = pd.Timedelta(TIMEFRAMES[timeframe])
-    return pd.DatetimeIndex([last + step * (i + 1) for i in range(steps)])
+__all__ = ["future_index", "plot_forecast"]
 
 
 def plot_forecast(history: pd.DataFrame, forecast: pd.DataFrame, path: str, actual: pd.DataFrame | None = None,

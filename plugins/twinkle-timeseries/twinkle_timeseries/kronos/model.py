@@ -322,11 +322,30 @@ class KronosModel(Algorithm):
             self.network.train(was_training)
         return paths.mean(dim=1)
 
-    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        """Forecasts (z-units) of a batch of look-back windows (or ``(look-back, future[, stamps])`` windows)."""
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        """Forecasts (z-units) of a batch of look-back windows (or ``(look-back, future[, stamps])`` windows); for
+        ``Trainer.predict``'s latest look-backs (``(look-back, stamps, future times, mean, std)``), each symbol's
+        future bars in prices, as ``predict(df, seed=batch_idx)`` forecasts them."""
+        if isinstance(batch, (tuple, list)) and len(batch) == 5:
+            return self._future_bars(*batch, seed=batch_idx)
         if isinstance(batch, (tuple, list)):
             return self.forecast(batch[0], stamps=batch[2] if len(batch) > 2 else None)
         return self.forecast(batch)
+
+    def _future_bars(self, x: torch.Tensor, stamps: torch.Tensor, future: torch.Tensor, mean: torch.Tensor,
+                     std: torch.Tensor, seed: int) -> list[list[dict[str, Any]]]:
+        """The bars at ``future`` times after each look-back, in prices, each with its time (as ``predict(df)``)."""
+        spec = self.data_spec
+        assert spec is not None
+        z = self.forecast(x, future.shape[1], stamps=stamps, seed=seed).cpu().double()
+        prices = z * std.cpu().double()[:, None, :] + mean.cpu().double()[:, None, :]
+        features = list(spec.extra.get("features", ()))
+        return [[{"time": str(np.datetime64(int(when), "ns")), **dict(zip(features, bar))}
+                 for when, bar in zip(times.tolist(), values.tolist())] for times, values in zip(future, prices)]
+
+    def prediction_rows(self, outputs: Any, spec: DataSpec) -> list[Any]:
+        """Each symbol's future bars (a list of rows: ``time`` and one column per feature)."""
+        return list(outputs)
 
     def _trained_pred_len(self) -> int:
         spec = self.data_spec
@@ -345,8 +364,7 @@ class KronosModel(Algorithm):
             A DataFrame indexed by the future timestamps (business days for daily stock bars), one column per
             feature.
         """
-        from twinkle_timeseries.data import normalise, time_features, window_stats
-        from twinkle_timeseries.kronos.frames import future_index
+        from twinkle_timeseries.data import future_index, normalise, time_features, window_stats
 
         spec = self.data_spec
         if spec is None or self.model is None:
