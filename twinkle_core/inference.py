@@ -18,12 +18,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.predictions import check_output, classification_rows, regression_rows, write_rows
+from twinkle_core.predictions import CARD_KEY, check_output, classification_rows, regression_rows, write_rows
 from twinkle_core.uris import require_exists, suffix
-
-CARD_KEY = "twinkle"
-"""The ONNX ``metadata_props`` key holding the card (as the ONNX exporter writes it)."""
-
 
 class NoInferenceCardError(TwinkleError):
     """An ONNX file that carries no Twinkle inference card (not exported by Twinkle, or before 0.3)."""

@@ -17,6 +17,10 @@ import numpy as np
 from twinkle_core.errors import TwinkleError
 from twinkle_core.uris import filesystem, suffix
 
+CARD_KEY = "twinkle"
+"""The ONNX ``metadata_props`` key of an export's inference card (JSON), written by the ONNX exporter and read by
+``twinkle_core.inference``."""
+
 FORMATS = ("csv", "parquet", "jsonl")
 """The files predictions are written to, by suffix."""
 

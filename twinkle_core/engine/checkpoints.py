@@ -97,8 +97,7 @@ def load_checkpoint(uri: str, tensors: bool = True) -> dict[str, Any]:
     """
     if is_sharded(uri):
         if not tensors:
-            meta = load_torch_file(f"{str(uri).rstrip('/')}/{SHARDS_META}", "checkpoint metadata")
-            return {k: v for k, v in meta.items() if k != SHARDS_KEY}
+            return {k: v for k, v in read_shards_meta(uri).items() if k != SHARDS_KEY}
         return read_sharded(uri)
     fs, path = filesystem(str(uri))
     if fs.isdir(path):
@@ -114,6 +113,11 @@ def is_sharded(uri: str) -> bool:
     """Whether ``uri`` is a finished sharded checkpoint folder (it holds ``meta.pt``, which rank 0 writes last)."""
     fs, path = filesystem(str(uri))
     return bool(fs.isdir(path) and fs.exists(f"{path.rstrip('/')}/{SHARDS_META}"))
+
+
+def read_shards_meta(uri: str) -> dict[str, Any]:
+    """A sharded checkpoint folder's ``meta.pt`` (all but its tensors, ``SHARDS_KEY`` included), read safely."""
+    return load_torch_file(f"{str(uri).rstrip('/')}/{SHARDS_META}", "checkpoint metadata")
 
 
 class SafeReader(FileSystemReader):
@@ -177,7 +181,7 @@ def read_sharded(uri: str) -> dict[str, Any]:
     path = sharded_folder(uri)
     reader = SafeReader(path)
     index = reader.read_metadata()
-    meta = load_torch_file(os.path.join(path, SHARDS_META), "checkpoint metadata")
+    meta = read_shards_meta(path)
     flat = {key: torch.empty(tuple(item.size), dtype=item.properties.dtype)
             for key, item in index.state_dict_metadata.items() if isinstance(item, TensorStorageMetadata)}
     try:

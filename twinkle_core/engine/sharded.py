@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 
-from twinkle_core.engine.checkpoints import SHARDS_KEY, SHARDS_META, SafeReader, TensorsOnly, is_sharded
+from twinkle_core.engine.checkpoints import (SHARDS_KEY, SHARDS_META, SafeReader, TensorsOnly, is_sharded,
+                                             read_shards_meta)
 from twinkle_core.store.atomic import atomic_write_bytes
 
 PARTIAL = ".partial"
@@ -121,9 +122,7 @@ class ShardedModelParallelStrategy(ModelParallelStrategy):
             return self.load_whole_checkpoint(path, weights_only)
         import torch.distributed.checkpoint as dcp
 
-        from twinkle_core.engine.checkpoints import load_torch_file
-
-        meta = load_torch_file(os.path.join(path, SHARDS_META), "checkpoint metadata")
+        meta = read_shards_meta(path)
         saved = (meta.pop(SHARDS_KEY, None) or {}).get("optimizers", [])
         model = self.local_model_state()
         states = [self.local_optimizer_state(optimizer) for optimizer in self.optimizers]

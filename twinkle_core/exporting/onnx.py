@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from twinkle_core.exporting.base import ExportError, Exporter, input_values
+from twinkle_core.predictions import CARD_KEY
 
 DEFAULT_OPSET = 17
 LEGACY_OPSETS = range(9, 21)
@@ -36,10 +37,6 @@ class _Calibration:
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         return next(self._iter, None)
-
-
-CARD_KEY = "twinkle"
-"""The ``metadata_props`` key of an exported ONNX model's inference card (JSON)."""
 
 
 class ONNXExporter(Exporter):
