@@ -137,7 +137,7 @@ def test_wav_bytes_are_16_bit_pcm() -> None:
 
     import numpy as np
 
-    from twinkle_core.engine.synthesis import wav_bytes
+    from twinkle_core.predictions import wav_bytes
 
     with wave.open(io.BytesIO(wav_bytes(np.array([0.0, 0.5, -1.5], dtype=np.float32), 16000))) as read:
         assert (read.getnchannels(), read.getsampwidth(), read.getframerate(), read.getnframes()) == (1, 2, 16000, 3)
@@ -321,7 +321,8 @@ def test_predict_writes_every_row_in_order_and_agrees_with_evaluate(trained, own
     """``predict`` writes one row per input row, in input order, with its data-row id, the class, its probability
     and every class's (summing to 1); scored against the labels they give exactly ``evaluate``'s accuracy and
     confusion matrix; in-memory rows (a DataFrame without labels) give the same classes; Parquet and JSON lines
-    hold the same; an existing output is refused unless overwritten, an unknown suffix is refused."""
+    hold the same, and ``.json`` an array of the same rows; an existing output is refused unless overwritten, an
+    unknown suffix is refused, ``draw`` (boxes) is refused for a classifier."""
     from click.testing import CliRunner
 
     from twinkle_core.cli import main
@@ -355,6 +356,10 @@ def test_predict_writes_every_row_in_order_and_agrees_with_evaluate(trained, own
     assert trainer.predict(str(test_csv), str(tmp_path / "rows.jsonl"), overwrite=True).count == len(rows)
     with pytest.raises(TwinkleError, match="ending in .csv, .parquet, .jsonl"):
         trainer.predict(str(test_csv), str(tmp_path / "rows.txt"))
+    array = trainer.predict(str(test_csv), str(tmp_path / "rows.json"))
+    assert [row["class"] for row in json.loads(Path(array.output).read_text())] == classes
+    with pytest.raises(TwinkleError, match="draw=True draws boxes"):
+        trainer.predict(str(test_csv), str(tmp_path / "drawn.csv"), draw=True)
 
     shown = CliRunner().invoke(main, ["predict", result.run_uri, "--data", str(test_csv), "-o", str(tmp_path / "cli.csv")])
     assert shown.exit_code == 0, shown.output

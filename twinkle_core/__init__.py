@@ -42,6 +42,7 @@ _LAZY: dict[str, str] = {
     "Evaluation": "twinkle_core.engine.evaluation:Evaluation",
     "EvaluationReport": "twinkle_core.metrics:EvaluationReport",
     "Predictions": "twinkle_core.engine.prediction:Predictions",
+    "PredictionFile": "twinkle_core.predictions:PredictionFile",
     "load_torch_file": "twinkle_core.engine.checkpoints:load_torch_file",
     "Plan": "twinkle_core.planning.plan:Plan",
     "RunStore": "twinkle_core.store.runs:RunStore",
@@ -60,6 +61,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from twinkle_core.engine.checkpoints import load_torch_file
     from twinkle_core.engine.evaluation import Evaluation
     from twinkle_core.engine.prediction import Predictions
+    from twinkle_core.predictions import PredictionFile
     from twinkle_core.metrics import EvaluationReport
     from twinkle_core.engine.result import FitResult
     from twinkle_core.trainer import Trainer

@@ -81,6 +81,8 @@ class Algorithm(L.LightningModule):
             needs no argument (MelOTTS: ``Trainer(algorithm=MelOTTS, voice_samples="s3://...")``).
         renamed_hyperparameters: old names of hyperparameters (old → new), still accepted for a release with a
             ``DeprecationWarning`` that names the new one.
+        prediction_file: the file ``predict`` writes in the run's ``predictions/<N>/`` when given no output
+            (``predictions.csv``; a detector's ``predictions.json``, COCO's shape).
     """
 
     task: str | None = None
@@ -89,6 +91,8 @@ class Algorithm(L.LightningModule):
     renamed_hyperparameters: ClassVar[dict[str, str]] = {}
     supports_mixed_precision: ClassVar[bool] = True
     """Whether the algorithm trains safely in 16-bit (the planner keeps fp32 when not)."""
+    prediction_file: ClassVar[str] = "predictions.csv"
+    """The file ``predict`` writes in the run's ``predictions/<N>/`` folder when the caller names none."""
 
     def __init__(self, task: str | None = None) -> None:
         """Set the task (checked against the known tasks) and default optimizer settings."""
@@ -418,8 +422,12 @@ class Algorithm(L.LightningModule):
 
     def prediction_rows(self, outputs: torch.Tensor, spec: DataSpec) -> list[dict[str, Any]]:
         """What ``predict`` writes for a batch of ``predict_step`` outputs: one JSON-ready row per sample, or a list
-        of rows for a sample that gives several (a forecast's future bars); the engine adds the sample's ``id``. For classification, the predicted ``class``, its ``probability`` and ``p_<class>``
-        for every class; for regression, the ``prediction``. An algorithm of another task kind overrides it.
+        of rows for a sample that gives several (a forecast's future bars); the engine adds the sample's ``id``.
+        For classification, the predicted ``class``, its ``probability`` and ``p_<class>`` for every class; for
+        regression, the ``prediction``. An algorithm of another task kind overrides it: a detector's row holds the
+        image's ``width``, ``height`` and ``boxes`` (``{"class", "score", "box": [x1, y1, x2, y2]}`` in the
+        image's pixels — the shape ``.json`` output and ``draw`` read); a value may be a
+        ``twinkle_core.PredictionFile`` (a WAV), which the engine writes beside the output.
 
         Raises:
             TwinkleError: the task kind has no rows here (the algorithm must override this).
@@ -433,6 +441,23 @@ class Algorithm(L.LightningModule):
             return regression_rows(outputs.float().numpy())
         raise TwinkleError(f"{type(self).__name__} ({kind} task '{self.task}') has no prediction rows: override "
                            "Algorithm.prediction_rows(outputs, spec)")
+
+    def export_prediction_rows(self, outputs: torch.Tensor, batch: Any) -> list[dict[str, Any]]:
+        """The prediction rows of an exported model's raw ``outputs`` for ``batch`` (what the data processor read,
+        ``export_inputs`` gave the graph): what ``twinkle predict model.onnx`` writes for tasks whose outputs need
+        the algorithm's decoding (a detector's NMS and letterbox). Called on an instance built from the export's
+        card (its hyperparameters and data spec; no weights). Default: classifiers' and regressors' outputs
+        read as ``prediction_rows`` reads them; an algorithm of another task kind overrides it.
+
+        Raises:
+            TwinkleError: the task's raw outputs cannot be read without the network (speech needs the vocoder,
+                text the sampling loop): its exports are predicted from the run.
+        """
+        kind = self.task_info.kind
+        if kind in ("classification", "regression"):
+            return self.prediction_rows(outputs, self.data_spec)
+        raise TwinkleError(f"{type(self).__name__} ({kind}) cannot read its exported model's raw outputs alone; "
+                           "predict from the run (twinkle predict RUN --data ...)")
 
     # ---------------------------------------------------------------- logging
     def _reduced(self, kwargs: dict[str, Any]) -> dict[str, Any]:

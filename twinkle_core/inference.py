@@ -68,39 +68,80 @@ def predict_export(model: str, data: str, output: str, *, batch_size: int = 256,
                    ) -> ExportPredictions:
     """Predict every sample of ``data`` with the exported ONNX file ``model`` and write the rows to ``output``.
 
+    Classifiers' and regressors' outputs are read as they are; other tasks' (a detector's boxes) by the
+    algorithm that trained the model (``Algorithm.export_prediction_rows``), from its plugin.
+
     Raises:
         TwinkleError: the output exists (unless ``overwrite``) or has another suffix; the card's reader is not
-            core's; the data lacks the card's columns.
+            core's and its plugin is missing; the algorithm cannot read its raw outputs (speech, text
+            generation: predict from the run); the data lacks the card's columns.
     """
     check_output(output, overwrite)
     session = _session(model)
     card = read_card(model)
-    reader = (card.get("preprocessing") or {}).get("reader")
-    if reader == "table":
-        names, batches, ids = _table(data, card, batch_size)
-        details: dict[str, Any] = {"rows": len(ids), "columns": names}
-    else:  # images, K-lines, ...: the data processor that trained the model reads them (it imports its plugin)
-        batches, ids, details = _through_processor(card, model, data, batch_size)
     kind = card.get("task_kind")
+    reader = (card.get("preprocessing") or {}).get("reader")
     input_name = session.get_inputs()[0].name
+    decoder = None if kind in ("classification", "regression") else _decoder(card, model)
+    if reader == "table":
+        names, tables, ids = _table(data, card, batch_size)
+        details: dict[str, Any] = {"rows": len(ids), "columns": names}
+        batches: Iterator[tuple[int, np.ndarray, Any]] = ((start, array, None) for start, array in tables)
+    else:  # images, K-lines, ...: the data processor that trained the model reads them (it imports its plugin)
+        batches, ids, details = _through_processor(card, model, data, batch_size, decoder)
 
     def rows() -> Iterator[dict[str, Any]]:
-        for start, batch in batches:
-            outputs = session.run(None, {input_name: batch})[0]
-            predicted = (classification_rows(outputs, card.get("class_names") or []) if kind == "classification"
-                         else regression_rows(outputs) if kind == "regression" else
-                         [{"output": o.tolist()} for o in np.asarray(outputs)])
+        for start, inputs, batch in batches:
+            outputs = session.run(None, {input_name: inputs})[0]
+            if decoder is not None:
+                import torch
+
+                predicted = decoder.export_prediction_rows(torch.from_numpy(outputs), batch)
+            elif kind == "classification":
+                predicted = classification_rows(outputs, card.get("class_names") or [])
+            else:
+                predicted = regression_rows(outputs)
             for offset, row in enumerate(predicted):
                 yield {"id": ids[start + offset], **row}
 
-    count, columns = write_rows(output, rows())
+    count, columns = write_rows(output, rows(), card.get("class_names") or [])
     return ExportPredictions(output, count, columns, model, data, details)
 
 
-def _through_processor(card: dict[str, Any], model: str, data: str, batch_size: int
-                       ) -> tuple[Iterator[tuple[int, np.ndarray]], list[str], dict[str, Any]]:
+def _decoder(card: dict[str, Any], model: str) -> Any:
+    """The algorithm that reads this export's raw outputs (``Algorithm.export_prediction_rows``), built from the
+    card's registered name, hyperparameters and data spec — no weights, no network.
+
+    Raises:
+        TwinkleError: the card names no registered algorithm (an export before 0.3), or its plugin is missing.
+    """
+    from twinkle_core.data.spec import DataSpec
+    from twinkle_core.lookup import get_component
+
+    name = card.get("algorithm_name")
+    if not name:
+        raise TwinkleError(f"'{model}' is a {card.get('task_kind')} model whose outputs need its algorithm's decoding, "
+                           "and its card names no registered algorithm; export the run again (0.3 or later), or "
+                           f"predict from its run ({card.get('run') or 'its checkpoint'})")
+    from twinkle_core.algorithm import Algorithm
+
+    cls = get_component("algorithm", name).load()
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        raise TwinkleError(f"algorithm '{name}' is not an Algorithm subclass")
+    if cls.export_prediction_rows is Algorithm.export_prediction_rows:
+        raise TwinkleError(f"'{model}' is a {card.get('task_kind')} model ({card.get('task')}); its raw outputs need "
+                           f"the network around them (a vocoder, a sampling loop), which ONNX-only predict does not "
+                           f"run — predict from its run: twinkle predict {card.get('run') or 'RUN'} --data ...")
+    algorithm = cls.from_hyperparams(card.get("hyperparameters") or {}, task=card.get("task"))
+    algorithm.data_spec = DataSpec.from_dict(card["data_spec"])
+    return algorithm
+
+
+def _through_processor(card: dict[str, Any], model: str, data: str, batch_size: int, decoder: Any = None
+                       ) -> tuple[Iterator[tuple[int, np.ndarray, Any]], list[str], dict[str, Any]]:
     """The samples at ``data`` read by the data processor the card names (``DataProcessor.read_samples`` with the
-    card's data spec), as numpy batches, with their ids and the read's details.
+    card's data spec), as ``(start, graph input, batch)`` triples — the input is a batch's first item, or what the
+    ``decoder`` algorithm's ``export_inputs`` makes of the batch —, with their ids and the read's details.
 
     Raises:
         TwinkleError: the card names no processor, or its plugin is not installed (``UnknownComponentError``).
@@ -121,12 +162,13 @@ def _through_processor(card: dict[str, Any], model: str, data: str, batch_size: 
         data, DataSpec.from_dict(card["data_spec"]), targets=False)
     from torch.utils.data import DataLoader
 
-    def batches() -> Iterator[tuple[int, np.ndarray]]:
+    def batches() -> Iterator[tuple[int, np.ndarray, Any]]:
         start = 0
         for batch in DataLoader(samples.dataset, batch_size=batch_size, shuffle=False,
                                 collate_fn=samples.collate_fn):
-            inputs = batch[0] if isinstance(batch, (tuple, list)) else batch
-            yield start, inputs.numpy()
+            inputs = (decoder.export_inputs(batch) if decoder is not None else
+                      batch[0] if isinstance(batch, (tuple, list)) else batch)
+            yield start, inputs.numpy(), batch
             start += len(inputs)
 
     return batches(), samples.ids, dict(samples.details)

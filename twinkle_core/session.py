@@ -491,9 +491,13 @@ class Session:
                         output=output, verbose=self.verbose)
 
     def predict(self, data: Any, output: str | None = None, *, batch_size: int | None = None, devices: int = 1,
-                overwrite: bool = False) -> Predictions:
+                overwrite: bool = False, draw: bool = False) -> Predictions:
         """Predict every sample of ``data`` (a URI, or in-memory samples the run's processor takes) with the best
-        checkpoint's model and write the rows to ``output`` (``twinkle_core.engine.prediction``)."""
+        checkpoint's model and write the rows to ``output`` (``twinkle_core.engine.prediction``).
+
+        Raises:
+            TwinkleError: ``draw`` for a task that finds no boxes, or for in-memory images (nothing to draw on).
+        """
         from twinkle_core.engine.prediction import predict
         from twinkle_core.predictions import check_output
 
@@ -504,6 +508,11 @@ class Session:
         uri = (str(self.new_data or (self.prepared.source if self.prepared else "")) if in_memory
                else self.store.resolve(str(data)))
         model, spec, run_uri, checkpoint = self._trained_model(uri)
+        if draw and model.task_info.kind != "detection":
+            raise TwinkleError(f"draw=True draws boxes, and {type(model).__name__} ({model.task}) finds none; "
+                               "leave draw off")
+        if draw and in_memory:
+            raise TwinkleError("draw=True draws on the image files; in-memory images have none — pass a folder or URI")
         processor = self._processor(uri)[0]
         if in_memory:
             samples = processor.samples_from(data, spec)
@@ -517,11 +526,11 @@ class Session:
                 return output
             if run_uri is None:
                 raise TwinkleError("this model belongs to no run, so its predictions have nowhere to go; pass output=")
-            return join(self.store.next_folder(self.store.run_id(run_uri), "predictions")[1], "predictions.csv")
+            return join(self.store.next_folder(self.store.run_id(run_uri), "predictions")[1], model.prediction_file)
 
         size = batch_size or model.eval_batch_size(self.settings.batch_size)
         return predict(model, spec, samples, where, devices=devices, batch_size=size, run_uri=run_uri,
-                       checkpoint=checkpoint, verbose=self.verbose)
+                       checkpoint=checkpoint, verbose=self.verbose, draw=draw)
 
     def inference_card(self, model: Algorithm, prepared: PreparedData, run_uri: str | None,
                        checkpoint: str | None) -> dict[str, Any]:
@@ -530,6 +539,7 @@ class Session:
         from twinkle_core.engine.exports import inference_card
 
         card = inference_card(model, prepared.spec, {}, run_uri, checkpoint)
+        card["algorithm_name"] = self.choice.name  # what ONNX-only predict loads to decode boxes (a registered name)
         if prepared.source:
             processor, component, _ = self._processor(prepared.source)
             card["preprocessing"] = processor.preprocessing(prepared.spec)

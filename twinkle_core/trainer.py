@@ -216,25 +216,30 @@ class Trainer(Operations):
         return self.session.evaluate(data, batch_size=batch_size, output=output)
 
     def predict(self, data: Any, output: str | None = None, *, batch_size: int | None = None, devices: int = 1,
-                overwrite: bool = False) -> Predictions:
+                overwrite: bool = False, draw: bool = False) -> Predictions:
         """The best checkpoint's predictions for every sample of ``data``, in input order, written to a file.
 
         The samples are read with the run's data spec by its data processor (``DataProcessor.read_samples``;
         labels, if the data has them, are ignored) and predicted in batches; each batch's rows are written as it
         ends (``Algorithm.prediction_rows``: for classification the class, its probability and every class's;
-        for regression the value), each with the sample's id (a table's data-row number, an image's path).
+        for regression the value; for detection the image's size and its boxes), each with the sample's id (a
+        table's data-row number, an image's path). Files a row carries (a speech model's WAV, a drawn image) go
+        to the folder ``<output's name>_files`` beside the output, and the row holds their path.
 
         Args:
             data: a path or URI in the run's data format, or in-memory samples its processor takes
                 (``DataProcessor.samples_from``: a ``pandas.DataFrame`` for a tabular run).
-            output: the file to write, by suffix ``.csv``, ``.parquet`` or ``.jsonl`` (any URI); default the
-                run's ``predictions/<N>/predictions.csv``.
+            output: the file to write, by suffix ``.csv``, ``.parquet``, ``.jsonl`` or ``.json`` (detections in
+                COCO's shape; other rows an array) (any URI); default the run's ``predictions/<N>/`` and the
+                algorithm's ``prediction_file`` (``predictions.csv``; a detector's ``predictions.json``).
             batch_size: samples per forward pass (default: the algorithm's validation batch size).
             devices: processes to predict on (Lightning starts them, as for ``fit``); each predicts its share and
                 the output holds every sample exactly once, in input order.
             overwrite: replace an existing ``output`` (else it is refused before anything runs).
+            draw: detection only: also write each image with its predicted boxes drawn (ultralytics' ``save``).
         """
-        return self.session.predict(data, output, batch_size=batch_size, devices=devices, overwrite=overwrite)
+        return self.session.predict(data, output, batch_size=batch_size, devices=devices, overwrite=overwrite,
+                                    draw=draw)
 
     def synthesize(self, text: str, output: str | None = None, **options: Any) -> str:
         """Speak ``text`` with the best checkpoint's model and write a WAV file; returns its path.

@@ -139,13 +139,15 @@ def evaluate(run: str, data: str, batch_size: int | None, output: str | None, as
 @click.command()
 @click.argument("run")
 @click.option("--data", "-d", required=True, help="The samples to predict (path or URI), in the run's data format.")
-@click.option("--output", "-o", required=True, help="The file to write: .csv, .parquet or .jsonl (any URI).")
+@click.option("--output", "-o", required=True,
+              help="The file to write: .csv, .parquet, .jsonl or .json (detections: COCO's shape) (any URI).")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Samples per forward pass.")
 @click.option("--devices", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes to predict on (every sample written once, in input order).")
 @click.option("--overwrite", is_flag=True, help="Replace --output if it exists.")
+@click.option("--draw", is_flag=True, help="Detection: also write each image with its boxes drawn (OUTPUT's _files).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def predict(run: str, data: str, output: str, batch_size: int | None, devices: int, overwrite: bool,
+def predict(run: str, data: str, output: str, batch_size: int | None, devices: int, overwrite: bool, draw: bool,
             as_json: bool) -> None:
     """Predict every sample of --data with RUN's best model (twinkle://user/project/runN or a .ckpt) — or with an
     exported model.onnx alone, from the card it carries (onnxruntime; no plugin, no torch) — and write one row per
@@ -153,6 +155,9 @@ def predict(run: str, data: str, output: str, batch_size: int | None, devices: i
     if run.endswith(".onnx"):
         from twinkle_core.inference import predict_export
 
+        if draw:
+            raise click.UsageError("--draw draws a detector's boxes, which ONNX-only predict does not find yet; "
+                                   "predict from the run")
         exported = predict_export(run, data, output, batch_size=batch_size or 256, overwrite=overwrite)
         if as_json:
             echo_json(exported.to_dict())
@@ -164,7 +169,7 @@ def predict(run: str, data: str, output: str, batch_size: int | None, devices: i
     from twinkle_core.engine.ranks import is_global_zero
 
     result = Trainer.from_checkpoint(run, mode="finetune", verbose=False).predict(
-        data, output, batch_size=batch_size, devices=devices, overwrite=overwrite)
+        data, output, batch_size=batch_size, devices=devices, overwrite=overwrite, draw=draw)
     if not is_global_zero():
         return
     if as_json:

@@ -67,7 +67,8 @@ def inference_card(model: Algorithm, spec: DataSpec, preprocessing: dict[str, An
                    checkpoint: str | None) -> dict[str, Any]:
     """What inference needs to use an export without Twinkle's training code: the task and its kind, the
     classes, how raw data becomes the input (``DataProcessor.preprocessing``), what the output means, the data
-    spec, and where it came from. ``export_and_verify`` adds the graph's ``inputs``."""
+    spec, the algorithm's scalar hyperparameters (a detector's NMS thresholds), and where it came from.
+    ``export_and_verify`` adds the graph's ``inputs``."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -75,7 +76,11 @@ def inference_card(model: Algorithm, spec: DataSpec, preprocessing: dict[str, An
     except PackageNotFoundError:  # a source tree that is not installed
         core = "0+unknown"
     kind = model.task_info.kind
+    own = {name for name, hp in type(model).hyperparameters().items() if hp.owner == "algorithm"}
+    hyperparameters = {k: v for k, v in dict(model.hparams).items()
+                       if k in own and isinstance(v, (str, int, float, bool, type(None)))}
     return {"card": CARD_VERSION, "twinkle_core": core, "algorithm": type(model).__name__,
+            "hyperparameters": hyperparameters,
             "task": model.task, "task_kind": kind, "class_names": list(spec.class_names),
             "preprocessing": preprocessing,
             "output": {"name": "output", "meaning": OUTPUT_MEANINGS.get(kind, "the model's raw output")},
@@ -86,5 +91,7 @@ CARD_VERSION = 1
 """The inference card's layout version (``card`` in every card)."""
 
 OUTPUT_MEANINGS = {"classification": "logits, one per class in class_names order (softmax for probabilities)",
-                   "regression": "the predicted value(s), in the target's units"}
+                   "regression": "the predicted value(s), in the target's units",
+                   "detection": "per anchor a box (x_center, y_center, width, height in input pixels) and each "
+                                "class's score; boxes need NMS (the algorithm's export_prediction_rows)"}
 """What a task kind's exported output holds."""

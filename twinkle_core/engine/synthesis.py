@@ -3,29 +3,14 @@ through the standard library's ``wave``), with the run when no path is given."""
 
 from __future__ import annotations
 
-import io
 import re
-import wave
 from typing import Any
-
-import numpy as np
 
 from twinkle_core.algorithm import Algorithm
 from twinkle_core.errors import TwinkleError
+from twinkle_core.predictions import wav_bytes
 from twinkle_core.store.atomic import atomic_write_bytes
 from twinkle_core.store.runs import RunStore
-
-
-def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
-    """Mono float samples in [-1, 1] as a 16-bit PCM WAV file's bytes."""
-    pcm = (np.clip(np.asarray(samples, dtype=np.float32).reshape(-1), -1.0, 1.0) * 32767).astype("<i2")
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(int(rate))
-        out.writeframes(pcm.tobytes())
-    return buffer.getvalue()
 
 
 def synthesize(store: RunStore, model: Algorithm, run_uri: str | None, text: str, output: str | None,

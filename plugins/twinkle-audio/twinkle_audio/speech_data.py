@@ -34,6 +34,7 @@ from twinkle_core.data import (
     DataSpec,
     PrepareContext,
     PreparedData,
+    Samples,
     data_fingerprint,
     require_exists,
     split_indices,
@@ -95,6 +96,28 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
             "phone_lengths": phone_lengths, "audio": audio, "audio_lengths": audio_lengths,
             "speakers": torch.stack([s["speaker"] for s in samples]), "texts": [s["text"] for s in samples],
             "keys": [s["key"] for s in samples]}
+
+
+class Sentences(Dataset):
+    """Sentences to speak (``predict``): each a dict of its ``text``, its ``key`` (``line-N``) and its phone count."""
+
+    def __init__(self, lines: list[tuple[int, str, int]]) -> None:
+        """Serve ``(line number, text, phones)`` triples."""
+        self.lines = lines
+
+    def __len__(self) -> int:
+        """The number of sentences."""
+        return len(self.lines)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        """Sentence ``i``."""
+        number, text, phones = self.lines[i]
+        return {"text": text, "key": f"line-{number}", "phones": phones}
+
+
+def collate_sentences(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sentences as a batch: their ``texts`` and ``keys``."""
+    return {"texts": [s["text"] for s in samples], "keys": [s["key"] for s in samples]}
 
 
 class SpeechDataProcessor(DataProcessor):
@@ -191,8 +214,9 @@ class SpeechDataProcessor(DataProcessor):
         return Clip(name, text, speaker, phonemes.phone_ids, phonemes.tones, phonemes.language_ids,
                     np.ascontiguousarray(audio, dtype=np.float32))
 
-    def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
-        """Read, check and phonemize every clip, then split off the validation clips."""
+    def _clips(self, uri: str) -> tuple[list[Clip], list[tuple[str, str]], list[str], int]:
+        """Every clip of the corpus at ``uri`` read and checked: the clips, the bad ones (where, why) — an error
+        at the first unless ``bad_clips="skip"`` —, those upsampled, and the corpus's size in bytes."""
         fs, transcript, folder = self._transcript(uri)
         entries = self._entries(fs, transcript, folder)
         clips: list[Clip] = []
@@ -209,6 +233,76 @@ class SpeechDataProcessor(DataProcessor):
         if len(bad) > self.max_bad_fraction * len(entries) or not clips:
             raise BadClipError(f"{len(bad)} of {len(entries)} clips are bad, more than max_bad_fraction="
                                f"{self.max_bad_fraction:g}; the first: " + "; ".join(r for _, r in bad[:3]))
+        size = int(sum(fs.size(path) for _, path, *_ in entries if fs.exists(path)))
+        return clips, bad, upsampled, size
+
+    def read_samples(self, uri: str, spec: DataSpec, context: PrepareContext | None = None, *,
+                     targets: bool = True) -> Samples:
+        """Speech a trained voice is scored on or speaks, read with its spec (language, sample rate, speakers).
+
+        With ``targets`` (``evaluate``): every clip of a voice corpus (any transcript format above), checked as
+        training clips are; ids are the clips' file names. Without (``predict``): a text file of sentences, one
+        per line (empty lines ignored); ids are ``line-N``. A sentence the front end cannot read is a
+        ``BadClipError`` naming its line (or, with ``bad_clips="skip"``, left out and counted in
+        ``details["skipped"]``).
+
+        Clips of speakers the voice does not have are left out and counted (``details["unseen_speakers"]``).
+
+        Raises:
+            BadClipError: no clip of the voice's speakers (named with them), and any bad clip or sentence as above.
+        """
+        self.lang, self.sample_rate = str(spec.extra["lang"]), int(spec.extra["sample_rate"])  # the voice's
+        if not targets:
+            return self._sentences(uri)
+        clips, bad, _, _ = self._clips(uri)
+        speakers = list(spec.extra["speakers"])
+        unseen: dict[str, int] = {}
+        for clip in clips:
+            if clip.speaker not in speakers:
+                unseen[clip.speaker] = unseen.get(clip.speaker, 0) + 1
+        clips = [c for c in clips if c.speaker in speakers]
+        if not clips:
+            raise BadClipError(f"'{uri}' has clips only of speaker(s) {', '.join(sorted(unseen))}, which this voice "
+                               f"does not have ({', '.join(speakers)}); score it on its own speakers' clips, or "
+                               "fine-tune a voice on the new speakers first")
+        details = {"clips": len(clips), "bad_clips": len(bad), "bad_clip_reasons": [r for _, r in bad[:20]],
+                   "seconds": round(sum(len(c.audio) for c in clips) / self.sample_rate, 2),
+                   "unseen_speakers": unseen}
+        return Samples(SpeechClips(clips, np.arange(len(clips)), speakers), True, data_fingerprint(uri), uri,
+                       [c.key for c in clips], details, collate_fn=collate)
+
+    def _sentences(self, uri: str) -> Samples:
+        """The sentences of the text file at ``uri``, each checked by the front end (see ``read_samples``)."""
+        fs, path = require_exists(uri, "sentences")
+        if fs.isdir(path):
+            raise BadClipError(f"'{uri}' is a folder; predict speaks a text file of sentences, one per line")
+        lines, bad = [], []
+        for number, line in enumerate(fs.cat_file(path).decode("utf-8-sig").splitlines(), 1):
+            text = line.strip()
+            if not text:
+                continue
+            try:
+                lines.append((number, text, len(phonemize(text, self.lang))))
+            except FrontEndError as err:
+                if self.bad_clips == "error":
+                    raise BadClipError(f"{uri}:{number}: {err}; fix the line, or pass bad_clips='skip' to leave it "
+                                       "out (counted)") from None
+                bad.append(f"{uri}:{number}: {err}")
+        if not lines:
+            raise BadClipError(f"'{uri}' holds no sentence to speak; write one per line")
+        return Samples(Sentences(lines), False, data_fingerprint(uri), uri, [f"line-{n}" for n, *_ in lines],
+                       {"sentences": len(lines), "skipped": len(bad), "skipped_reasons": bad[:20]},
+                       collate_fn=collate_sentences)
+
+    def preprocessing(self, spec: DataSpec) -> dict[str, Any]:
+        """How text becomes the exported graph's input: the language's front end (phones, tones, languages,
+        blanks between phones) at the voice's sample rate; speakers by index."""
+        return {"reader": "speech-text", "lang": spec.extra.get("lang"), "sample_rate": spec.extra.get("sample_rate"),
+                "speakers": list(spec.extra.get("speakers", [])), "blanks": True}
+
+    def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
+        """Read, check and phonemize every clip, then split off the validation clips."""
+        clips, bad, upsampled, size = self._clips(uri)
         if upsampled:
             warnings.warn(f"{len(upsampled)} clip(s) (e.g. {upsampled[0]}) were recorded below {self.sample_rate} Hz "
                           "and upsampled: they hold no sound above their own Nyquist frequency", stacklevel=2)
@@ -224,6 +318,5 @@ class SpeechDataProcessor(DataProcessor):
                    "speakers": speakers, "hours": round(sum(seconds) / 3600, 4),
                    "seconds_min_max": [round(min(seconds), 2), round(max(seconds), 2)],
                    "bad_clips": len(bad), "bad_clip_reasons": [r for _, r in bad[:20]], "upsampled_clips": len(upsampled)}
-        size = int(sum(fs.size(path) for _, path, *_ in entries if fs.exists(path)))
         return PreparedData(SpeechClips(clips, train_rows, speakers), SpeechClips(clips, val_rows, speakers), spec,
                             data_fingerprint(uri), uri, size, details, collate_fn=collate)

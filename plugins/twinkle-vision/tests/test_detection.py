@@ -30,7 +30,10 @@ def trained(tmp_path_factory, shapes):
     mp = pytest.MonkeyPatch()
     mp.setenv("TWINKLE_HOME", str(tmp_path_factory.mktemp("home")))
     mp.setenv("TWINKLE_USER", "tester")
-    trainer = Trainer("yolov8n", hyperparams={**HP, "max_epochs": 4, "close_mosaic": 1}, progress_bar=False)
+    # predict_conf 0.001 (validation's threshold): four epochs find boxes only at low confidence, and predict's
+    # test compares every box with ultralytics' own predictor
+    trainer = Trainer("yolov8n", hyperparams={**HP, "max_epochs": 4, "close_mosaic": 1, "predict_conf": 0.001},
+                      progress_bar=False)
     yield trainer, trainer.fit(str(shapes))
     mp.undo()
 
@@ -235,11 +238,8 @@ def test_image_size_is_one_name_and_ultralytics_imgsz_still_works_with_a_warning
 
 def test_evaluate_scores_boxes_as_validation_does(trained, shapes, tmp_path) -> None:
     """``evaluate`` on the dataset's ``val`` split (its data.yaml) reproduces the best checkpoint's validation
-    mAP50-95 within 1e-6, with per-class AP and the precision–recall curve; a dataset of other classes is named;
-    ``predict`` says it writes no boxes yet."""
+    mAP50-95 within 1e-6, with per-class AP and the precision–recall curve; a dataset of other classes is named."""
     import json
-
-    from twinkle_core.data import SamplesNotSupportedError
 
     trainer, result = trained
     evaluation = trainer.evaluate(str(shapes / "data.yaml"), output=str(tmp_path / "evaluation"))
@@ -256,5 +256,80 @@ def test_evaluate_scores_boxes_as_validation_does(trained, shapes, tmp_path) -> 
     (other / "data.yaml").write_text(yaml_text.replace("rectangle", "box"))
     with pytest.raises(DataError, match="must list the run's classes"):
         trainer.evaluate(str(other / "data.yaml"), output=str(tmp_path / "other-evaluation"))
-    with pytest.raises(SamplesNotSupportedError, match="no boxes yet"):
-        trainer.predict(str(shapes / "data.yaml"), str(tmp_path / "boxes.jsonl"))
+
+
+def test_predict_finds_the_boxes_ultralytics_predictor_finds(trained, shapes, tmp_path) -> None:
+    """``predict`` on a folder of images of other sizes than the run's (80 × 56, letterboxed to 96) writes each
+    image once, in file order, with the boxes, scores and classes ultralytics' own ``YOLO.predict`` finds with the
+    same weights and thresholds, in the image's pixels — and the exported ONNX file alone finds the same boxes
+    (``predict_export``: the card's processor and algorithm read and decode); ``.json`` is COCO's shape (``[x, y, w, h]`` boxes),
+    ``draw`` writes each image with its boxes; an unreadable image is skipped and counted; an empty folder is a
+    named error."""
+    import json
+
+    from PIL import Image
+
+    from twinkle_core.data import EmptyDataError
+    from twinkle_core.inference import predict_export
+    from twinkle_vision.yolo import offline
+
+    trainer, _ = trained
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for n, image in enumerate(sorted((shapes / "images" / "val").glob("*.png"))[:6]):
+        Image.open(image).crop((0, 0, 80, 56)).save(photos / f"{n}.png")
+    (photos / "9-broken.png").write_bytes(b"not an image")
+    written = trainer.predict(str(photos), str(tmp_path / "boxes.jsonl"), draw=True)
+    rows = [json.loads(line) for line in (tmp_path / "boxes.jsonl").read_text().splitlines()]
+    assert written.count == 6 and written.details["skipped"] == 1
+    assert [row["id"] for row in rows] == [str(photos / f"{n}.png") for n in range(6)]
+    assert all((row["width"], row["height"]) == (80, 56) for row in rows)
+
+    offline.prepare()
+    from ultralytics import YOLO
+
+    model = trainer.model_for_export()[0]
+    yolo = YOLO("yolov8n.yaml", task="detect")
+    network = model._eval_model()
+    network.args = model.hyp()
+    yolo.model = network
+    theirs = yolo.predict([str(photos / f"{n}.png") for n in range(6)], imgsz=96, conf=0.001, iou=0.7,
+                          device="cpu", verbose=False)
+    names = list(model.data_spec.class_names)
+    found = 0
+    for row, result in zip(rows, theirs):
+        ours = sorted((b["class"], b["score"], *b["box"]) for b in row["boxes"])
+        expected = sorted((names[int(c)], float(s), *map(float, box)) for box, s, c in
+                          zip(result.boxes.xyxy, result.boxes.conf, result.boxes.cls))
+        assert [o[0] for o in ours] == [e[0] for e in expected]
+        assert torch.allclose(torch.tensor([o[1:] for o in ours]).reshape(-1, 5),
+                              torch.tensor([e[1:] for e in expected]).reshape(-1, 5), atol=0.02)
+        found += len(ours)
+    assert found > 0
+    drawn = [tmp_path / row["drawn"] for row in rows]
+    assert all(Image.open(path).size == (80, 56) for path in drawn)
+    assert drawn[0].name == "000001-0.png"
+
+    coco = trainer.predict(str(photos), str(tmp_path / "boxes.json"))
+    document = json.loads((tmp_path / "boxes.json").read_text())
+    assert coco.count == 6 and [c["name"] for c in document["categories"]] == names
+    assert [image["file_name"] for image in document["images"]] == [row["id"] for row in rows]
+    first = rows[0]["boxes"][0]
+    annotation = next(a for a in document["annotations"] if a["image_id"] == 1)
+    x1, y1, x2, y2 = first["box"]
+    assert annotation["bbox"] == pytest.approx([x1, y1, x2 - x1, y2 - y1], abs=0.02)
+    assert len(document["annotations"]) == found
+
+    exported = trainer.export(format="onnx", output=str(tmp_path / "yolo.onnx")).path
+    alone = predict_export(exported, str(photos), str(tmp_path / "onnx.jsonl"))
+    from_onnx = [json.loads(line) for line in (tmp_path / "onnx.jsonl").read_text().splitlines()]
+    assert alone.count == 6 and [row["id"] for row in from_onnx] == [row["id"] for row in rows]
+    for ours, theirs in zip(rows, from_onnx):
+        ordered = [sorted((b["class"], b["score"], *b["box"]) for b in row["boxes"]) for row in (ours, theirs)]
+        assert [b[0] for b in ordered[0]] == [b[0] for b in ordered[1]]
+        assert torch.allclose(torch.tensor([b[1:] for b in ordered[0]]).reshape(-1, 5),
+                              torch.tensor([b[1:] for b in ordered[1]]).reshape(-1, 5), atol=0.05)
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(EmptyDataError, match="holds no image"):
+        trainer.predict(str(tmp_path / "empty"), str(tmp_path / "none.jsonl"))

@@ -23,7 +23,6 @@ from twinkle_core.data import (
     PrepareContext,
     PreparedData,
     Samples,
-    SamplesNotSupportedError,
     data_fingerprint,
     filesystem,
     is_local,
@@ -223,17 +222,21 @@ class YoloDataProcessor(DataProcessor):
 
     def read_samples(self, uri: str, spec: DataSpec, context: PrepareContext | None = None, *,
                      targets: bool = True) -> Samples:
-        """The test images and boxes of a YOLO dataset (its ``data.yaml``'s ``test`` split, else ``val``), read at
-        the run's image size as its validation images were. Its classes must be the run's, in the run's order
-        (a YOLO label is a class index). Ids are the images' paths.
+        """Images read at the run's image size as its validation images were (ultralytics' letterbox). Ids are
+        the images' paths (URIs for remote data).
+
+        With ``targets`` (``evaluate``): the test images and boxes of a YOLO dataset (its ``data.yaml``'s ``test``
+        split, else ``val``), whose classes must be the run's, in the run's order (a YOLO label is a class
+        index). Without (``predict``): the same split of a YOLO dataset, or every image of a folder (any depth)
+        or a single image file; labels are not read. Images that cannot be decoded are skipped and counted
+        (``details["skipped"]``), as ultralytics skips them.
 
         Raises:
             DataError: other classes than the run's, named with both lists. LabelError: bad labels, as for
-                training. SamplesNotSupportedError: ``predict`` (boxes are not written yet).
+                training. EmptyDataError: no image at ``uri``.
         """
         if not targets:
-            raise SamplesNotSupportedError("predict writes no boxes yet for object detection; evaluate a labelled "
-                                           "YOLO dataset, or run the exported ONNX model yourself")
+            return self._unlabelled(uri, spec, context)
         from twinkle_vision.yolo import offline
 
         context = self.context(context)
@@ -248,14 +251,59 @@ class YoloDataProcessor(DataProcessor):
         if not path.startswith(context.cache_dir()):  # the user's own folder: ultralytics writes into a mirror
             data = self.mirror(data, fingerprint, context)
         offline.prepare()
-        from ultralytics.cfg import DEFAULT_CFG, get_cfg
-        from ultralytics.data import build_yolo_dataset
-
-        size = int(spec.extra.get("imgsz", spec.input_shape[-1]))
-        cfg = get_cfg(DEFAULT_CFG, {"imgsz": size, "workers": 0, "plots": False, "amp": False, "cache": False})
-        dataset = build_yolo_dataset(cfg, data[split], 16, data, mode="val", rect=False, stride=32)
+        dataset = _val_dataset(data[split], data, spec)
         return Samples(dataset, True, fingerprint, uri, [str(p) for p in dataset.im_files],
                        {"split": split, "images": images, "boxes": boxes}, collate_fn=dataset.collate_fn)
+
+    def _unlabelled(self, uri: str, spec: DataSpec, context: PrepareContext | None) -> Samples:
+        """The images ``predict`` reads (see ``read_samples``), linked into a folder of the cache so that
+        ultralytics writes nothing beside them, with their ids."""
+        from twinkle_vision.yolo import offline
+
+        context = self.context(context)
+        fs, path = require_exists(uri)
+        details: dict[str, Any] = {}
+        if path.endswith((".yaml", ".yml")) or (fs.isdir(path) and fs.exists(join(path, "data.yaml"))):
+            yaml_path, fingerprint = self.local_yaml(uri, context)
+            data = load_yaml(yaml_path)
+            details["split"] = "test" if data.get("test") else "val"
+            fs, path = filesystem(data[details["split"]])  # local: local_yaml staged a remote dataset
+        else:
+            fingerprint = data_fingerprint(uri, FINGERPRINT_EXCLUDE)
+        files = [p for p in (sorted(fs.find(path)) if fs.isdir(path) else [path])
+                 if p.lower().endswith(IMAGE_SUFFIXES)]
+        if not files:
+            raise EmptyDataError(f"'{uri}' holds no image ({', '.join(IMAGE_SUFFIXES)}); point predict at a folder "
+                                 "of images, one image, or a YOLO dataset")
+        folder = context.cache_dir("datasets")
+        base = folder if "://" not in folder else os.path.join(local_cache_dir(), "datasets")
+        images = os.path.join(base, f"{fingerprint.removeprefix('md5:')}-predict", "images")
+        top = path if fs.isdir(path) else path.rsplit("/", 1)[0]
+        ids: dict[str, str] = {}
+        for remote in files:
+            relative = remote[len(top.rstrip("/")) + 1:]
+            link = os.path.join(images, relative)
+            if not os.path.lexists(link):
+                os.makedirs(os.path.dirname(link), exist_ok=True)
+                if is_local(fs):
+                    _link(remote, link)
+                else:
+                    fs.get_file(remote, link)
+            ids[os.path.normpath(link)] = remote if is_local(fs) else fs.unstrip_protocol(remote)
+        offline.prepare()
+        names = dict(enumerate(spec.class_names))
+        dataset = _val_dataset(images, {"names": names, "nc": len(names), "channels": 3}, spec)
+        details.update({"images": len(dataset.im_files), "skipped": len(files) - len(dataset.im_files)})
+        return Samples(dataset, False, fingerprint, uri, [ids[os.path.normpath(p)] for p in dataset.im_files], details,
+                       collate_fn=dataset.collate_fn)
+
+    def preprocessing(self, spec: DataSpec) -> dict[str, Any]:
+        """How an image becomes the exported detector's input: ultralytics' validation letterbox (the long side
+        resized to ``size``, centred on a square of grey 114), RGB, scaled by 1/255 outside the model; boxes come
+        back in the letterbox's pixels (``twinkle predict model.onnx`` undoes it)."""
+        return {"reader": "yolo-images", "size": int(spec.extra.get("imgsz", spec.input_shape[-1])),
+                "letterbox": {"long_side": "resized to size", "pad_value": 114, "centred": True},
+                "channels": "RGB", "scaling": "x / 255 outside the model"}
 
     def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
         """Check the labels, then build ultralytics' train (augmented) and val (rectangular) datasets."""
@@ -285,6 +333,16 @@ class YoloDataProcessor(DataProcessor):
                    "val_images": counts["val"][0], "val_boxes": counts["val"][1],
                    "fingerprint_exclude": list(FINGERPRINT_EXCLUDE)}
         return PreparedData(train, val, spec, fingerprint, uri, size, details, collate_fn=train.collate_fn)
+
+
+def _val_dataset(images: str, data: dict[str, Any], spec: DataSpec) -> Any:
+    """ultralytics' validation dataset of ``images`` at the run's image size (letterboxed, not augmented)."""
+    from ultralytics.cfg import DEFAULT_CFG, get_cfg
+    from ultralytics.data import build_yolo_dataset
+
+    size = int(spec.extra.get("imgsz", spec.input_shape[-1]))
+    cfg = get_cfg(DEFAULT_CFG, {"imgsz": size, "workers": 0, "plots": False, "amp": False, "cache": False})
+    return build_yolo_dataset(cfg, images, 16, data, mode="val", rect=False, stride=32)
 
 
 def _link(source: str, link: str) -> None:

@@ -34,6 +34,7 @@ class YoloDetector(Algorithm):
 
     task = "object_detection"
     model_config: ClassVar[str] = "yolov8n.yaml"
+    prediction_file = "predictions.json"
     optimizer_defaults = {"optimizer": "adamw", "lr": 0.0, "weight_decay": 0.0005, "momentum": 0.9}
 
     def __init__(
@@ -50,6 +51,8 @@ class YoloDetector(Algorithm):
         close_mosaic: int = 10,
         conf: float = 0.001,
         iou: float = 0.7,
+        predict_conf: float = 0.25,
+        max_det: int = 300,
     ) -> None:
         """Declare the hyperparameters (ultralytics' names and defaults).
 
@@ -63,7 +66,9 @@ class YoloDetector(Algorithm):
             ema_decay: the moving average's decay.
             box: box-loss gain. cls: class-loss gain. dfl: distribution-focal-loss gain.
             close_mosaic: turn mosaic augmentation off for this many final epochs.
-            conf: confidence threshold of validation NMS. iou: IoU threshold of validation NMS.
+            conf: confidence threshold of validation NMS. iou: IoU threshold of NMS (validation and predict).
+            predict_conf: confidence threshold of ``predict``'s boxes (ultralytics' predict default, 0.25).
+            max_det: most boxes per image.
         """
         super().__init__()
         self.config = config or type(self).model_config
@@ -71,6 +76,7 @@ class YoloDetector(Algorithm):
         self.lrf, self.warmup_epochs, self.warmup_momentum, self.ema_decay = lrf, warmup_epochs, warmup_momentum, ema_decay
         self.box, self.cls, self.dfl = box, cls, dfl
         self.close_mosaic, self.conf, self.iou = close_mosaic, conf, iou
+        self.predict_conf, self.max_det = predict_conf, max_det
         self.ema_model: nn.Module | None = None
         self.register_buffer("ema_updates", torch.zeros((), dtype=torch.long))
         self._validator: Any = None
@@ -82,7 +88,8 @@ class YoloDetector(Algorithm):
 
         imgsz = int(self.data_spec.extra.get("imgsz", 640)) if self.data_spec else 640
         return get_cfg(DEFAULT_CFG, {"box": self.box, "cls": self.cls, "dfl": self.dfl, "imgsz": imgsz,
-                                     "conf": self.conf, "iou": self.iou, "plots": False, "workers": 0})
+                                     "conf": self.conf, "iou": self.iou, "max_det": self.max_det, "plots": False,
+                                     "workers": 0})
 
     def build_model(self, spec: DataSpec) -> nn.Module:
         """ultralytics' ``DetectionModel`` for the data's classes, and its moving average."""
@@ -227,6 +234,37 @@ class YoloDetector(Algorithm):
             "precision": [list(map(float, row)) for row in box.prec_values],
             "classes": [classes[c] for c in present]}
         shutil.rmtree(self._validator.save_dir, ignore_errors=True)
+
+    def predict_step(self, batch: Any, batch_idx: int) -> list[dict[str, Any]]:
+        """Each image's boxes, as ultralytics' predictor finds them (``box_rows``) from the moving average's
+        output."""
+        with torch.no_grad():
+            return self.box_rows(self._eval_model()(batch["img"]), batch)
+
+    def box_rows(self, outputs: Any, batch: Any) -> list[dict[str, Any]]:
+        """Each image's row from decoded outputs ``(B, 4 + nc, anchors)`` (or the eval-mode tuple): NMS with
+        one class per box (``predict_conf``, ``iou``, ``max_det``, ultralytics' predict settings), boxes scaled
+        back from the letterbox to the image's pixels (``width``, ``height``, ``boxes``)."""
+        from ultralytics.utils import nms, ops
+
+        found = nms.non_max_suppression(outputs, self.predict_conf, self.iou, max_det=self.max_det)
+        names, size, rows = list(self.data_spec.class_names), batch["img"].shape[2:], []
+        for i, boxes in enumerate(found):
+            height, width = (int(v) for v in batch["ori_shape"][i])
+            corners = ops.scale_boxes(size, boxes[:, :4].clone(), (height, width), ratio_pad=batch["ratio_pad"][i])
+            rows.append({"width": width, "height": height, "boxes": [
+                {"class": names[int(c)], "score": round(float(s), 5), "box": [round(float(v), 2) for v in corner]}
+                for corner, s, c in zip(corners, boxes[:, 4], boxes[:, 5])]})
+        return rows
+
+    def export_prediction_rows(self, outputs: torch.Tensor, batch: Any) -> list[dict[str, Any]]:
+        """An export's decoded outputs read as ``predict`` reads the network's (``box_rows``)."""
+        return self.box_rows(outputs.float(), batch)
+
+    def prediction_rows(self, outputs: Any, spec: DataSpec) -> list[dict[str, Any]]:
+        """``predict_step``'s rows as they are: an image's ``width``, ``height`` and ``boxes`` (``class``,
+        ``score``, ``box`` ``[x1, y1, x2, y2]`` in pixels)."""
+        return list(outputs)
 
     @property
     def evaluation_needs_outputs(self) -> bool:
