@@ -1,7 +1,7 @@
 """What a plugin registers: component kinds, the ``Component`` record, and ``Task`` (a task's record).
 
-A component is one registered thing — an algorithm, a data processor, a resource strategy or an
-exporter — under a name, with the plugin that registered it, a lazily imported target and metadata.
+A component is one registered thing — an algorithm, a data processor, a resource strategy, an exporter, a
+command or a training backend — under a name, with the plugin that registered it, a lazily imported target and metadata.
 Nothing here imports a target until ``Component.load`` is called.
 """
 
@@ -123,9 +123,12 @@ KINDS: dict[str, Kind] = {
         ),
         Kind("exporter", "register_exporters", ("format",), "twinkle_core.exporting.base:Exporter", "exporters"),
         Kind("command", "register_commands", (), "click:Command", "commands"),
+        Kind("training_backend", "register_training_backends", (), "twinkle_core.lowlevel.backend:TrainingBackend",
+             "training-backends"),
     )
 }
-"""The component kinds, by name: tasks, algorithms, data processors, resource strategies, exporters, commands."""
+"""The component kinds, by name: tasks, algorithms, data processors, resource strategies, exporters, commands,
+training backends."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*([/-]\*)?$")
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")

@@ -155,6 +155,22 @@ def register_commands(register: Register) -> None:
     """
 
 
+@hookspec
+def register_training_backends(register: Register) -> None:
+    """Register training backends: what trains and samples a plugin's models step by step for clients that write
+    their own loop (``twinkle serve --tinker``; a ``twinkle_core.lowlevel.TrainingBackend`` subclass, built with
+    the server's base-model folders).
+
+    For example:
+
+    ```python
+    @hookimpl
+    def register_training_backends(register):
+        register("llm", "twinkle_llm.backend:LoraBackend", description="LoRA adapters on shared base models")
+    ```
+    """
+
+
 HOOK_NAMES: tuple[str, ...] = tuple(
     name for name, value in dict(globals()).items() if name.startswith("register_") and callable(value)
 )

@@ -50,11 +50,18 @@ def _home(home: str | None) -> str:
 @click.option("--fresh-processes", is_flag=True,
               help="Start each job in a new Python (sees upgraded code; ~10 s slower) instead of forking it from a "
                    "process that imported the Trainer once.")
+@click.option("--tinker", is_flag=True,
+              help="Also serve the Tinker-compatible training API at /tinker (the tinker SDK's base_url).")
+@click.option("--tinker-model", "tinker_models", multiple=True, metavar="NAME=FOLDER",
+              help="A base model the Tinker API offers: its name and local Hugging Face folder (repeatable).")
+@click.option("--tinker-backend", default="llm", show_default=True, help="The training backend (a plugin's).")
 def serve(host: str, port: int, workers: int | None, home: str | None, no_auth: bool, data_roots: tuple[str, ...],
           max_running_per_user: int | None, max_queued_per_user: int, max_wall_clock: float | None,
           lease_seconds: float, grace_seconds: float, poll_seconds: float, max_upload_bytes: str,
-          ray_address: str | None, training_nice: int, api_processes: int | None, fresh_processes: bool) -> None:
-    """Serve training jobs: the API at /api/v1, the dashboard at /, local workers."""
+          ray_address: str | None, training_nice: int, api_processes: int | None, fresh_processes: bool,
+          tinker: bool, tinker_models: tuple[str, ...], tinker_backend: str) -> None:
+    """Serve training jobs: the API at /api/v1, the dashboard at /, local workers (and with --tinker the Tinker
+    API at /tinker)."""
     from twinkle_core.planning.hardware import parse_bytes
     from twinkle_core.serve import ServerConfig
     from twinkle_core.serve.server import serve as run_server
@@ -69,8 +76,20 @@ def serve(host: str, port: int, workers: int | None, home: str | None, no_auth: 
                           max_wall_clock_seconds=max_wall_clock, lease_seconds=lease_seconds,
                           grace_seconds=grace_seconds, poll_seconds=poll_seconds,
                           max_upload_bytes=upload_limit, ray_address=ray_address, training_nice=training_nice,
-                          api_processes=api_processes, fresh_processes=fresh_processes)
+                          api_processes=api_processes, fresh_processes=fresh_processes, tinker=tinker,
+                          tinker_backend=tinker_backend, tinker_models=_named_folders(tinker_models))
     run_server(config, announce=lambda text: click.echo(text, err=True))
+
+
+def _named_folders(given: tuple[str, ...]) -> dict[str, str]:
+    """``NAME=FOLDER`` options as a dict, folders made absolute."""
+    found = {}
+    for item in given:
+        name, _, folder = item.partition("=")
+        if not name or not folder:
+            raise click.BadParameter(f"{item!r}: write NAME=FOLDER", param_hint="--tinker-model")
+        found[name] = os.path.abspath(folder)
+    return found
 
 
 # ---------------------------------------------------------------------- users

@@ -44,6 +44,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.service = Service(config, JobQueue(config.db_path, config.max_running_per_user),
                                 Accounts(config.db_path), RunStore(config.home))
     app.include_router(router, prefix="/api/v1")
+    if config.tinker:
+        from twinkle_core.serve.tinker import mount
+
+        mount(app, config, app.state.service.store)
     mount_dashboard(app)
 
     app.add_exception_handler(RequestValidationError, validation_error)

@@ -69,6 +69,12 @@ class ServerConfig(BaseModel):
     fresh_processes: bool = Field(default=False, description="start each job in a new interpreter (it sees code "
                                   "upgraded while the server runs) instead of forking it from a template process "
                                   "that imported the Trainer once (starts in under a second)")
+    tinker: bool = Field(default=False, description="serve the Tinker-compatible training API at /tinker (one API "
+                                                    "process: its models live in it)")
+    tinker_backend: str = Field(default="llm", description="the training backend the Tinker API runs on")
+    tinker_models: dict[str, str] = Field(default_factory=dict,
+                                          description="base models the Tinker API offers: name → local folder")
+    tinker_max_models_per_user: int = Field(default=8, ge=1, description="training models one user may have loaded")
 
     @model_validator(mode="after")
     def _secure(self) -> ServerConfig:
@@ -78,8 +84,10 @@ class ServerConfig(BaseModel):
         return self
 
     def api_process_count(self) -> int:
-        """How many processes answer the API: ``api_processes``, else one per core, at most
-        ``MAX_DEFAULT_API_PROCESSES``."""
+        """How many processes answer the API: one with ``tinker``, else ``api_processes``, else one per core, at
+        most ``MAX_DEFAULT_API_PROCESSES``."""
+        if self.tinker:  # the Tinker API's models and futures live in the process that answers it
+            return 1
         if self.api_processes is not None:
             return self.api_processes
         return max(1, min(MAX_DEFAULT_API_PROCESSES, os.cpu_count() or 1))

@@ -71,3 +71,10 @@ def register_exporters(register: Register) -> None:
              description="a Hugging Face model folder (safetensors, tokenizer, chat template), LoRA merged")
     register("peft", "twinkle_llm.exporting:PeftExporter", format="peft",
              description="the LoRA adapters alone, as peft loads them onto the base folder")
+
+
+@hookimpl
+def register_training_backends(register: Register) -> None:
+    """LoRA adapters trained step by step on shared base models (``twinkle serve --tinker``)."""
+    register("llm", "twinkle_llm.backend:LoraBackend",
+             description="LoRA adapters on local Hugging Face base folders, many per base (the Tinker API)")

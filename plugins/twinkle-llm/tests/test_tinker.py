@@ -1,0 +1,210 @@
+"""The Tinker API of ``twinkle serve --tinker``, driven by the official ``tinker`` SDK (its own client, pinned in
+the test extra) against twinkle-llm's LoRA backend on a small local base model: a supervised loop learns, sampling
+agrees with ``compute_logprobs``, a checkpoint round-trips exactly, two users train side by side without seeing
+each other, bad data is a 400 that changes nothing, and a SIGKILLed server loses nothing a checkpoint holds.
+
+The SDK only ever talks to 127.0.0.1: its base URL is the test server's, telemetry is off (``TINKER_TELEMETRY=0``)
+and tokenizers are never fetched (``HF_HUB_OFFLINE=1``; the server names the base folder's own tokenizer).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.processes]  # a server process
+
+tinker = pytest.importorskip("tinker", reason="the tinker SDK is in twinkle-llm's test extra")
+from tinker import types  # noqa: E402
+
+SEQUENCE = list(range(5, 37))
+"""The tokens the supervised loop learns to continue (ids of the small base's vocabulary)."""
+
+
+@pytest.fixture(autouse=True)
+def _offline_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINKER_TELEMETRY", "0")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    for name in ("TINKER_BASE_URL", "TINKER_API_KEY", "TINKER_CREDENTIAL_CMD"):
+        monkeypatch.delenv(name, raising=False)
+
+
+class Server:
+    """One ``twinkle serve --tinker`` with users alice and bob, and SDK clients for them."""
+
+    def __init__(self, runner: Any, base: Path, data: Path) -> None:
+        self.runner, self.base = runner, base
+        self.home, _, self.tokens = runner.home(data, "alice", "bob")
+        self.port = runner.free_port()
+        self.process = self.start()
+
+    def start(self) -> Any:
+        """The server on its port (again, after a kill: the same store)."""
+        return self.runner.start(self.home, self.port, "--workers", "0", "--tinker", "--tinker-model",
+                                 f"tiny={self.base}")
+
+    def client(self, user: str) -> Any:
+        """The SDK's service client for ``user`` (its API key: ``tml-`` and the user's Twinkle token)."""
+        return tinker.ServiceClient(base_url=f"http://127.0.0.1:{self.port}/tinker", api_key="tml-" + self.tokens[user])
+
+    def post(self, user: str, path: str, body: dict[str, Any]) -> Any:
+        """A raw request as ``user`` (for what the SDK has no call for)."""
+        import httpx
+
+        return httpx.post(f"http://127.0.0.1:{self.port}/tinker/api/v1/{path}", json=body,
+                          headers={"X-API-Key": "tml-" + self.tokens[user]}, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def server(small_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from twinkle_core.testing.service import ServiceRunner
+
+    folder = tmp_path_factory.mktemp("tinker-server")
+    runner = ServiceRunner(folder)
+    data = folder / "unused.txt"
+    data.write_text("the Tinker API reads no dataset\n")
+    try:
+        yield Server(runner, small_base, data)
+    finally:
+        runner.stop_all()
+
+
+def _datum(tokens: list[int] = SEQUENCE) -> Any:
+    """Next-token prediction of ``tokens``: each position's target is the token after it, every one weighted 1."""
+    return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                       loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
+
+
+def _train(training: Any, steps: int, learning_rate: float = 1e-2) -> list[float]:
+    """``steps`` supervised steps on ``_datum()``; the loss of each."""
+    losses = []
+    for _ in range(steps):
+        out = training.forward_backward([_datum()], "cross_entropy").result()
+        training.optim_step(types.AdamParams(learning_rate=learning_rate)).result()
+        losses.append(out.metrics["loss:sum"])
+    return losses
+
+
+def test_a_supervised_loop_learns_and_its_samples_agree_with_compute_logprobs(server: Server) -> None:
+    """Thirty cross-entropy steps through the SDK more than halve the loss; the run records every step; greedy
+    samples from the saved weights continue the learnt sequence, with the log-probabilities ``compute_logprobs``
+    gives the same tokens (within 1e-4); ``list_training_runs`` lists the run with its checkpoints."""
+    from twinkle_core import RunStore
+
+    service = server.client("alice")
+    training = service.create_lora_training_client(base_model="tiny", rank=8).result()
+    losses = _train(training, 30)
+    assert losses[-1] < 0.5 * losses[0], losses
+
+    sampler = training.save_weights_and_get_sampling_client().result()
+    prompt = SEQUENCE[:6]
+    sampled = sampler.sample(types.ModelInput.from_ints(prompt), num_samples=1,
+                             sampling_params=types.SamplingParams(max_tokens=8, temperature=0.0)).result()
+    tokens, logprobs = sampled.sequences[0].tokens, sampled.sequences[0].logprobs
+    assert tokens[:4] == SEQUENCE[6:10]  # the loop's sequence, continued
+    scored = sampler.compute_logprobs(types.ModelInput.from_ints(prompt + tokens)).result()
+    assert scored[0] is None and len(scored) == len(prompt) + len(tokens)
+    assert max(abs(a - b) for a, b in zip(scored[len(prompt):], logprobs)) < 1e-4
+
+    runs = tinker.RestClient(base_url=f"http://127.0.0.1:{server.port}/tinker",
+                             api_key="tml-" + server.tokens["alice"]).list_training_runs().result()
+    run = next(r for r in runs.training_runs if r.training_run_id == training.model_id)
+    assert run.base_model == "tiny" and run.lora_rank == 8 and run.last_sampler_checkpoint is not None
+    record = RunStore(str(server.home)).get(f"twinkle://{run.user_metadata['twinkle_run']}")
+    assert record.algorithm == "tinker-lora" and record.status == "running"
+    logged = (Path(RunStore(str(server.home)).run_dir(record.id)) / "logs" / "metrics.csv").read_text().splitlines()
+    assert len(logged) == 31 and float(logged[-1].split(",")[1]) == pytest.approx(losses[-1], rel=1e-5)
+
+
+def test_a_saved_state_reloads_with_identical_weights_and_optimizer(server: Server) -> None:
+    """A model made from ``save_state``'s checkpoint (with its optimizer) continues exactly as the original does:
+    the same loss on the same data, step after step (weights and Adam's moments equal)."""
+    service = server.client("alice")
+    original = service.create_lora_training_client(base_model="tiny", rank=4, seed=3).result()
+    _train(original, 3)
+    path = original.save_state("three").result().path
+    assert path == f"tinker://{original.model_id}/weights/three"
+    copy = service.create_training_client_from_state_with_optimizer(path).result()
+    assert _train(copy, 3) == _train(original, 3)
+
+
+def test_two_users_train_at_once_and_neither_reaches_the_others(server: Server) -> None:
+    """Alice and Bob train concurrently on the one base (each on their own adapters, both losses fall); Bob's
+    requests for Alice's model, future and checkpoint are 404s."""
+    results: dict[str, Any] = {}
+
+    def train(user: str) -> None:
+        client = server.client(user).create_lora_training_client(base_model="tiny", rank=8).result()
+        results[user] = (client, _train(client, 8))
+
+    threads = [threading.Thread(target=train, args=(user,)) for user in ("alice", "bob")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert set(results) == {"alice", "bob"}
+    for _, losses in results.values():
+        assert losses[-1] < losses[0]
+    alice = results["alice"][0]
+    path = alice.save_state("private").result().path
+    session = server.post("alice", "create_session", {"type": "create_session"}).json()["session_id"]
+    pending = server.post("alice", "create_model", {"session_id": session, "base_model": "tiny",
+                                                    "lora_config": {"rank": 2}}).json()["request_id"]
+    assert server.post("bob", "get_info", {"model_id": alice.model_id}).status_code == 404
+    assert server.post("bob", "retrieve_future", {"request_id": pending}).status_code == 404
+    assert server.post("bob", "weights_info", {"tinker_path": path}).status_code == 404
+    with pytest.raises(tinker.NotFoundError):
+        server.client("bob").create_training_client_from_state(path).result()
+
+
+def test_bad_data_is_a_400_naming_the_field_and_changes_nothing(server: Server) -> None:
+    """A token outside the vocabulary, a loss that does not exist and inputs of the wrong length are 400s naming
+    the datum and field; the model's next pass gives the loss it gave before them (nothing changed, and the
+    requests after the refused ones were not held back)."""
+    training = server.client("alice").create_lora_training_client(base_model="tiny", rank=8).result()
+    before = training.forward([_datum()], "cross_entropy").result().metrics["loss:sum"]
+    with pytest.raises(tinker.BadRequestError, match=r"data\[0\]\.model_input has token id 99999"):
+        training.forward_backward([_datum([1, 99999, 3])], "cross_entropy").result()
+    with pytest.raises(tinker.BadRequestError, match="loss_fn 'mystery' does not exist"):
+        training.forward_backward([_datum()], "mystery").result()
+    short = types.Datum(model_input=types.ModelInput.from_ints([1, 2, 3]),
+                        loss_fn_inputs={"target_tokens": [2, 3], "weights": [1.0, 1.0]})
+    with pytest.raises(tinker.BadRequestError, match=r"data\[0\]\.loss_fn_inputs\['target_tokens'\] has 2 values"):
+        training.forward_backward([short], "cross_entropy").result()
+    assert training.forward([_datum()], "cross_entropy").result().metrics["loss:sum"] == pytest.approx(before)
+
+
+def test_a_killed_server_restarts_and_a_checkpoint_continues_exactly(server: Server) -> None:
+    """SIGKILL during training: after a restart on the same store, a model made from the last ``save_state``
+    (with its optimizer) takes the same steps as the uninterrupted model took after that checkpoint; a request
+    that was in flight answers an error naming the restart (it never hangs), and the old run is ``interrupted``."""
+    from twinkle_core import RunStore
+
+    service = server.client("alice")
+    training = service.create_lora_training_client(base_model="tiny", rank=8, seed=5).result()
+    _train(training, 4)
+    path = training.save_state("before-kill").result().path
+    expected = _train(training, 3)
+    session = server.post("alice", "create_session", {"type": "create_session"}).json()["session_id"]
+    answered = server.post("alice", "create_model", {"session_id": session, "base_model": "tiny",
+                                                     "lora_config": {"rank": 2}}).json()["request_id"]
+    in_flight = training.forward_backward([_datum()], "cross_entropy")
+    os.killpg(server.process.pid, signal.SIGKILL)
+    server.process.wait()
+    server.process = server.start()
+    # the SDK's pending request: its answer was lost (or its model is gone): an error that says so, not a hang
+    with pytest.raises((tinker.RequestFailedError, tinker.NotFoundError), match="restart"):
+        in_flight.result(timeout=120)
+    lost = server.post("alice", "retrieve_future", {"request_id": answered}).json()
+    assert lost["category"] == "server" and "restarted" in lost["error"]
+    resumed = server.client("alice").create_training_client_from_state_with_optimizer(path).result()
+    assert _train(resumed, 3) == expected
+    runs = RunStore(str(server.home)).list(user="alice", project="tinker")
+    old = next(r for r in runs if r.hyperparams.get("tinker_model_id") == training.model_id)
+    assert old.status == "interrupted"

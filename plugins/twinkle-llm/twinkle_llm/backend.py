@@ -1,0 +1,395 @@
+"""``LoraBackend``: twinkle-llm's training backend for ``twinkle serve --tinker`` — LoRA adapters trained step by
+step on shared base models.
+
+Each base model (a local Hugging Face folder the server's admin names) is loaded once, frozen, and wrapped by
+peft; every training model is one more named adapter on it, with its own AdamW state. A request activates its
+model's adapter (peft's ``set_adapter``), so one base serves every user's adapters without a copy. Sampler
+weights are adapters too, loaded read-only from the folder ``save`` wrote. Nothing is downloaded; folders are
+read as twinkle-llm reads them (safetensors only, ``tokenizer.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from twinkle_core.errors import TwinkleError
+from twinkle_core.lowlevel import (
+    AdamSettings,
+    BaseModel,
+    Datum,
+    ForwardResult,
+    Loss,
+    LoraSettings,
+    SampleSettings,
+    Sequence,
+    TrainingBackend,
+)
+
+from twinkle_llm.folders import read_config, tokenizer_file
+
+ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP = ("gate_proj", "up_proj", "down_proj")
+ADAPTER_FILE = "adapter.safetensors"
+OPTIMIZER_FILE = "optimizer.safetensors"
+SETTINGS_FILE = "adapter.json"
+
+
+@dataclass
+class _Model:
+    """A training model: its base, its adapter's name on that base, its settings and its optimizer."""
+
+    base: str
+    adapter: str
+    lora: LoraSettings
+    optimizer: torch.optim.AdamW
+
+
+class LoraBackend(TrainingBackend):
+    """LoRA training and sampling on the base models ``models`` names (see the module docstring)."""
+
+    def __init__(self, models: dict[str, str] | None = None) -> None:
+        """Serve ``models``: base model names → local Hugging Face folders (each checked when first used)."""
+        self.folders = {str(name): str(folder) for name, folder in (models or {}).items()}
+        self._bases: dict[str, Any] = {}
+        self._models: dict[str, _Model] = {}
+        self._samplers: dict[str, str] = {}
+        self._count = 0
+
+    # ------------------------------------------------------------ models
+    def base_models(self) -> list[BaseModel]:
+        """The configured folders, with their context length and tokenizer."""
+        found = []
+        for name, folder in self.folders.items():
+            config = read_config(folder)
+            found.append(BaseModel(name, config.get("max_position_embeddings"), str(tokenizer_file(folder))))
+        return found
+
+    def _base(self, name: str) -> Any:
+        """The base's peft model (loaded and wrapped on first use), its weights frozen."""
+        if name in self._bases:
+            return self._bases[name]
+        if name not in self.folders:
+            raise TwinkleError(f"base_model '{name}' is not served here; this server offers "
+                               f"{', '.join(sorted(self.folders)) or 'no base model (start it with --tinker-model NAME=FOLDER)'}")
+        from transformers import AutoModelForCausalLM
+
+        folder = self.folders[name]
+        read_config(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, use_safetensors=True,
+                                                     dtype=torch.float32)
+        model.requires_grad_(False).eval()
+        from tokenizers import Tokenizer
+
+        self._bases[name] = {"model": model, "peft": None, "tokenizer": Tokenizer.from_file(str(tokenizer_file(folder))),
+                             "vocab": int(model.config.vocab_size)}
+        return self._bases[name]
+
+    def create(self, model_id: str, base_model: str, lora: LoraSettings) -> dict[str, Any]:
+        """A fresh adapter on ``base_model`` (B initialised to zero: the model starts as its base)."""
+        base = self._base(base_model)
+        if lora.rank < 1:
+            raise TwinkleError(f"lora rank {lora.rank} must be at least 1")
+        targets = [*(ATTENTION if lora.train_attn else ()), *(MLP if lora.train_mlp else ()),
+                   *(("lm_head",) if lora.train_unembed else ())]
+        if not targets:
+            raise TwinkleError("the adapters adapt nothing: set train_attn, train_mlp or train_unembed")
+        self._count += 1
+        adapter = f"adapter{self._count}"
+        self._add_adapter(base, adapter, lora.rank, targets, lora.seed)
+        params = self._parameters(base, adapter)
+        self._models[model_id] = _Model(base_model, adapter, lora, torch.optim.AdamW(params, lr=1e-4))
+        return {"lora_rank": lora.rank, "tokenizer": str(tokenizer_file(self.folders[base_model])),
+                "vocab_size": base["vocab"], "trainable_parameters": int(sum(p.numel() for p in params))}
+
+    def _add_adapter(self, base: dict[str, Any], adapter: str, rank: int, targets: list[str], seed: int | None) -> None:
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets, lora_dropout=0.0,
+                            task_type="CAUSAL_LM")
+        state = torch.random.get_rng_state()
+        torch.manual_seed(0 if seed is None else seed)
+        try:
+            if base["peft"] is None:
+                base["peft"] = get_peft_model(base["model"], config, adapter_name=adapter)
+            else:
+                base["peft"].add_adapter(adapter, config)
+        except ValueError as err:  # a layer this architecture does not have
+            raise TwinkleError(f"LoRA on {', '.join(targets)} does not fit this base model: {err}") from err
+        finally:
+            torch.random.set_rng_state(state)
+
+    @staticmethod
+    def _parameters(base: dict[str, Any], adapter: str) -> list[torch.nn.Parameter]:
+        """The adapter's own parameters, in a fixed order, set to train."""
+        params = [p for name, p in base["peft"].named_parameters() if f".{adapter}." in name]
+        for p in params:
+            p.requires_grad_(True)
+        return params
+
+    def _activate(self, model_id: str) -> tuple[_Model, dict[str, Any]]:
+        model = self._models.get(model_id)
+        if model is None:
+            raise TwinkleError(f"model '{model_id}' is not loaded")
+        base = self._bases[model.base]
+        base["peft"].set_adapter(model.adapter)
+        for p in self._parameters(base, model.adapter):  # set_adapter leaves only the active one trainable
+            p.requires_grad_(True)
+        return model, base
+
+    def unload(self, model_id: str) -> None:
+        """Drop the model's adapter and optimizer."""
+        model = self._models.pop(model_id, None)
+        if model is not None:
+            self._bases[model.base]["peft"].delete_adapter(model.adapter)
+
+    # ------------------------------------------------------------ training
+    @staticmethod
+    def _check(data: list[Datum], vocab: int) -> None:
+        """Every datum fits the model before anything runs (the model's state is left as it was on a bad one);
+        the service has checked the loss's inputs are there."""
+        if not data:
+            raise TwinkleError("data is empty: give at least one datum")
+        for i, datum in enumerate(data):
+            tokens = np.asarray(datum.tokens)
+            if tokens.size == 0:
+                raise TwinkleError(f"data[{i}].model_input is empty")
+            bad = tokens[(tokens < 0) | (tokens >= vocab)]
+            if bad.size:
+                raise TwinkleError(f"data[{i}].model_input has token id {int(bad[0])}, outside the model's "
+                                   f"vocabulary (0–{vocab - 1})")
+            for key, values in datum.inputs.items():
+                if np.asarray(values).reshape(-1).shape[0] != tokens.size:
+                    raise TwinkleError(f"data[{i}].loss_fn_inputs['{key}'] has {np.asarray(values).size} values "
+                                       f"for {tokens.size} input tokens; give one per input token")
+            targets = np.asarray(datum.inputs.get("target_tokens", []))
+            if targets.size and ((targets < 0) | (targets >= vocab)).any():
+                bad_target = int(targets[(targets < 0) | (targets >= vocab)][0])
+                raise TwinkleError(f"data[{i}].loss_fn_inputs['target_tokens'] has token id {bad_target}, outside "
+                                   f"the model's vocabulary (0–{vocab - 1})")
+
+    def forward_backward(self, model_id: str, data: list[Datum], loss: Loss, settings: dict[str, Any],
+                         backward: bool) -> ForwardResult:
+        """One padded batch through the active adapter: target log-probabilities, the loss, its gradients."""
+        model, base = self._activate(model_id)
+        self._check(data, base["vocab"])
+        network = base["peft"]
+        network.train(backward)
+        lengths = [len(d.tokens) for d in data]
+        ids = torch.zeros(len(data), max(lengths), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, datum in enumerate(data):
+            ids[row, :lengths[row]] = torch.as_tensor(datum.tokens, dtype=torch.long)
+            mask[row, :lengths[row]] = 1
+        with torch.set_grad_enabled(backward):
+            logits = network(input_ids=ids, attention_mask=mask).logits.float()
+            logprobs = torch.log_softmax(logits, dim=-1)
+            total = torch.zeros(())
+            outputs = []
+            for row, datum in enumerate(data):
+                inputs = {k: torch.tensor(np.asarray(v)).reshape(-1) for k, v in datum.inputs.items()}
+                targets = inputs["target_tokens"].long()
+                picked = logprobs[row, :lengths[row]].gather(-1, targets[:, None]).squeeze(-1)
+                elementwise, summed = loss(picked, inputs, settings)
+                total = total + summed
+                outputs.append({"logprobs": picked.detach().numpy().astype(np.float32),
+                                "elementwise_loss": elementwise.detach().numpy().astype(np.float32)})
+            if backward:
+                total.backward()
+        network.eval()
+        return ForwardResult(outputs, {"loss:sum": float(total.detach())})
+
+    def optim_step(self, model_id: str, adam: AdamSettings) -> dict[str, float]:
+        """AdamW with this step's settings, gradients clipped at ``grad_clip_norm`` (when not 0)."""
+        model, base = self._activate(model_id)
+        params = [p for group in model.optimizer.param_groups for p in group["params"]]
+        norm = torch.nn.utils.clip_grad_norm_(params, adam.grad_clip_norm if adam.grad_clip_norm > 0 else math.inf)
+        for group in model.optimizer.param_groups:
+            group.update(lr=adam.learning_rate, betas=(adam.beta1, adam.beta2), eps=adam.eps,
+                         weight_decay=adam.weight_decay)
+        model.optimizer.step()
+        model.optimizer.zero_grad(set_to_none=True)
+        return {"grad_norm": float(norm), "learning_rate": float(adam.learning_rate)}
+
+    # ------------------------------------------------------------ state
+    def save(self, model_id: str, folder: str, optimizer: bool) -> None:
+        """The adapter (safetensors), its settings, and with ``optimizer`` AdamW's state (safetensors tensors and
+        JSON counts): no pickle, so a saved folder never runs code when loaded."""
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        model, base = self._activate(model_id)
+        os.makedirs(folder, exist_ok=True)
+        state = get_peft_model_state_dict(base["peft"], adapter_name=model.adapter, save_embedding_layers=False)
+        save_file({k: v.detach().contiguous() for k, v in state.items()}, os.path.join(folder, ADAPTER_FILE))
+        settings = {"base_model": model.base, "lora_rank": model.lora.rank, "train_attn": model.lora.train_attn,
+                    "train_mlp": model.lora.train_mlp, "train_unembed": model.lora.train_unembed}
+        if optimizer:
+            tensors, counts = {}, {}
+            for index, slot in model.optimizer.state_dict()["state"].items():
+                for key, value in slot.items():
+                    if torch.is_tensor(value) and key != "step":
+                        tensors[f"{index}.{key}"] = value.contiguous()
+                    else:
+                        counts[f"{index}.{key}"] = float(value)
+            save_file(tensors, os.path.join(folder, OPTIMIZER_FILE))
+            settings["optimizer_counts"] = counts
+        with open(os.path.join(folder, SETTINGS_FILE), "w", encoding="utf-8") as handle:
+            json.dump(settings, handle)
+
+    def _read(self, folder: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        from safetensors.torch import load_file
+
+        try:
+            with open(os.path.join(folder, SETTINGS_FILE), encoding="utf-8") as handle:
+                settings = json.load(handle)
+            return settings, load_file(os.path.join(folder, ADAPTER_FILE))
+        except (OSError, ValueError) as err:
+            raise TwinkleError(f"'{folder}' holds no saved adapter ({err})") from None
+
+    def load(self, model_id: str, folder: str, optimizer: bool) -> None:
+        """The saved adapter (and optimizer state) into the model, which must have the same base and rank."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        model, base = self._activate(model_id)
+        settings, state = self._read(folder)
+        if settings.get("base_model") != model.base or settings.get("lora_rank") != model.lora.rank:
+            raise TwinkleError(f"the checkpoint is a rank-{settings.get('lora_rank')} adapter of "
+                               f"'{settings.get('base_model')}'; this model is rank {model.lora.rank} on '{model.base}'")
+        if optimizer and "optimizer_counts" not in settings:
+            raise TwinkleError("the checkpoint holds no optimizer state (saved for sampling); load it without the "
+                               "optimizer")
+        set_peft_model_state_dict(base["peft"], state, adapter_name=model.adapter)
+        if optimizer:
+            tensors = load_file(os.path.join(folder, OPTIMIZER_FILE))
+            slots: dict[int, dict[str, Any]] = {}
+            for key, value in tensors.items():
+                index, name = key.split(".", 1)
+                slots.setdefault(int(index), {})[name] = value
+            for key, value in settings["optimizer_counts"].items():
+                index, name = key.split(".", 1)
+                slots.setdefault(int(index), {})[name] = torch.tensor(value) if name == "step" else value
+            current = model.optimizer.state_dict()
+            model.optimizer.load_state_dict({"state": slots, "param_groups": current["param_groups"]})
+        else:
+            model.optimizer.state.clear()
+
+    # ------------------------------------------------------------ sampling
+    def sample(self, weights: str, prompt: list[int], count: int, settings: SampleSettings,
+               prompt_logprobs: bool) -> tuple[list[Sequence], list[float] | None]:
+        """Autoregressive sampling with the adapter in ``weights`` (or a base alone, by name)."""
+        base, network = self._sampler(weights)
+        self._check([Datum(list(prompt))], base["vocab"])
+        generator = torch.Generator().manual_seed(settings.seed) if settings.seed is not None else None
+        stops = self._stop_ids(base, settings)
+        ids = torch.as_tensor([prompt], dtype=torch.long)
+        with torch.no_grad():
+            first = network(input_ids=ids, use_cache=True)
+            scored = None
+            if prompt_logprobs:
+                logprobs = torch.log_softmax(first.logits[0].float(), dim=-1)
+                picked = logprobs[:-1].gather(-1, ids[0, 1:, None]).squeeze(-1)
+                scored = [math.nan, *picked.tolist()]
+            sequences = [self._continue(network, first, settings, stops, generator) for _ in range(count)]
+        return sequences, scored
+
+    def _sampler(self, weights: str) -> tuple[dict[str, Any], Any]:
+        """The base and the network to sample with: the adapter saved in the folder ``weights`` (loaded once, as
+        its own adapter), or a base model by name (adapters off)."""
+        if weights in self.folders:
+            base = self._base(weights)
+            return base, _BaseOnly(base)
+        from peft import set_peft_model_state_dict
+
+        settings, state = self._read(weights)
+        base = self._base(settings["base_model"])
+        adapter = self._samplers.get(weights)
+        if adapter is None:
+            self._count += 1
+            adapter = f"sampler{self._count}"
+            targets = [*(ATTENTION if settings.get("train_attn", True) else ()),
+                       *(MLP if settings.get("train_mlp", True) else ()),
+                       *(("lm_head",) if settings.get("train_unembed", True) else ())]
+            self._add_adapter(base, adapter, int(settings["lora_rank"]), targets, 0)
+            set_peft_model_state_dict(base["peft"], state, adapter_name=adapter)
+            self._samplers[weights] = adapter
+        base["peft"].set_adapter(adapter)
+        base["peft"].eval()
+        return base, base["peft"]
+
+    @staticmethod
+    def _stop_ids(base: dict[str, Any], settings: SampleSettings) -> set[int]:
+        if settings.stop is None:
+            eos = base["model"].generation_config.eos_token_id or base["model"].config.eos_token_id
+            return set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        ids = set()
+        for item in settings.stop:
+            if isinstance(item, int):
+                ids.add(item)
+            else:
+                encoded = base["tokenizer"].encode(item, add_special_tokens=False).ids
+                if len(encoded) == 1:
+                    ids.add(encoded[0])
+                else:
+                    raise TwinkleError(f"stop string {item!r} is {len(encoded)} tokens; give stop strings of one "
+                                       "token, or stop token ids")
+        return ids
+
+    @staticmethod
+    def _continue(network: Any, first: Any, settings: SampleSettings, stops: set[int],
+                  generator: torch.Generator | None) -> Sequence:
+        """One continuation from the prompt's pass ``first`` (its cache copied, so samples are independent)."""
+        import copy
+
+        past = copy.deepcopy(first.cache)
+        logits = first.logits[0, -1].float()
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        for _ in range(settings.max_tokens):
+            scores = torch.log_softmax(logits, dim=-1)
+            token = _choose(logits, settings, generator)
+            tokens.append(token)
+            logprobs.append(float(scores[token]))
+            if token in stops:
+                return Sequence(tokens, logprobs, "stop")
+            out = network(input_ids=torch.tensor([[token]]), cache=past, use_cache=True)
+            past, logits = out.cache, out.logits[0, -1].float()
+        return Sequence(tokens, logprobs, "length")
+
+
+class _BaseOnly:
+    """A base model with every adapter switched off (``peft``'s ``disable_adapter``), called like the model."""
+
+    def __init__(self, base: dict[str, Any]) -> None:
+        self.base = base
+
+    def __call__(self, **inputs: Any) -> Any:
+        if self.base["peft"] is None:
+            return self.base["model"](**inputs)
+        with self.base["peft"].disable_adapter():
+            return self.base["peft"](**inputs)
+
+
+def _choose(logits: torch.Tensor, settings: SampleSettings, generator: torch.Generator | None) -> int:
+    """The next token: greedy at temperature 0, else drawn from the tempered distribution cut to ``top_k`` and
+    ``top_p``."""
+    if settings.temperature <= 0:
+        return int(torch.argmax(logits))
+    scaled = logits / settings.temperature
+    if settings.top_k > 0:
+        kth = torch.topk(scaled, min(settings.top_k, scaled.numel())).values[-1]
+        scaled = scaled.masked_fill(scaled < kth, -math.inf)
+    probs = torch.softmax(scaled, dim=-1)
+    if settings.top_p < 1.0:
+        ordered, order = torch.sort(probs, descending=True)
+        keep = torch.cumsum(ordered, dim=0) - ordered < settings.top_p
+        probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
+        probs = probs / probs.sum()
+    return int(torch.multinomial(probs, 1, generator=generator))

@@ -1,0 +1,18 @@
+"""Step-by-step training for clients that write their own loop (the Tinker protocol in ``twinkle serve``): the
+backend a plugin implements (``TrainingBackend``), the values it exchanges, and the built-in losses."""
+
+from twinkle_core.lowlevel.backend import (
+    AdamSettings,
+    BaseModel,
+    Datum,
+    ForwardResult,
+    Loss,
+    LoraSettings,
+    SampleSettings,
+    Sequence,
+    TrainingBackend,
+)
+from twinkle_core.lowlevel.losses import LOSSES, get_loss
+
+__all__ = ["AdamSettings", "BaseModel", "Datum", "ForwardResult", "LOSSES", "Loss", "LoraSettings",
+           "SampleSettings", "Sequence", "TrainingBackend", "get_loss"]

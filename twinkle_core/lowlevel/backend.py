@@ -1,0 +1,172 @@
+"""``TrainingBackend``: what a plugin implements so that ``twinkle serve --tinker`` can train and sample its models
+step by step, driven by a client's own loop (the Tinker protocol: ``forward_backward``, ``optim_step``,
+``sample``, ``save_state``).
+
+A backend holds one copy of each base model it serves and, beside it, every training model's adapters and
+optimizer state, keyed by the model id the service gives it. The service calls a backend from one thread at a
+time and in each model's submission order; a backend never sees the protocol (ids, futures, users, wire types),
+only the values below. The loss functions are core's (``twinkle_core.lowlevel.losses``): a backend computes
+each datum's log-probabilities of its target tokens and hands them to the loss.
+
+```python
+from twinkle_core import hookimpl
+
+@hookimpl
+def register_training_backends(register):
+    register("llm", "twinkle_llm.tinker:LoraBackend", description="LoRA on twinkle-llm's models")
+```
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BaseModel:
+    """A base model a backend serves.
+
+    Attributes:
+        name: what clients ask for (``create_lora_training_client(base_model=name)``).
+        max_context_length: the longest sequence it takes.
+        tokenizer: a local tokenizer folder or file clients may load (never a hub id), or ``None``.
+    """
+
+    name: str
+    max_context_length: int | None = None
+    tokenizer: str | None = None
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """The adapters of a training model: their ``rank``, which layers they adapt (``train_attn``: attention
+    projections, ``train_mlp``: the feed-forward layers, ``train_unembed``: the output head) and the ``seed``
+    of their initialisation."""
+
+    rank: int = 32
+    train_attn: bool = True
+    train_mlp: bool = True
+    train_unembed: bool = True
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class AdamSettings:
+    """One optimizer step's Adam settings: decoupled ``weight_decay`` (AdamW), gradient clipping at
+    ``grad_clip_norm`` (0: none)."""
+
+    learning_rate: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-12
+    weight_decay: float = 0.0
+    grad_clip_norm: float = 0.0
+
+
+@dataclass(frozen=True)
+class SampleSettings:
+    """How to sample: at most ``max_tokens`` new tokens at ``temperature`` (0: greedy), nucleus ``top_p``,
+    ``top_k`` (-1: no limit), ``seed`` (``None``: unseeded); ``stop``: token ids or strings that end a sequence
+    (``None``: the tokenizer's end of text; ``[]``: nothing stops it but ``max_tokens``)."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: int | None = None
+    stop: list[int] | list[str] | None = None
+
+
+@dataclass
+class Datum:
+    """One training example: the input ``tokens`` and the loss's per-token ``inputs`` (``target_tokens``, int64
+    ``[N]`` with ``N == len(tokens)``: the token each position predicts; ``weights``, ``logprobs``,
+    ``advantages``: float32 ``[N]``)."""
+
+    tokens: list[int]
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class ForwardResult:
+    """What a forward (and backward) pass gives back: per datum ``logprobs`` of its target tokens and the loss's
+    ``elementwise_loss`` (float32 ``[N]``), and the batch's ``metrics`` (``"loss:sum"``, ...: name and reduction)."""
+
+    outputs: list[dict[str, np.ndarray]]
+    metrics: dict[str, float]
+
+
+@dataclass
+class Sequence:
+    """A sampled continuation: its ``tokens``, their ``logprobs`` and why it ended (``stop``: a stop token or
+    string; ``length``: ``max_tokens``)."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    stop_reason: Literal["stop", "length"]
+
+
+Loss = Callable[[Any, dict[str, Any], dict[str, Any]], tuple[Any, Any]]
+"""A loss: ``(target log-probabilities [N] tensor, the datum's inputs as tensors, the loss's settings) →
+(elementwise loss [N], the datum's loss to sum)`` (``twinkle_core.lowlevel.losses``)."""
+
+
+class TrainingBackend(ABC):
+    """Trains and samples a plugin's models one request at a time (see the module docstring)."""
+
+    @abstractmethod
+    def base_models(self) -> list[BaseModel]:
+        """The base models this backend serves (what the server offers clients)."""
+
+    @abstractmethod
+    def create(self, model_id: str, base_model: str, lora: LoraSettings) -> dict[str, Any]:
+        """Add a training model: fresh adapters on ``base_model`` (loaded once, shared by every model on it) and
+        an empty optimizer state. Returns what the service and clients read of it: ``vocab_size`` (token ids are
+        checked against it before a request is queued), ``tokenizer``, ``lora_rank``, ``trainable_parameters``.
+
+        Raises:
+            TwinkleError: an unknown base model, or settings it cannot train (named).
+        """
+
+    @abstractmethod
+    def forward_backward(self, model_id: str, data: list[Datum], loss: Loss, settings: dict[str, Any],
+                         backward: bool) -> ForwardResult:
+        """Each datum's target log-probabilities through ``loss``; with ``backward``, the summed loss's gradients
+        are added to the model's (until ``optim_step``).
+
+        Raises:
+            TwinkleError: a datum that does not fit the model (a token outside its vocabulary, lengths that
+                differ), named with the datum and the fix, before anything changes.
+        """
+
+    @abstractmethod
+    def optim_step(self, model_id: str, adam: AdamSettings) -> dict[str, float]:
+        """One Adam step on the gradients accumulated since the last, then clear them; returns its metrics."""
+
+    @abstractmethod
+    def save(self, model_id: str, folder: str, optimizer: bool) -> None:
+        """Write the model's adapters (and with ``optimizer`` its optimizer state) into the local ``folder``,
+        exactly enough to ``load`` them again."""
+
+    @abstractmethod
+    def load(self, model_id: str, folder: str, optimizer: bool) -> None:
+        """Replace the model's adapters (and with ``optimizer`` its optimizer state) with those ``save`` wrote.
+
+        Raises:
+            TwinkleError: the folder holds no saved state of a model on the same base and adapter shape.
+        """
+
+    @abstractmethod
+    def sample(self, weights: str, prompt: list[int], count: int, settings: SampleSettings,
+               prompt_logprobs: bool) -> tuple[list[Sequence], list[float] | None]:
+        """``count`` continuations of ``prompt`` by the adapters ``save`` wrote into the local folder
+        ``weights`` (or, given a base model's name, by the base alone), and with ``prompt_logprobs`` each
+        prompt token's log-probability given the tokens before it (``nan`` for the first)."""
+
+    @abstractmethod
+    def unload(self, model_id: str) -> None:
+        """Forget a training model (its adapters and optimizer state); its base stays."""

@@ -1,0 +1,26 @@
+"""The Tinker-compatible training API of ``twinkle serve --tinker``: the official ``tinker`` SDK drives LoRA
+training and sampling on the server's base models, step by step (``routes``: the endpoints; ``state``: sessions,
+models, futures and the engine thread; ``wire``: the protocol's protobuf messages)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def mount(app: Any, config: Any, store: Any) -> None:
+    """Serve the Tinker API at ``/tinker/api/v1`` of ``app``, on the training backend ``config`` names, built with
+    its base-model folders.
+
+    Raises:
+        TwinkleError: no such backend (its plugin not installed), or the ``tinker`` package missing.
+    """
+    from twinkle_core.lookup import get_component
+    from twinkle_core.serve.tinker import wire
+    from twinkle_core.serve.tinker.routes import router
+    from twinkle_core.serve.tinker.state import TinkerService
+
+    wire.schema()  # fail now, by name, without the SDK's schema
+    backend_class = get_component("training_backend", config.tinker_backend).load()
+    backend = backend_class(models=dict(config.tinker_models))
+    app.state.tinker = TinkerService(store, backend, config.tinker_max_models_per_user)
+    app.include_router(router, prefix="/tinker/api/v1")
