@@ -24,6 +24,7 @@ CORE_MODULES = {
     "twinkle_core.errors": "Errors (every one a TwinkleError)",
     "twinkle_core.testing": "Testing a plugin",
     "twinkle_core.hookspecs": "Hooks",
+    "twinkle_core.lowlevel": "Writing a training backend (the Tinker API)",
     "twinkle_core.client": "The service's Python client",
 }
 PLUGIN_OBJECTS = {
