@@ -75,6 +75,10 @@ class ServerConfig(BaseModel):
     tinker_models: dict[str, str] = Field(default_factory=dict,
                                           description="base models the Tinker API offers: name → local folder")
     tinker_max_models_per_user: int = Field(default=8, ge=1, description="training models one user may have loaded")
+    tinker_idle_seconds: float | None = Field(default=600.0, gt=0, description="a Tinker model idle this long is "
+                                              "written out of memory (and loaded back when next used)")
+    tinker_max_requests_per_minute: int | None = Field(default=None, ge=1,
+                                                       description="Tinker submissions one user may make a minute")
 
     @model_validator(mode="after")
     def _secure(self) -> ServerConfig:

@@ -38,8 +38,8 @@ def _offline_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
 class Server:
     """One ``twinkle serve --tinker`` with users alice and bob, and SDK clients for them."""
 
-    def __init__(self, runner: Any, base: Path, data: Path) -> None:
-        self.runner, self.base = runner, base
+    def __init__(self, runner: Any, base: Path, data: Path, *options: str) -> None:
+        self.runner, self.base, self.options = runner, base, options
         self.home, _, self.tokens = runner.home(data, "alice", "bob")
         self.port = runner.free_port()
         self.process = self.start()
@@ -47,7 +47,7 @@ class Server:
     def start(self) -> Any:
         """The server on its port (again, after a kill: the same store)."""
         return self.runner.start(self.home, self.port, "--workers", "0", "--tinker", "--tinker-model",
-                                 f"tiny={self.base}")
+                                 f"tiny={self.base}", *self.options)
 
     def client(self, user: str) -> Any:
         """The SDK's service client for ``user`` (its API key: ``tml-`` and the user's Twinkle token)."""
@@ -208,3 +208,36 @@ def test_a_killed_server_restarts_and_a_checkpoint_continues_exactly(server: Ser
     runs = RunStore(str(server.home)).list(user="alice", project="tinker")
     old = next(r for r in runs if r.hyperparams.get("tinker_model_id") == training.model_id)
     assert old.status == "interrupted"
+
+
+def test_an_idle_model_is_written_out_and_comes_back_exactly_and_requests_are_rate_limited(
+        small_base: Path, tmp_path: Path) -> None:
+    """On a server that writes out models idle for 1 s: a model paused for 3 s (written out, then loaded back by
+    its next request) takes exactly the steps of a twin that never paused; a user over the request limit gets a
+    429 naming it, which the SDK's own calls wait out."""
+    import time
+
+    from twinkle_core.testing.service import ServiceRunner
+
+    runner = ServiceRunner(tmp_path)
+    (tmp_path / "unused.txt").write_text("unused\n")
+    try:
+        limited = Server(runner, small_base, tmp_path / "unused.txt", "--tinker-idle-seconds", "1",
+                         "--tinker-max-requests-per-minute", "60")
+        service = limited.client("alice")
+        paused = service.create_lora_training_client(base_model="tiny", rank=8, seed=7).result()
+        steady = service.create_lora_training_client(base_model="tiny", rank=8, seed=7).result()
+        first = _train(paused, 2)
+        time.sleep(3.5)
+        offloaded = limited.home / "runs" / "alice" / "tinker"
+        assert any(offloaded.glob("run*/tinker/offloaded/adapter.safetensors"))
+        assert first + _train(paused, 2) == _train(steady, 4)
+
+        missing = {"session_id": "none", "model_seq_id": 0, "path": "tinker://none/weights/none", "optimizer": False}
+        codes = [limited.post("bob", "load_weights", missing).status_code for _ in range(61)]
+        assert codes[:60] == [404] * 60 and codes[60] == 429  # each counted, answered or not; then refused
+        refused = limited.post("bob", "load_weights", missing)
+        assert refused.status_code == 429 and "60 requests in a minute" in refused.json()["detail"]
+        assert limited.post("alice", "load_weights", missing).status_code == 404  # a limit per user
+    finally:
+        runner.stop_all()

@@ -22,5 +22,6 @@ def mount(app: Any, config: Any, store: Any) -> None:
     wire.schema()  # fail now, by name, without the SDK's schema
     backend_class = get_component("training_backend", config.tinker_backend).load()
     backend = backend_class(models=dict(config.tinker_models))
-    app.state.tinker = TinkerService(store, backend, config.tinker_max_models_per_user)
+    app.state.tinker = TinkerService(store, backend, config.tinker_max_models_per_user, config.tinker_idle_seconds,
+                                     config.tinker_max_requests_per_minute)
     app.include_router(router, prefix="/tinker/api/v1")

@@ -249,6 +249,7 @@ def create_model(body: CreateModel, user: User, state: State) -> dict[str, Any]:
     """A LoRA training model on ``base_model`` (a future answering its ``model_id``)."""
     lora = LoraSettings(body.lora_config.rank, body.lora_config.train_attn, body.lora_config.train_mlp,
                         body.lora_config.train_unembed, body.lora_config.seed)
+    _answer(lambda: state.admit(user))
     model_id, future = _answer(lambda: state.create_model(user, body.session_id, body.model_seq_id, body.base_model,
                                                           lora))
     return _future(future, model_id=model_id)
@@ -271,6 +272,7 @@ def unload_model(body: ModelRef, user: User, state: State) -> dict[str, Any]:
 async def forward_backward(request: Request, user: User, state: State) -> dict[str, Any]:
     """A forward (``forward_only``) or forward-backward pass over protobuf data (zstd or not), in the model's
     ``seq_id`` order; data that do not fit are a 400 naming the datum and field, and change nothing."""
+    _answer(lambda: state.admit(user))
     body = await request.body()
     parsed = _answer(lambda: wire.read_forward_backward(body, request.headers.get("content-encoding")))
     future = await asyncio.to_thread(_answer, lambda: state.forward_backward(user, parsed, wire.forward_output))
@@ -281,12 +283,14 @@ async def forward_backward(request: Request, user: User, state: State) -> dict[s
 def optim_step(body: OptimStep, user: User, state: State) -> dict[str, Any]:
     """An Adam step on the gradients since the last one."""
     adam = AdamSettings(**(body.adam_params or Adam()).model_dump())
+    _answer(lambda: state.admit(user))
     return _future(_answer(lambda: state.optim_step(user, body.model_id, body.seq_id, adam)))
 
 
 @router.post("/save_weights")
 def save_weights(body: SaveWeights, user: User, state: State) -> dict[str, Any]:
     """The model's adapters and optimizer state as ``tinker://<model>/weights/<path>``."""
+    _answer(lambda: state.admit(user))
     return _future(_answer(lambda: state.save(user, body.model_id, body.seq_id, body.path or "", "weights",
                                               body.overwrite)))
 
@@ -295,6 +299,7 @@ def save_weights(body: SaveWeights, user: User, state: State) -> dict[str, Any]:
 def save_for_sampler(body: SaveWeights, user: User, state: State) -> dict[str, Any]:
     """The model's adapters for sampling: named (``tinker://<model>/sampler_weights/<path>``) or, with
     ``sampling_session_seq_id``, as a new sampling session."""
+    _answer(lambda: state.admit(user))
     if body.path:
         return _future(_answer(lambda: state.save(user, body.model_id, body.seq_id, body.path or "",
                                                   "sampler_weights")))
@@ -308,6 +313,7 @@ def save_for_sampler(body: SaveWeights, user: User, state: State) -> dict[str, A
 @router.post("/load_weights")
 def load_weights(body: LoadWeights, user: User, state: State) -> dict[str, Any]:
     """A checkpoint into the model ``model_id``, or (with ``session_id``) into a new model made from it."""
+    _answer(lambda: state.admit(user))
     if body.session_id is not None:
         model_id, future = _answer(lambda: state.create_from_checkpoint(
             user, str(body.session_id), int(body.model_seq_id or 0), body.path, body.optimizer))
@@ -338,6 +344,7 @@ async def get_sampler(sampler_id: str, user: User, state: State) -> dict[str, An
 def asample(body: Sample, user: User, state: State) -> dict[str, Any]:
     """``num_samples`` continuations of the prompt (and, with ``prompt_logprobs``, the prompt's own
     log-probabilities: ``compute_logprobs``)."""
+    _answer(lambda: state.admit(user))
     prompt: list[int] = []
     for i, chunk in enumerate(body.prompt.chunks):
         if chunk.type != "encoded_text":

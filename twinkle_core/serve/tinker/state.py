@@ -11,6 +11,10 @@
   one's request id.
 - **Owners.** Every session, model, sampler, checkpoint and future belongs to the user who made it; another user's
   is unknown to the caller (404).
+- **Memory.** A model idle longer than ``idle_seconds`` (and between steps: no gradients waiting for an
+  ``optim_step``) is written out — adapters and optimizer state — and dropped from the backend; its next request
+  loads it back first, so nothing is lost. Each user may submit ``max_requests_per_minute`` requests (429 past it:
+  the SDK waits and resends).
 - **Runs.** A training model is a run of the store (project ``tinker``): its losses in ``logs/metrics.csv``, its
   checkpoints in ``tinker/weights/<name>/`` and ``tinker/sampler_weights/<name>/`` (``tinker://<model>/weights/
   <name>``); a model the server forgot (restarted) is found again through its run.
@@ -110,6 +114,10 @@ class TrainingModel:
     by_seq: dict[int, str] = field(default_factory=dict)
     steps: int = 0
     pending_loss: float | None = None
+    used: float = field(default_factory=time.monotonic)
+    has_gradients: bool = False
+    offloaded: bool = False
+    offloads: int = 0
 
 
 @dataclass
@@ -126,10 +134,14 @@ class Sampler:
 class TinkerService:
     """The Tinker API's state and engine (see the module docstring)."""
 
-    def __init__(self, store: RunStore, backend: TrainingBackend, max_models_per_user: int = 8) -> None:
+    def __init__(self, store: RunStore, backend: TrainingBackend, max_models_per_user: int = 8,
+                 idle_seconds: float | None = 600.0, max_requests_per_minute: int | None = None) -> None:
         """Serve ``backend``'s base models, recording runs in ``store``; any run left ``running`` by a server that
-        died is marked ``interrupted`` (its checkpoints stay loadable)."""
+        died is marked ``interrupted`` (its checkpoints stay loadable). ``idle_seconds``: write out models idle
+        that long (``None``: never); ``max_requests_per_minute``: each user's submissions (``None``: no limit)."""
         self.store, self.backend, self.max_models_per_user = store, backend, max_models_per_user
+        self.idle_seconds, self.max_requests_per_minute = idle_seconds, max_requests_per_minute
+        self._recent: dict[str, list[float]] = {}
         self.boot = uuid.uuid4().hex[:8]
         self.lock = threading.Lock()
         self.engine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinker-engine")
@@ -143,6 +155,67 @@ class TinkerService:
             if run.algorithm == ALGORITHM and run.status == RunStatus.RUNNING:
                 store.end_run(run.id, RunStatus.INTERRUPTED, "the server stopped while the model was loaded; "
                               "load a checkpoint to continue")
+        if idle_seconds is not None:
+            threading.Thread(target=self._sweep, name="tinker-idle", daemon=True).start()
+
+    # ------------------------------------------------------------ limits and memory
+    def admit(self, user: str) -> None:
+        """Count a submission of ``user``.
+
+        Raises:
+            Refused: over ``max_requests_per_minute`` in the last minute.
+        """
+        if self.max_requests_per_minute is None:
+            return
+        now = time.monotonic()
+        with self.lock:
+            recent = [t for t in self._recent.get(user, []) if now - t < 60.0]
+            if len(recent) >= self.max_requests_per_minute:
+                self._recent[user] = recent
+                raise Refused(f"more than {self.max_requests_per_minute} requests in a minute; this server limits "
+                              "each user to that (the SDK waits and sends it again)")
+            self._recent[user] = [*recent, now]
+
+    def _sweep(self) -> None:
+        """Every few seconds, write out the models idle past ``idle_seconds`` (on the engine thread)."""
+        interval = max(0.2, min(5.0, float(self.idle_seconds or 0) / 4))
+        while True:
+            time.sleep(interval)
+            now = time.monotonic()
+            with self.lock:
+                idle = [m for m in self.models.values() if not m.offloaded and not m.has_gradients
+                        and not m.waiting and now - m.used > float(self.idle_seconds or 0)]
+            for model in idle:
+                self.engine.submit(self._offload, model)
+
+    def _offload_folder(self, model: TrainingModel) -> str:
+        return self.store.path(model.run_id, "tinker", "offloaded")
+
+    def _offload(self, model: TrainingModel) -> None:
+        """Write the model's adapters and optimizer state to its run and drop it from the backend (engine
+        thread; skipped if it was used meanwhile)."""
+        if model.offloaded or model.has_gradients or time.monotonic() - model.used <= float(self.idle_seconds or 0):
+            return
+        if self.models.get(model.id) is not model:
+            return
+        import shutil
+
+        folder = self._offload_folder(model)
+        shutil.rmtree(f"{folder}.partial", ignore_errors=True)
+        self.backend.save(model.id, f"{folder}.partial", optimizer=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(f"{folder}.partial", folder)
+        self.backend.unload(model.id)
+        model.offloaded, model.offloads = True, model.offloads + 1
+
+    def _loaded(self, model: TrainingModel) -> None:
+        """Load an offloaded model back (engine thread), exactly as it was written out."""
+        model.used = time.monotonic()
+        if not model.offloaded:
+            return
+        self.backend.create(model.id, model.base, model.lora)
+        self.backend.load(model.id, self._offload_folder(model), optimizer=True)
+        model.offloaded = False
 
     def close(self) -> None:
         """Stop taking work; runs of loaded models end ``stopped`` (their checkpoints stay loadable)."""
@@ -218,15 +291,26 @@ class TinkerService:
                 work = None
             if seq_id < model.next_seq:  # an id already passed (a client that restarted its counter): run now
                 if work is not None:
-                    self._run(future, work)
+                    self._run(future, self._with_model(model, work))
                 return future
             model.waiting[seq_id] = (future, work)
             while model.next_seq in model.waiting:
                 queued, job = model.waiting.pop(model.next_seq)
                 if job is not None:
-                    self._run(queued, job)
+                    self._run(queued, self._with_model(model, job))
                 model.next_seq += 1
         return future
+
+    def _with_model(self, model: TrainingModel, work: Callable[[], Any]) -> Callable[[], Any]:
+        """``work``, run once ``model`` is in the backend (loaded back if it was written out)."""
+        def run() -> Any:
+            self._loaded(model)
+            try:
+                return work()
+            finally:
+                model.used = time.monotonic()
+
+        return run
 
     def _now(self, user: str, work: Callable[[], Any]) -> Future:
         future = self._future(user)
@@ -368,6 +452,7 @@ class TinkerService:
             result = self.backend.forward_backward(model.id, data, loss, settings, backward)
             if backward:
                 model.pending_loss = (model.pending_loss or 0.0) + result.metrics["loss:sum"]
+                model.has_gradients = True
             return encode(result)
 
         return self._in_order(model, request["seq_id"], user, work)
@@ -379,6 +464,7 @@ class TinkerService:
         def work() -> dict[str, Any]:
             metrics = self.backend.optim_step(model.id, adam)
             model.steps += 1
+            model.has_gradients = False
             self._log(model, {"step": model.steps, "train_loss": model.pending_loss,
                               "learning_rate": adam.learning_rate, "grad_norm": metrics.get("grad_norm")})
             model.pending_loss = None

@@ -1,0 +1,127 @@
+"""The Tinker API under load: ``forward_backward`` + ``optim_step`` latency with 1 and 4 concurrent clients, and the
+aggregate tokens per second of 4 clients over 1 (issue 29's goal: at least 1.5 on a 2-core machine).
+
+A ``twinkle serve --tinker`` on a small random Llama (hidden 64, 2 layers, a 300-id vocabulary; one torch thread,
+as the suite runs servers) and N client processes, each with the official ``tinker`` SDK: its own LoRA model
+(rank 8), then ``STEPS`` steps of one ``forward_backward`` of ``BATCH`` sequences of ``LENGTH`` tokens and one
+``optim_step``, each waited for (a closed loop, as a training loop runs). A step's latency is from the
+``forward_backward`` call to the ``optim_step``'s answer; tokens/s is every client's tokens over the wall time of
+the slowest. Writes ``bench/results/tinker_api.json``.
+
+    python bench/tinker_api.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from multiprocessing import get_context
+from pathlib import Path
+
+STEPS, WARMUP, BATCH, LENGTH = 20, 2, 4, 64
+
+
+def _base(folder: Path) -> Path:
+    """A small random Llama saved as Hugging Face saves it, with a tokenizer (what the server offers as 'tiny')."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from twinkle_llm.model import build_config
+    from twinkle_llm.tokenizing import TextTokenizer
+
+    tokenizer = TextTokenizer.train([f"Spell {n} backwards {str(n)[::-1]}" for n in range(100, 200)], 300)
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_config(build_config("llama", {
+        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": tokenizer.vocab_size, "eos_token_id": tokenizer.eos_id}))
+    model.save_pretrained(folder)
+    tokenizer.backend.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def _client(port: int, key: str, seed: int, out: object, together: object) -> None:
+    """One client's loop: its model, the warm-up steps, then (once every client is warm: ``together``, a
+    barrier) ``STEPS`` timed steps."""
+    os.environ.update(TINKER_TELEMETRY="0", HF_HUB_OFFLINE="1", NO_PROXY="127.0.0.1,localhost")
+    import random
+
+    import tinker
+    from tinker import types
+
+    rng = random.Random(seed)
+    service = tinker.ServiceClient(base_url=f"http://127.0.0.1:{port}/tinker", api_key=key)
+    training = service.create_lora_training_client(base_model="tiny", rank=8).result()
+    data = []
+    for _ in range(BATCH):
+        tokens = [rng.randrange(3, 290) for _ in range(LENGTH + 1)]
+        data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                                loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * LENGTH}))
+    latencies = []
+    started = None
+    for step in range(WARMUP + STEPS):
+        if step == WARMUP:
+            together.wait()  # type: ignore[attr-defined]
+            started = time.perf_counter()
+        begin = time.perf_counter()
+        training.forward_backward(data, "cross_entropy").result()
+        training.optim_step(types.AdamParams(learning_rate=1e-3)).result()
+        if step >= WARMUP:
+            latencies.append(time.perf_counter() - begin)
+    out.put({"latencies": latencies, "started": started, "ended": time.perf_counter(),
+             "tokens": STEPS * BATCH * LENGTH})
+
+
+def _round(clients: int, port: int, key: str) -> dict[str, float]:
+    """``clients`` processes at once; latency percentiles and aggregate tokens/s."""
+    import numpy as np
+
+    context = get_context("spawn")
+    queue, together = context.Queue(), context.Barrier(clients)
+    processes = [context.Process(target=_client, args=(port, key, seed, queue, together)) for seed in range(clients)]
+    for process in processes:
+        process.start()
+    results = [queue.get(timeout=1800) for _ in processes]
+    for process in processes:
+        process.join()
+    latencies = np.array([value for result in results for value in result["latencies"]]) * 1000
+    wall = max(r["ended"] for r in results) - min(r["started"] for r in results)
+    return {"clients": clients, "steps": len(latencies), "p50_ms": round(float(np.percentile(latencies, 50)), 1),
+            "p99_ms": round(float(np.percentile(latencies, 99)), 1),
+            "tokens_per_second": round(sum(r["tokens"] for r in results) / wall, 1)}
+
+
+def main() -> None:
+    """Both rounds against one server; the ratio; the JSON file."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from twinkle_core.testing.service import ServiceRunner
+
+    with tempfile.TemporaryDirectory(prefix="twinkle-tinker-bench-") as folder:
+        root = Path(folder)
+        base = _base(root / "base")
+        runner = ServiceRunner(root)
+        (root / "data.txt").write_text("unused\n")
+        home, _, tokens = runner.home(root / "data.txt", "bench")
+        port = runner.free_port()
+        runner.start(home, port, "--workers", "0", "--tinker", "--tinker-model", f"tiny={base}")
+        try:
+            key = "tml-" + tokens["bench"]
+            rounds = [_round(1, port, key), _round(4, port, key)]
+        finally:
+            runner.stop_all()
+    ratio = rounds[1]["tokens_per_second"] / rounds[0]["tokens_per_second"]
+    result = {"what": "Tinker API: forward_backward + optim_step per step, each client its own LoRA model (rank 8) "
+                      f"on a shared base (Llama hidden 64, 2 layers); {BATCH} sequences of {LENGTH} tokens a step",
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores", "rounds": rounds,
+              "aggregate_tokens_per_second_4_over_1": round(ratio, 2), "goal": ">= 1.5",
+              "command": "python bench/tinker_api.py"}
+    out = Path(__file__).resolve().parent / "results" / "tinker_api.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
