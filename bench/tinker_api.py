@@ -61,37 +61,50 @@ def _client(port: int, key: str, seed: int, out: object, together: object) -> No
         data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
                                 loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * LENGTH}))
     latencies = []
-    started = None
+    started, cpu = None, 0.0
     for step in range(WARMUP + STEPS):
         if step == WARMUP:
             together.wait()  # type: ignore[attr-defined]
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
         begin = time.perf_counter()
         training.forward_backward(data, "cross_entropy").result()
         training.optim_step(types.AdamParams(learning_rate=1e-3)).result()
         if step >= WARMUP:
             latencies.append(time.perf_counter() - begin)
     out.put({"latencies": latencies, "started": started, "ended": time.perf_counter(),
-             "tokens": STEPS * BATCH * LENGTH})
+             "tokens": STEPS * BATCH * LENGTH, "client_cpu": time.process_time() - cpu})
 
 
-def _round(clients: int, port: int, key: str) -> dict[str, float]:
-    """``clients`` processes at once; latency percentiles and aggregate tokens/s."""
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _round(clients: int, port: int, key: str, server: int) -> dict[str, float]:
+    """``clients`` processes at once; latency percentiles, aggregate tokens/s, and the CPU seconds the server and
+    the clients spent per step (the machine's cores are shared by both)."""
     import numpy as np
 
     context = get_context("spawn")
-    queue, together = context.Queue(), context.Barrier(clients)
+    queue, together = context.Queue(), context.Barrier(clients + 1)  # the clients, and this process
     processes = [context.Process(target=_client, args=(port, key, seed, queue, together)) for seed in range(clients)]
     for process in processes:
         process.start()
+    together.wait()
+    server_before = _cpu_seconds(server)
     results = [queue.get(timeout=1800) for _ in processes]
+    server_cpu = _cpu_seconds(server) - server_before
     for process in processes:
         process.join()
     latencies = np.array([value for result in results for value in result["latencies"]]) * 1000
     wall = max(r["ended"] for r in results) - min(r["started"] for r in results)
-    return {"clients": clients, "steps": len(latencies), "p50_ms": round(float(np.percentile(latencies, 50)), 1),
+    steps = len(latencies)
+    return {"clients": clients, "steps": steps, "p50_ms": round(float(np.percentile(latencies, 50)), 1),
             "p99_ms": round(float(np.percentile(latencies, 99)), 1),
-            "tokens_per_second": round(sum(r["tokens"] for r in results) / wall, 1)}
+            "tokens_per_second": round(sum(r["tokens"] for r in results) / wall, 1),
+            "server_cpu_ms_per_step": round(1000 * server_cpu / steps, 1),
+            "client_cpu_ms_per_step": round(1000 * sum(r["client_cpu"] for r in results) / steps, 1)}
 
 
 def main() -> None:
@@ -106,10 +119,10 @@ def main() -> None:
         (root / "data.txt").write_text("unused\n")
         home, _, tokens = runner.home(root / "data.txt", "bench")
         port = runner.free_port()
-        runner.start(home, port, "--workers", "0", "--tinker", "--tinker-model", f"tiny={base}")
+        server = runner.start(home, port, "--workers", "0", "--tinker", "--tinker-model", f"tiny={base}")
         try:
             key = "tml-" + tokens["bench"]
-            rounds = [_round(1, port, key), _round(4, port, key)]
+            rounds = [_round(1, port, key, server.pid), _round(4, port, key, server.pid)]
         finally:
             runner.stop_all()
     ratio = rounds[1]["tokens_per_second"] / rounds[0]["tokens_per_second"]

@@ -5,6 +5,7 @@ from twinkle_core.lowlevel.backend import (
     AdamSettings,
     BaseModel,
     Datum,
+    ForwardRequest,
     ForwardResult,
     Loss,
     LoraSettings,
@@ -14,5 +15,5 @@ from twinkle_core.lowlevel.backend import (
 )
 from twinkle_core.lowlevel.losses import LOSSES, get_loss
 
-__all__ = ["AdamSettings", "BaseModel", "Datum", "ForwardResult", "LOSSES", "Loss", "LoraSettings",
+__all__ = ["AdamSettings", "BaseModel", "Datum", "ForwardRequest", "ForwardResult", "LOSSES", "Loss", "LoraSettings",
            "SampleSettings", "Sequence", "TrainingBackend", "get_loss"]

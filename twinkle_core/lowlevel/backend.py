@@ -101,6 +101,18 @@ class ForwardResult:
 
 
 @dataclass
+class ForwardRequest:
+    """One ``forward_backward`` of a batch the service hands a backend at once (``forward_backward_many``):
+    the model, its data, the loss and its settings, and whether to accumulate gradients."""
+
+    model_id: str
+    data: list[Datum]
+    loss: Any
+    settings: dict[str, Any] = field(default_factory=dict)
+    backward: bool = True
+
+
+@dataclass
 class Sequence:
     """A sampled continuation: its ``tokens``, their ``logprobs`` and why it ended (``stop``: a stop token or
     string; ``length``: ``max_tokens``)."""
@@ -142,6 +154,16 @@ class TrainingBackend(ABC):
             TwinkleError: a datum that does not fit the model (a token outside its vocabulary, lengths that
                 differ), named with the datum and the fix, before anything changes.
         """
+
+    def forward_backward_many(self, requests: list[ForwardRequest]) -> list[ForwardResult]:
+        """Several models' passes at once (the service gathers those waiting on the same base): one result per
+        request, each as ``forward_backward`` would give it alone. Default: one after another; a backend that
+        can run them as one batch (adapters per row) overrides it.
+
+        Raises:
+            TwinkleError: a request's data do not fit (checked for all before anything runs).
+        """
+        return [self.forward_backward(r.model_id, r.data, r.loss, r.settings, r.backward) for r in requests]
 
     @abstractmethod
     def optim_step(self, model_id: str, adam: AdamSettings) -> dict[str, float]:

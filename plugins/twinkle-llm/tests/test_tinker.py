@@ -241,3 +241,43 @@ def test_an_idle_model_is_written_out_and_comes_back_exactly_and_requests_are_ra
         assert limited.post("alice", "load_weights", missing).status_code == 404  # a limit per user
     finally:
         runner.stop_all()
+
+
+def test_passes_of_several_models_batched_together_equal_each_alone(small_base: Path) -> None:
+    """The backend's batched pass (several users' adapters, one row each, through one forward over the shared
+    base) gives each model the log-probabilities, loss and gradients its own pass gives (what lets the server
+    batch concurrent users' steps)."""
+    import numpy as np
+    import torch
+
+    from twinkle_core.lowlevel import Datum, ForwardRequest, LoraSettings, get_loss
+    from twinkle_llm.backend import LoraBackend
+
+    backend = LoraBackend({"tiny": str(small_base)})
+    for n in range(2):
+        backend.create(f"m{n}", "tiny", LoraSettings(rank=4, seed=n))
+    base = backend._bases["tiny"]["peft"]
+    with torch.no_grad():  # adapters that change the output (B starts at zero)
+        for name, param in base.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(name)))
+    loss = get_loss("cross_entropy")
+    data = [[Datum(SEQUENCE[:-1], {"target_tokens": np.array(SEQUENCE[1:])})],
+            [Datum(SEQUENCE[3:20], {"target_tokens": np.array(SEQUENCE[4:21]),
+                                    "weights": np.linspace(0, 1, 17, dtype=np.float32)})]]
+
+    def grads() -> dict[str, torch.Tensor]:
+        found = {n: p.grad.clone() for n, p in base.named_parameters() if p.grad is not None}
+        base.zero_grad(set_to_none=True)
+        return found
+
+    alone = [backend.forward_backward(f"m{n}", data[n], loss, {}, True) for n in range(2)]
+    alone_grads = grads()
+    together = backend.forward_backward_many([ForwardRequest(f"m{n}", data[n], loss, {}, True) for n in range(2)])
+    together_grads = grads()
+    for one, other in zip(alone, together):
+        assert one.metrics["loss:sum"] == pytest.approx(other.metrics["loss:sum"], rel=1e-5)
+        assert np.allclose(one.outputs[0]["logprobs"], other.outputs[0]["logprobs"], atol=1e-5)
+    assert alone_grads.keys() == together_grads.keys() and len(alone_grads) > 0
+    for name in alone_grads:
+        assert torch.allclose(alone_grads[name], together_grads[name], atol=1e-5), name

@@ -24,6 +24,7 @@ from twinkle_core.lowlevel import (
     AdamSettings,
     BaseModel,
     Datum,
+    ForwardRequest,
     ForwardResult,
     Loss,
     LoraSettings,
@@ -176,34 +177,63 @@ class LoraBackend(TrainingBackend):
 
     def forward_backward(self, model_id: str, data: list[Datum], loss: Loss, settings: dict[str, Any],
                          backward: bool) -> ForwardResult:
-        """One padded batch through the active adapter: target log-probabilities, the loss, its gradients."""
-        model, base = self._activate(model_id)
-        self._check(data, base["vocab"])
+        """One model's pass (``forward_backward_many`` of one request)."""
+        return self.forward_backward_many([ForwardRequest(model_id, data, loss, settings, backward)])[0]
+
+    def forward_backward_many(self, requests: list[ForwardRequest]) -> list[ForwardResult]:
+        """Every request's data in one padded batch per base, each row through its own model's adapter (peft's
+        per-row ``adapter_names``): target log-probabilities, each request's loss, and the gradients of those
+        with ``backward`` (a row only reaches its own adapter, so each model gets exactly its own gradients)."""
+        results: dict[int, ForwardResult] = {}
+        by_base: dict[str, list[int]] = {}
+        for index, request in enumerate(requests):
+            model = self._models.get(request.model_id)
+            if model is None:
+                raise TwinkleError(f"model '{request.model_id}' is not loaded")
+            self._check(request.data, self._bases[model.base]["vocab"])
+            by_base.setdefault(model.base, []).append(index)
+        for base_name, indices in by_base.items():
+            for index, result in zip(indices, self._batch(self._bases[base_name], [requests[i] for i in indices])):
+                results[index] = result
+        return [results[i] for i in range(len(requests))]
+
+    def _batch(self, base: dict[str, Any], requests: list[ForwardRequest]) -> list[ForwardResult]:
         network = base["peft"]
-        network.train(backward)
-        lengths = [len(d.tokens) for d in data]
-        ids = torch.zeros(len(data), max(lengths), dtype=torch.long)
+        network.eval()  # no dropout anywhere (the adapters have none): training and evaluation passes agree
+        rows = [(r, datum) for r in requests for datum in r.data]
+        lengths = [len(datum.tokens) for _, datum in rows]
+        ids = torch.zeros(len(rows), max(lengths), dtype=torch.long)
         mask = torch.zeros_like(ids)
-        for row, datum in enumerate(data):
+        for row, (_, datum) in enumerate(rows):
             ids[row, :lengths[row]] = torch.as_tensor(datum.tokens, dtype=torch.long)
             mask[row, :lengths[row]] = 1
+        adapters = [self._models[r.model_id].adapter for r, _ in rows]
+        backward = any(r.backward for r in requests)
+        per_row = {"adapter_names": adapters} if len(set(adapters)) > 1 else {}  # one model: peft's plain path
+        if not per_row:
+            network.set_adapter(adapters[0])
+        for request in requests:
+            if request.backward:
+                for p in self._parameters(base, self._models[request.model_id].adapter):
+                    p.requires_grad_(True)
         with torch.set_grad_enabled(backward):
-            logits = network(input_ids=ids, attention_mask=mask).logits.float()
+            logits = network(input_ids=ids, attention_mask=mask, **per_row).logits.float()
             logprobs = torch.log_softmax(logits, dim=-1)
             total = torch.zeros(())
-            outputs = []
-            for row, datum in enumerate(data):
+            outputs: dict[int, list[dict[str, np.ndarray]]] = {id(r): [] for r in requests}
+            sums: dict[int, torch.Tensor] = {id(r): torch.zeros(()) for r in requests}
+            for row, (request, datum) in enumerate(rows):
                 inputs = {k: torch.tensor(np.asarray(v)).reshape(-1) for k, v in datum.inputs.items()}
-                targets = inputs["target_tokens"].long()
-                picked = logprobs[row, :lengths[row]].gather(-1, targets[:, None]).squeeze(-1)
-                elementwise, summed = loss(picked, inputs, settings)
-                total = total + summed
-                outputs.append({"logprobs": picked.detach().numpy().astype(np.float32),
-                                "elementwise_loss": elementwise.detach().numpy().astype(np.float32)})
+                picked = logprobs[row, :lengths[row]].gather(-1, inputs["target_tokens"].long()[:, None]).squeeze(-1)
+                elementwise, summed = request.loss(picked, inputs, request.settings)
+                sums[id(request)] = sums[id(request)] + summed
+                if request.backward:
+                    total = total + summed
+                outputs[id(request)].append({"logprobs": picked.detach().numpy().astype(np.float32),
+                                             "elementwise_loss": elementwise.detach().numpy().astype(np.float32)})
             if backward:
                 total.backward()
-        network.eval()
-        return ForwardResult(outputs, {"loss:sum": float(total.detach())})
+        return [ForwardResult(outputs[id(r)], {"loss:sum": float(sums[id(r)].detach())}) for r in requests]
 
     def optim_step(self, model_id: str, adam: AdamSettings) -> dict[str, float]:
         """AdamW with this step's settings, gradients clipped at ``grad_clip_norm`` (when not 0)."""

@@ -23,6 +23,10 @@ from twinkle_core.serve.tinker.state import POLL_SECONDS, NotFound, Refused, Tin
 
 router = APIRouter(tags=["tinker"])
 
+# The calls of a training step (forward_backward, optim_step, asample, retrieve_future) are ``async``: they only
+# check, queue and answer (the engine thread does the work), so they run on the event loop without a hop to the
+# thread pool and back; calls that touch files or the catalogue stay plain ``def``.
+
 
 async def tinker_user(request: Request, svc: Annotated[Service, Depends(service)]) -> str:
     """The caller's name, from ``X-API-Key: tml-<token>`` (401 without a known token; the local user with auth
@@ -42,7 +46,9 @@ async def tinker_user(request: Request, svc: Annotated[Service, Depends(service)
 User = Annotated[str, Depends(tinker_user)]
 
 
-def _state(request: Request) -> TinkerService:
+async def _state(request: Request) -> TinkerService:
+    # async, as every dependency here: FastAPI runs a plain ``def`` dependency in its thread pool, and the hop
+    # costs more than the lookup
     return request.app.state.tinker
 
 
@@ -275,12 +281,12 @@ async def forward_backward(request: Request, user: User, state: State) -> dict[s
     _answer(lambda: state.admit(user))
     body = await request.body()
     parsed = _answer(lambda: wire.read_forward_backward(body, request.headers.get("content-encoding")))
-    future = await asyncio.to_thread(_answer, lambda: state.forward_backward(user, parsed, wire.forward_output))
+    future = _answer(lambda: state.forward_backward(user, parsed, wire.forward_output))
     return _future(future, model_id=parsed["model_id"])
 
 
 @router.post("/optim_step")
-def optim_step(body: OptimStep, user: User, state: State) -> dict[str, Any]:
+async def optim_step(body: OptimStep, user: User, state: State) -> dict[str, Any]:
     """An Adam step on the gradients since the last one."""
     adam = AdamSettings(**(body.adam_params or Adam()).model_dump())
     _answer(lambda: state.admit(user))
@@ -341,7 +347,7 @@ async def get_sampler(sampler_id: str, user: User, state: State) -> dict[str, An
 
 
 @router.post("/asample")
-def asample(body: Sample, user: User, state: State) -> dict[str, Any]:
+async def asample(body: Sample, user: User, state: State) -> dict[str, Any]:
     """``num_samples`` continuations of the prompt (and, with ``prompt_logprobs``, the prompt's own
     log-probabilities: ``compute_logprobs``)."""
     _answer(lambda: state.admit(user))

@@ -30,7 +30,6 @@ import re
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -40,12 +39,14 @@ from twinkle_core.errors import TwinkleError
 from twinkle_core.lowlevel import (
     AdamSettings,
     Datum,
+    ForwardRequest,
     LoraSettings,
     SampleSettings,
     TrainingBackend,
     get_loss,
 )
 from twinkle_core.lowlevel.losses import REQUIRED
+from twinkle_core.serve.tinker.engine import Engine, Pass
 from twinkle_core.store.catalogue import RunStatus
 from twinkle_core.store.runs import RunStore
 
@@ -144,7 +145,7 @@ class TinkerService:
         self._recent: dict[str, list[float]] = {}
         self.boot = uuid.uuid4().hex[:8]
         self.lock = threading.Lock()
-        self.engine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinker-engine")
+        self.engine = Engine(backend, self._loaded)
         self.sessions: dict[str, str] = {}
         self.models: dict[str, TrainingModel] = {}
         self.samplers: dict[str, Sampler] = {}
@@ -186,7 +187,7 @@ class TinkerService:
                 idle = [m for m in self.models.values() if not m.offloaded and not m.has_gradients
                         and not m.waiting and now - m.used > float(self.idle_seconds or 0)]
             for model in idle:
-                self.engine.submit(self._offload, model)
+                self.engine.submit(None, _on(model, lambda m=model: self._offload(m)))
 
     def _offload_folder(self, model: TrainingModel) -> str:
         return self.store.path(model.run_id, "tinker", "offloaded")
@@ -219,7 +220,7 @@ class TinkerService:
 
     def close(self) -> None:
         """Stop taking work; runs of loaded models end ``stopped`` (their checkpoints stay loadable)."""
-        self.engine.shutdown(wait=False, cancel_futures=True)
+        self.engine.stop()
         for model in self.models.values():
             self.store.end_run(model.run_id, RunStatus.STOPPED, only_running=True)
 
@@ -262,17 +263,9 @@ class TinkerService:
             return lost
         raise NotFound(f"request '{request_id}' not found")
 
-    def _run(self, future: Future, work: Callable[[], Any]) -> None:
-        """Run ``work`` on the engine thread and put its answer in ``future``."""
-        def job() -> None:
-            try:
-                future.finish(work())
-            except TwinkleError as err:
-                future.finish(error=(str(err), "user"))
-            except Exception as err:  # noqa: BLE001 — any failure answers the future, never hangs it
-                future.finish(error=(f"{type(err).__name__}: {err}", "server"))
-
-        self.engine.submit(job)
+    def _run(self, future: Future, work: Callable[[], Any] | Pass) -> None:
+        """Queue ``work`` on the engine; its answer goes to ``future``."""
+        self.engine.submit(future, work)
 
     def _in_order(self, model: TrainingModel, seq_id: int, user: str, work: Callable[[], Any] | None,
                   refused: str | None = None) -> Future:
@@ -301,8 +294,12 @@ class TinkerService:
                 model.next_seq += 1
         return future
 
-    def _with_model(self, model: TrainingModel, work: Callable[[], Any]) -> Callable[[], Any]:
-        """``work``, run once ``model`` is in the backend (loaded back if it was written out)."""
+    def _with_model(self, model: TrainingModel, work: Callable[[], Any] | Pass) -> Callable[[], Any] | Pass:
+        """``work``, run once ``model`` is in the backend (loaded back if it was written out; the engine does it
+        for a ``Pass``)."""
+        if isinstance(work, Pass):
+            return work
+
         def run() -> Any:
             self._loaded(model)
             try:
@@ -310,7 +307,7 @@ class TinkerService:
             finally:
                 model.used = time.monotonic()
 
-        return run
+        return _on(model, run)
 
     def _now(self, user: str, work: Callable[[], Any]) -> Future:
         future = self._future(user)
@@ -448,13 +445,14 @@ class TinkerService:
             raise
         loss, settings = get_loss(loss_fn), request["loss_fn_config"]
 
-        def work() -> bytes:
-            result = self.backend.forward_backward(model.id, data, loss, settings, backward)
+        def done(result: Any) -> bytes:
+            model.used = time.monotonic()
             if backward:
                 model.pending_loss = (model.pending_loss or 0.0) + result.metrics["loss:sum"]
                 model.has_gradients = True
             return encode(result)
 
+        work = Pass(model, ForwardRequest(model.id, data, loss, settings, backward), done)
         return self._in_order(model, request["seq_id"], user, work)
 
     def optim_step(self, user: str, model_id: str, seq_id: int, adam: AdamSettings) -> Future:
@@ -680,6 +678,12 @@ class TinkerService:
                               "time": _iso(record.get("time", 0)), "tinker_path": record["tinker_path"],
                               "size_bytes": size, "public": False})
         return sorted(found, key=lambda c: c["time"])
+
+
+def _on(model: TrainingModel, work: Callable[[], Any]) -> Callable[[], Any]:
+    """``work``, marked as working on ``model`` (the engine batches no later pass of it ahead of ``work``)."""
+    work.model = model  # type: ignore[attr-defined]
+    return work
 
 
 def _iso(seconds: float) -> str:
