@@ -180,6 +180,27 @@ def test_bad_data_is_a_400_naming_the_field_and_changes_nothing(server: Server) 
     assert training.forward([_datum()], "cross_entropy").result().metrics["loss:sum"] == pytest.approx(before)
 
 
+def test_rl_losses_go_through_the_sdk(server: Server) -> None:
+    """``importance_sampling`` and ``ppo`` take the sampler's log-probabilities and advantages through the SDK:
+    with the model's own log-probabilities as the sampler's (ratio 1) each token's loss is ``-advantage``, and a
+    backward pass with them trains (the next forward's log-probabilities change)."""
+    training = server.client("alice").create_lora_training_client(base_model="tiny", rank=8).result()
+    tokens = SEQUENCE[:12]
+    own = training.forward([_datum(tokens)], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
+    advantages = [1.0 if i % 2 else -0.5 for i in range(len(own))]
+    rl = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                     loss_fn_inputs={"target_tokens": tokens[1:], "logprobs": own, "advantages": advantages})
+    for loss in ("importance_sampling", "ppo"):
+        out = training.forward([rl], loss).result()
+        assert out.metrics["loss:sum"] == pytest.approx(-sum(advantages), abs=1e-4)
+        assert out.loss_fn_outputs[0]["elementwise_loss"].tolist() == pytest.approx([-a for a in advantages], abs=1e-5)
+    training.forward_backward([rl], "ppo", loss_fn_config={"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}
+                              ).result()
+    training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    after = training.forward([_datum(tokens)], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
+    assert max(abs(a - b) for a, b in zip(after, own)) > 1e-3
+
+
 def test_a_killed_server_restarts_and_a_checkpoint_continues_exactly(server: Server) -> None:
     """SIGKILL during training: after a restart on the same store, a model made from the last ``save_state``
     (with its optimizer) takes the same steps as the uninterrupted model took after that checkpoint; a request

@@ -56,6 +56,8 @@ ALGORITHM = "tinker-lora"
 """The algorithm name Tinker training runs are recorded under."""
 POLL_SECONDS = 25.0
 """How long ``retrieve_future`` holds a poll open (the SDK gives up on one after 45 s)."""
+KEEP_ANSWERS_SECONDS = 600.0
+"""How long a future's answer is kept after it is ready (a client polls within seconds; then it is freed)."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
 
@@ -79,11 +81,12 @@ class Future:
     error: tuple[str, str] | None = None
     waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = field(default_factory=list)
     guard: threading.Lock = field(default_factory=threading.Lock)
+    finished: float = 0.0
 
     def finish(self, result: Any = None, error: tuple[str, str] | None = None) -> None:
         """Set the answer and wake every poll waiting on it."""
         with self.guard:
-            self.result, self.error = result, error
+            self.result, self.error, self.finished = result, error, time.monotonic()
             self.done.set()
             waiters, self.waiters = self.waiters, []
         for loop, waiter in waiters:
@@ -156,8 +159,7 @@ class TinkerService:
             if run.algorithm == ALGORITHM and run.status == RunStatus.RUNNING:
                 store.end_run(run.id, RunStatus.INTERRUPTED, "the server stopped while the model was loaded; "
                               "load a checkpoint to continue")
-        if idle_seconds is not None:
-            threading.Thread(target=self._sweep, name="tinker-idle", daemon=True).start()
+        threading.Thread(target=self._sweep, name="tinker-sweep", daemon=True).start()
 
     # ------------------------------------------------------------ limits and memory
     def admit(self, user: str) -> None:
@@ -178,14 +180,22 @@ class TinkerService:
             self._recent[user] = [*recent, now]
 
     def _sweep(self) -> None:
-        """Every few seconds, write out the models idle past ``idle_seconds`` (on the engine thread)."""
-        interval = max(0.2, min(5.0, float(self.idle_seconds or 0) / 4))
+        """Every few seconds, write out the models idle past ``idle_seconds`` (on the engine thread) and free the
+        answers kept past ``KEEP_ANSWERS_SECONDS``."""
+        interval = max(0.2, min(5.0, float(self.idle_seconds or 20.0) / 4))
         while True:
             time.sleep(interval)
             now = time.monotonic()
             with self.lock:
                 idle = [m for m in self.models.values() if not m.offloaded and not m.has_gradients
-                        and not m.waiting and now - m.used > float(self.idle_seconds or 0)]
+                        and not m.waiting and now - m.used > float(self.idle_seconds or 0)] \
+                    if self.idle_seconds is not None else []
+                expired = [key for key, f in self.futures.items()
+                           if f.done.is_set() and now - f.finished > KEEP_ANSWERS_SECONDS]
+                for key in expired:
+                    del self.futures[key]
+                for model in self.models.values():
+                    model.by_seq = {seq: key for seq, key in model.by_seq.items() if key in self.futures}
             for model in idle:
                 self.engine.submit(None, _on(model, lambda m=model: self._offload(m)))
 
@@ -338,10 +348,15 @@ class TinkerService:
         self._session(user, session)
         model_id = f"{session}:train:{model_seq_id}"
         with self.lock:
-            if model_id in self.models:
-                known = self.models[model_id].by_seq.get(0)
-                if known is not None:
-                    return model_id, self.futures[known]
+            if model_id in self.models:  # the same request again (a client's retry): its first answer
+                if self.models[model_id].user != user:
+                    raise NotFound(f"session '{session}' not found")
+                known = self.futures.get(self.models[model_id].by_seq.get(0, ""))
+                if known is None:
+                    known = Future(f"{self.boot}-{next(self._ids)}", user)
+                    known.finish({"model_id": model_id, "type": "create_model"})
+                    self.futures[known.id] = known
+                return model_id, known
             if base_model not in self.bases:
                 raise TwinkleError(f"base_model '{base_model}' is not served here; choose one of "
                                    f"{', '.join(sorted(self.bases)) or 'none (start the server with --tinker-model)'}")
@@ -557,6 +572,8 @@ class TinkerService:
         if len(parts) != 3 or parts[1] not in ("weights", "sampler_weights"):
             raise NotFound(f"checkpoint '{path}' not found (a tinker://<model>/weights/<name> path)")
         model_id, kind, name = parts
+        if not _NAME.match(name):
+            raise NotFound(f"checkpoint '{path}' not found")
         run_id = self.models[model_id].run_id if model_id in self.models and self.models[model_id].user == user \
             else self._run_of(user, model_id)
         folder = self.store.path(run_id, "tinker", kind, name)
