@@ -55,6 +55,8 @@ def _home(home: str | None) -> str:
 @click.option("--tinker-model", "tinker_models", multiple=True, metavar="NAME=FOLDER",
               help="A base model the Tinker API offers: its name and local Hugging Face folder (repeatable).")
 @click.option("--tinker-backend", default="llm", show_default=True, help="The training backend (a plugin's).")
+@click.option("--tinker-max-models-per-user", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Tinker training models one user may have loaded at once (429 past it).")
 @click.option("--tinker-idle-seconds", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
               help="Write a Tinker model idle this long out of memory (it is loaded back when next used).")
 @click.option("--tinker-max-requests-per-minute", type=click.IntRange(min=1),
@@ -63,8 +65,8 @@ def serve(host: str, port: int, workers: int | None, home: str | None, no_auth: 
           max_running_per_user: int | None, max_queued_per_user: int, max_wall_clock: float | None,
           lease_seconds: float, grace_seconds: float, poll_seconds: float, max_upload_bytes: str,
           ray_address: str | None, training_nice: int, api_processes: int | None, fresh_processes: bool,
-          tinker: bool, tinker_models: tuple[str, ...], tinker_backend: str, tinker_idle_seconds: float,
-          tinker_max_requests_per_minute: int | None) -> None:
+          tinker: bool, tinker_models: tuple[str, ...], tinker_backend: str, tinker_max_models_per_user: int,
+          tinker_idle_seconds: float, tinker_max_requests_per_minute: int | None) -> None:
     """Serve training jobs: the API at /api/v1, the dashboard at /, local workers (and with --tinker the Tinker
     API at /tinker)."""
     from twinkle_core.planning.hardware import parse_bytes
@@ -83,7 +85,7 @@ def serve(host: str, port: int, workers: int | None, home: str | None, no_auth: 
                           max_upload_bytes=upload_limit, ray_address=ray_address, training_nice=training_nice,
                           api_processes=api_processes, fresh_processes=fresh_processes, tinker=tinker,
                           tinker_backend=tinker_backend, tinker_models=_named_folders(tinker_models),
-                          tinker_idle_seconds=tinker_idle_seconds,
+                          tinker_max_models_per_user=tinker_max_models_per_user, tinker_idle_seconds=tinker_idle_seconds,
                           tinker_max_requests_per_minute=tinker_max_requests_per_minute)
     run_server(config, announce=lambda text: click.echo(text, err=True))
 

@@ -70,7 +70,9 @@ def server(small_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     data = folder / "unused.txt"
     data.write_text("the Tinker API reads no dataset\n")
     try:
-        yield Server(runner, small_base, data)
+        # every test of the module makes models on this one server: room for all of them (the per-user limit is
+        # the idle test's server's)
+        yield Server(runner, small_base, data, "--tinker-max-models-per-user", "64")
     finally:
         runner.stop_all()
 
@@ -154,8 +156,10 @@ def test_two_users_train_at_once_and_neither_reaches_the_others(server: Server) 
     alice = results["alice"][0]
     path = alice.save_state("private").result().path
     session = server.post("alice", "create_session", {"type": "create_session"}).json()["session_id"]
-    pending = server.post("alice", "create_model", {"session_id": session, "base_model": "tiny",
-                                                    "lora_config": {"rank": 2}}).json()["request_id"]
+    created = server.post("alice", "create_model", {"session_id": session, "base_model": "tiny",
+                                                    "lora_config": {"rank": 2}})
+    assert created.status_code == 200, created.text
+    pending = created.json()["request_id"]
     assert server.post("bob", "get_info", {"model_id": alice.model_id}).status_code == 404
     assert server.post("bob", "retrieve_future", {"request_id": pending}).status_code == 404
     assert server.post("bob", "weights_info", {"tinker_path": path}).status_code == 404
@@ -213,8 +217,10 @@ def test_a_killed_server_restarts_and_a_checkpoint_continues_exactly(server: Ser
     path = training.save_state("before-kill").result().path
     expected = _train(training, 3)
     session = server.post("alice", "create_session", {"type": "create_session"}).json()["session_id"]
-    answered = server.post("alice", "create_model", {"session_id": session, "base_model": "tiny",
-                                                     "lora_config": {"rank": 2}}).json()["request_id"]
+    created = server.post("alice", "create_model", {"session_id": session, "base_model": "tiny",
+                                                    "lora_config": {"rank": 2}})
+    assert created.status_code == 200, created.text
+    answered = created.json()["request_id"]
     in_flight = training.forward_backward([_datum()], "cross_entropy")
     os.killpg(server.process.pid, signal.SIGKILL)
     server.process.wait()
