@@ -25,24 +25,6 @@ from pathlib import Path
 STEPS, WARMUP, BATCH, LENGTH = 20, 2, 4, 64
 
 
-def _base(folder: Path) -> Path:
-    """A small random Llama saved as Hugging Face saves it, with a tokenizer (what the server offers as 'tiny')."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from twinkle_llm.model import build_config
-    from twinkle_llm.tokenizing import TextTokenizer
-
-    tokenizer = TextTokenizer.train([f"Spell {n} backwards {str(n)[::-1]}" for n in range(100, 200)], 300)
-    torch.manual_seed(1)
-    model = AutoModelForCausalLM.from_config(build_config("llama", {
-        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "vocab_size": tokenizer.vocab_size, "eos_token_id": tokenizer.eos_id}))
-    model.save_pretrained(folder)
-    tokenizer.backend.save(str(folder / "tokenizer.json"))
-    return folder
-
-
 def _client(port: int, key: str, seed: int, out: object, together: object) -> None:
     """One client's loop: its model, the warm-up steps, then (once every client is warm: ``together``, a
     barrier) ``STEPS`` timed steps."""
@@ -114,7 +96,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="twinkle-tinker-bench-") as folder:
         root = Path(folder)
-        base = _base(root / "base")
+        from twinkle_llm.samples import write_random_base
+
+        base = write_random_base(root / "base", hidden_size=64, intermediate_size=128)
         runner = ServiceRunner(root)
         (root / "data.txt").write_text("unused\n")
         home, _, tokens = runner.home(root / "data.txt", "bench")

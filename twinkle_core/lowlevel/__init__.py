@@ -12,8 +12,9 @@ from twinkle_core.lowlevel.backend import (
     SampleSettings,
     Sequence,
     TrainingBackend,
+    check_data,
 )
 from twinkle_core.lowlevel.losses import LOSSES, get_loss
 
 __all__ = ["AdamSettings", "BaseModel", "Datum", "ForwardRequest", "ForwardResult", "LOSSES", "Loss", "LoraSettings",
-           "SampleSettings", "Sequence", "TrainingBackend", "get_loss"]
+           "SampleSettings", "Sequence", "TrainingBackend", "check_data", "get_loss"]

@@ -25,6 +25,8 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
+from twinkle_core.errors import TwinkleError
+
 
 @dataclass(frozen=True)
 class BaseModel:
@@ -120,6 +122,37 @@ class Sequence:
     tokens: list[int]
     logprobs: list[float]
     stop_reason: Literal["stop", "length"]
+
+
+def check_data(data: list[Datum], vocab_size: int = 0, required: tuple[str, ...] = (), loss_fn: str = "") -> None:
+    """Every datum fits before anything runs: tokens, an input per token for each of the loss's inputs (the
+    ``required`` ones present), token ids within ``vocab_size`` (0: unchecked) — the service checks a request
+    with it before queueing it, a backend before it computes.
+
+    Raises:
+        TwinkleError: naming the datum and the field (``data[0].model_input has token id 99999, ...``).
+    """
+    if not data:
+        raise TwinkleError("data is empty: send at least one datum")
+    for i, datum in enumerate(data):
+        if not datum.tokens:
+            raise TwinkleError(f"data[{i}].model_input is empty")
+        for key in required:
+            if key not in datum.inputs:
+                raise TwinkleError(f"data[{i}].loss_fn_inputs lacks '{key}', which {loss_fn} needs")
+        for key in sorted(datum.inputs, key=lambda name: (name != "target_tokens", name)):
+            size = np.asarray(datum.inputs[key]).size
+            if size != len(datum.tokens):
+                raise TwinkleError(f"data[{i}].loss_fn_inputs['{key}'] has {size} values for {len(datum.tokens)} "
+                                   "input tokens; give one per input token")
+        if vocab_size:
+            for where, ids in (("model_input", datum.tokens),
+                               ("loss_fn_inputs['target_tokens']", datum.inputs.get("target_tokens", []))):
+                array = np.asarray(ids, dtype=np.int64).reshape(-1)
+                outside = array[(array < 0) | (array >= vocab_size)]
+                if outside.size:
+                    raise TwinkleError(f"data[{i}].{where} has token id {int(outside[0])}, outside the model's "
+                                       f"vocabulary (0–{vocab_size - 1})")
 
 
 Loss = Callable[[Any, dict[str, Any], dict[str, Any]], tuple[Any, Any]]

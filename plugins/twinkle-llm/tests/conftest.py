@@ -56,18 +56,6 @@ def opposites() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
 def small_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small random Llama (2 layers, hidden 32) saved as Hugging Face saves it, with a tokenizer trained on
     spelled-out numbers: a base for LoRA mechanics that need no learned weights; read-only."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    from twinkle_llm.samples import write_random_base
 
-    from twinkle_llm.model import build_config
-    from twinkle_llm.tokenizing import TextTokenizer
-
-    folder = tmp_path_factory.mktemp("small-base")
-    tokenizer = TextTokenizer.train([f"Spell {n} backwards {str(n)[::-1]}" for n in range(100, 200)], 300)
-    torch.manual_seed(1)
-    model = AutoModelForCausalLM.from_config(build_config("llama", {
-        "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "vocab_size": tokenizer.vocab_size, "eos_token_id": tokenizer.eos_id}))
-    model.save_pretrained(folder)
-    tokenizer.backend.save(str(folder / "tokenizer.json"))
-    return folder
+    return write_random_base(tmp_path_factory.mktemp("small-base"))

@@ -31,6 +31,7 @@ from twinkle_core.lowlevel import (
     SampleSettings,
     Sequence,
     TrainingBackend,
+    check_data,
 )
 
 from twinkle_llm.folders import read_config, tokenizer_file
@@ -50,6 +51,13 @@ class _Model:
     adapter: str
     lora: LoraSettings
     optimizer: torch.optim.AdamW
+
+    def train(self) -> None:
+        """Mark the adapter's parameters (the optimizer's) trainable: peft's ``set_adapter`` leaves only the
+        active adapter so, and a batch may train several."""
+        for group in self.optimizer.param_groups:
+            for param in group["params"]:
+                param.requires_grad_(True)
 
 
 class LoraBackend(TrainingBackend):
@@ -140,8 +148,7 @@ class LoraBackend(TrainingBackend):
             raise TwinkleError(f"model '{model_id}' is not loaded")
         base = self._bases[model.base]
         base["peft"].set_adapter(model.adapter)
-        for p in self._parameters(base, model.adapter):  # set_adapter leaves only the active one trainable
-            p.requires_grad_(True)
+        model.train()
         return model, base
 
     def unload(self, model_id: str) -> None:
@@ -151,30 +158,6 @@ class LoraBackend(TrainingBackend):
             self._bases[model.base]["peft"].delete_adapter(model.adapter)
 
     # ------------------------------------------------------------ training
-    @staticmethod
-    def _check(data: list[Datum], vocab: int) -> None:
-        """Every datum fits the model before anything runs (the model's state is left as it was on a bad one);
-        the service has checked the loss's inputs are there."""
-        if not data:
-            raise TwinkleError("data is empty: give at least one datum")
-        for i, datum in enumerate(data):
-            tokens = np.asarray(datum.tokens)
-            if tokens.size == 0:
-                raise TwinkleError(f"data[{i}].model_input is empty")
-            bad = tokens[(tokens < 0) | (tokens >= vocab)]
-            if bad.size:
-                raise TwinkleError(f"data[{i}].model_input has token id {int(bad[0])}, outside the model's "
-                                   f"vocabulary (0–{vocab - 1})")
-            for key, values in datum.inputs.items():
-                if np.asarray(values).reshape(-1).shape[0] != tokens.size:
-                    raise TwinkleError(f"data[{i}].loss_fn_inputs['{key}'] has {np.asarray(values).size} values "
-                                       f"for {tokens.size} input tokens; give one per input token")
-            targets = np.asarray(datum.inputs.get("target_tokens", []))
-            if targets.size and ((targets < 0) | (targets >= vocab)).any():
-                bad_target = int(targets[(targets < 0) | (targets >= vocab)][0])
-                raise TwinkleError(f"data[{i}].loss_fn_inputs['target_tokens'] has token id {bad_target}, outside "
-                                   f"the model's vocabulary (0–{vocab - 1})")
-
     def forward_backward(self, model_id: str, data: list[Datum], loss: Loss, settings: dict[str, Any],
                          backward: bool) -> ForwardResult:
         """One model's pass (``forward_backward_many`` of one request)."""
@@ -190,7 +173,7 @@ class LoraBackend(TrainingBackend):
             model = self._models.get(request.model_id)
             if model is None:
                 raise TwinkleError(f"model '{request.model_id}' is not loaded")
-            self._check(request.data, self._bases[model.base]["vocab"])
+            check_data(request.data, self._bases[model.base]["vocab"])
             by_base.setdefault(model.base, []).append(index)
         for base_name, indices in by_base.items():
             for index, result in zip(indices, self._batch(self._bases[base_name], [requests[i] for i in indices])):
@@ -214,8 +197,7 @@ class LoraBackend(TrainingBackend):
             network.set_adapter(adapters[0])
         for request in requests:
             if request.backward:
-                for p in self._parameters(base, self._models[request.model_id].adapter):
-                    p.requires_grad_(True)
+                self._models[request.model_id].train()
         with torch.set_grad_enabled(backward):
             logits = network(input_ids=ids, attention_mask=mask, **per_row).logits.float()
             logprobs = torch.log_softmax(logits, dim=-1)
@@ -316,7 +298,7 @@ class LoraBackend(TrainingBackend):
                prompt_logprobs: bool) -> tuple[list[Sequence], list[float] | None]:
         """Autoregressive sampling with the adapter in ``weights`` (or a base alone, by name)."""
         base, network = self._sampler(weights)
-        self._check([Datum(list(prompt))], base["vocab"])
+        check_data([Datum(list(prompt))], base["vocab"])
         generator = torch.Generator().manual_seed(settings.seed) if settings.seed is not None else None
         stops = self._stop_ids(base, settings)
         ids = torch.as_tensor([prompt], dtype=torch.long)

@@ -5,7 +5,9 @@
 * ``opposites``: a generated task with a checkable answer — the opposite of a word, asked in eight phrasings —
   split into prompts to train on and prompts held out;
 * ``write_conversations`` / ``write_preferences``: those pairs as instruction-tuning conversations, or as
-  preference pairs whose rejected answer is a fixed wrong word (``wrong_answers``).
+  preference pairs whose rejected answer is a fixed wrong word (``wrong_answers``);
+* ``write_random_base``: a small random Llama saved as Hugging Face saves it, with a tokenizer — a base model
+  folder for LoRA mechanics and the Tinker API, no learned weights needed.
 """
 
 from __future__ import annotations
@@ -69,3 +71,24 @@ def write_preferences(path: Path, examples: list[Example], wrong: dict[str, str]
     path.write_text("".join(json.dumps({"prompt": prompt, "chosen": answer, "rejected": wrong[answer]}) + "\n"
                             for prompt, answer in examples))
     return path
+
+
+def write_random_base(folder: Path, hidden_size: int = 32, intermediate_size: int = 64, seed: int = 1) -> Path:
+    """A random 2-layer Llama (``hidden_size``, ``intermediate_size``, 4 heads) saved into ``folder`` as Hugging
+    Face saves it, with a tokenizer trained on spelled-out numbers (a 300-id vocabulary); returns ``folder``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from twinkle_llm.model import build_config
+    from twinkle_llm.tokenizing import TextTokenizer
+
+    folder = Path(folder)
+    tokenizer = TextTokenizer.train([f"Spell {n} backwards {str(n)[::-1]}" for n in range(100, 200)], 300)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(build_config("llama", {
+        "hidden_size": hidden_size, "intermediate_size": intermediate_size, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": tokenizer.vocab_size,
+        "eos_token_id": tokenizer.eos_id}))
+    model.save_pretrained(folder)
+    tokenizer.backend.save(str(folder / "tokenizer.json"))
+    return folder

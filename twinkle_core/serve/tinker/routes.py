@@ -10,6 +10,7 @@ what the caller does not have (another user's model, checkpoint or future too), 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Annotated, Any, Callable
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
@@ -384,8 +385,6 @@ async def retrieve_future(body: Retrieve, user: User, state: State) -> Response:
 
 
 def _json(value: Any) -> Response:
-    import json
-
     return Response(json.dumps(value), media_type="application/json")
 
 

@@ -33,8 +33,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy as np
-
 from twinkle_core.errors import TwinkleError
 from twinkle_core.lowlevel import (
     AdamSettings,
@@ -43,6 +41,7 @@ from twinkle_core.lowlevel import (
     LoraSettings,
     SampleSettings,
     TrainingBackend,
+    check_data,
     get_loss,
 )
 from twinkle_core.lowlevel.losses import REQUIRED
@@ -419,34 +418,16 @@ class TinkerService:
             self.sessions.pop(session, None)
 
     # ------------------------------------------------------------ training
-    def check_data(self, model: TrainingModel, data: list[Datum], loss_fn: str) -> None:
-        """The request's data fit the model and the loss (named with the datum and field), before it is queued.
+    @staticmethod
+    def check_data(model: TrainingModel, data: list[Datum], loss_fn: str) -> None:
+        """The request's data fit the model and the loss (``twinkle_core.lowlevel.check_data``), before it is
+        queued.
 
         Raises:
             TwinkleError: an unknown loss, a missing input, lengths that differ, a token outside the vocabulary.
         """
         get_loss(loss_fn)
-        if not data:
-            raise TwinkleError("data is empty: send at least one datum")
-        for i, datum in enumerate(data):
-            if not datum.tokens:
-                raise TwinkleError(f"data[{i}].model_input is empty")
-            for key in REQUIRED[loss_fn]:
-                if key not in datum.inputs:
-                    raise TwinkleError(f"data[{i}].loss_fn_inputs lacks '{key}', which {loss_fn} needs")
-            for key in sorted(datum.inputs, key=lambda name: (name != "target_tokens", name)):
-                values = datum.inputs[key]
-                if np.asarray(values).size != len(datum.tokens):
-                    raise TwinkleError(f"data[{i}].loss_fn_inputs['{key}'] has {np.asarray(values).size} values for "
-                                       f"{len(datum.tokens)} input tokens; give one per input token")
-            if model.vocab:
-                for where, ids in (("model_input", datum.tokens), ("loss_fn_inputs['target_tokens']",
-                                                                   datum.inputs.get("target_tokens", []))):
-                    array = np.asarray(ids, dtype=np.int64).reshape(-1)
-                    outside = array[(array < 0) | (array >= model.vocab)]
-                    if outside.size:
-                        raise TwinkleError(f"data[{i}].{where} has token id {int(outside[0])}, outside the model's "
-                                           f"vocabulary (0–{model.vocab - 1})")
+        check_data(data, model.vocab, REQUIRED[loss_fn], loss_fn)
 
     def forward_backward(self, user: str, request: dict[str, Any], encode: Callable[[Any], bytes]) -> Future:
         """Queue a forward (``forward_only``) or forward-backward pass; a request whose data do not fit is refused
