@@ -76,6 +76,20 @@ def test_folders_that_would_run_code_or_are_not_supported_are_refused(twinkle_ho
         fit("llama-1b", weights=str(folder))
     with pytest.raises(HyperparameterError, match="'size' = '2b' is not a qwen3 size; choose one of 0.6b, 1.7b"):
         fit("qwen3-2b")
+    # adapters to start from: a pickled one, one whose rank contradicts lora_rank, one without a base
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8,
+                                                             "target_modules": ["q_proj", "v_proj"]}))
+    (adapter / "adapter_model.bin").write_bytes(b"not opened")
+    with pytest.raises(ModelFolderError, match="no adapter_model.safetensors .it holds adapter_model.bin, which is "
+                                               "never unpickled"):
+        fit("qwen2-0.5b", weights=str(folder), adapter=str(adapter))
+    (adapter / "adapter_model.safetensors").write_bytes(b"")
+    with pytest.raises(HyperparameterError, match="'lora_rank' = 8 but adapter '.*' has 4; drop 'lora_rank'"):
+        fit("qwen2-0.5b", weights=str(folder), adapter=str(adapter), lora_rank=8)
+    with pytest.raises(HyperparameterError, match="'adapter' = .* adapts a base model, but 'weights' names none"):
+        fit("llm-tiny", adapter=str(adapter))
     assert RunStore().list() == []
 
 

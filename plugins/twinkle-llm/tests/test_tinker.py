@@ -136,6 +136,66 @@ def test_a_saved_state_reloads_with_identical_weights_and_optimizer(server: Serv
     assert _train(copy, 3) == _train(original, 3)
 
 
+def test_a_tinker_checkpoint_is_a_peft_adapter_that_twinkle_llm_continues_and_exports(
+        server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``save_state`` folder is a peft adapter folder: ``PeftModel.from_pretrained`` on the base and twinkle-llm's
+    ``adapter=`` (given the checkpoint's ``twinkle://`` URI) both score tokens as the server's ``compute_logprobs``
+    does (within 1e-4); a Twinkle run continues training from it and exports a merged ``hf`` folder and a ``peft``
+    adapter, each verified against the trained model."""
+    import json
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from twinkle_core import DataSpec, RunStore, Trainer
+    from twinkle_llm.model import LlmTiny
+
+    service = server.client("alice")
+    training = service.create_lora_training_client(base_model="tiny", rank=4, seed=5).result()
+    _train(training, 5)
+    path = training.save_state("five").result().path
+    sampler = training.save_weights_and_get_sampling_client().result()
+    served = sampler.compute_logprobs(types.ModelInput.from_ints(SEQUENCE)).result()[1:]
+
+    run = next(r for r in tinker.RestClient(base_url=f"http://127.0.0.1:{server.port}/tinker",
+                                            api_key="tml-" + server.tokens["alice"]).list_training_runs()
+               .result().training_runs if r.training_run_id == training.model_id)
+    store = RunStore(str(server.home))
+    folder = Path(store.run_dir(store.get(f"twinkle://{run.user_metadata['twinkle_run']}").id)) / "tinker" / \
+        "weights" / "five"
+    record = json.loads((folder / "checkpoint.json").read_text())
+    assert record["tinker_path"] == path
+    assert record["twinkle_uri"] == f"twinkle://{run.user_metadata['twinkle_run']}/tinker/weights/five"
+
+    ids = torch.tensor([SEQUENCE])
+
+    def logprobs(network: Any) -> list[float]:
+        with torch.no_grad():
+            logits = network(input_ids=ids).logits[0, :-1].log_softmax(-1)
+        return logits.gather(-1, ids[0, 1:, None])[:, 0].tolist()
+
+    base = AutoModelForCausalLM.from_pretrained(server.base, local_files_only=True, use_safetensors=True)
+    assert max(abs(a - b) for a, b in zip(logprobs(PeftModel.from_pretrained(base, folder)), served)) < 1e-4
+
+    monkeypatch.setenv("TWINKLE_HOME", str(server.home))  # twinkle:// URIs name the server's store
+    uri = record["twinkle_uri"]
+    continued = LlmTiny(weights=str(server.base), adapter=uri)
+    assert (continued.lora_rank, continued.lora_alpha) == (4, 8.0)
+    continued.configure_data(DataSpec(task="causal_lm", input_shape=(len(SEQUENCE),), vocab_size=300))
+    assert max(abs(a - b) for a, b in zip(logprobs(continued.model), served)) < 1e-4
+    text = tmp_path / "numbers.jsonl"
+    text.write_text("".join(json.dumps({"text": f"Spell {n} backwards {str(n)[::-1]}"}) + "\n"
+                            for n in range(100, 140)))
+    trainer = Trainer("llm-tiny", hyperparams={"weights": str(server.base), "adapter": uri, "max_steps": 3,
+                                               "batch_size": 8, "max_seq_len": 32, "val_generations": 0},
+                      project="continued", progress_bar=False, verbose=False)
+    trainer.fit(str(text))
+    merged, adapter = trainer.export("hf"), trainer.export("peft")
+    assert merged.max_abs_diff <= 1e-4 and merged.details["merged_lora"] is True
+    assert adapter.max_abs_diff <= 1e-4 and adapter.details["rank"] == 4
+
+
 def test_two_users_train_at_once_and_neither_reaches_the_others(server: Server) -> None:
     """Alice and Bob train concurrently on the one base (each on their own adapters, both losses fall); Bob's
     requests for Alice's model, future and checkpoint are 404s."""
@@ -257,7 +317,7 @@ def test_an_idle_model_is_written_out_and_comes_back_exactly_and_requests_are_ra
         first = _train(paused, 2)
         time.sleep(3.5)
         offloaded = limited.home / "runs" / "alice" / "tinker"
-        assert any(offloaded.glob("run*/tinker/offloaded/adapter.safetensors"))
+        assert any(offloaded.glob("run*/tinker/offloaded/adapter_model.safetensors"))
         assert first + _train(paused, 2) == _train(steady, 4)
 
         missing = {"session_id": "none", "model_seq_id": 0, "path": "tinker://none/weights/none", "optimizer": False}

@@ -10,6 +10,7 @@ read as twinkle-llm reads them (safetensors only, ``tokenizer.json``).
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -38,9 +39,14 @@ from twinkle_llm.folders import read_config, tokenizer_file
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
-ADAPTER_FILE = "adapter.safetensors"
+ADAPTER_FILE = "adapter_model.safetensors"
+"""The adapter's weights, named and laid out as peft's ``save_pretrained`` writes them: with
+``adapter_config.json`` beside it, every saved folder is a peft adapter folder (``PeftModel.from_pretrained``,
+twinkle-llm's ``adapter=``)."""
 OPTIMIZER_FILE = "optimizer.safetensors"
 SETTINGS_FILE = "adapter.json"
+"""The Tinker model's settings (base name, rank, layers) and the optimizer's step counts."""
+_EARLIER_ADAPTER_FILE = "adapter.safetensors"  # what twinkle 0.2's first Tinker saves named it
 
 
 @dataclass
@@ -240,6 +246,9 @@ class LoraBackend(TrainingBackend):
         os.makedirs(folder, exist_ok=True)
         state = get_peft_model_state_dict(base["peft"], adapter_name=model.adapter, save_embedding_layers=False)
         save_file({k: v.detach().contiguous() for k, v in state.items()}, os.path.join(folder, ADAPTER_FILE))
+        config = copy.copy(base["peft"].peft_config[model.adapter])
+        config.base_model_name_or_path = self.folders[model.base]
+        config.save_pretrained(folder)  # adapter_config.json, as peft writes it
         settings = {"base_model": model.base, "lora_rank": model.lora.rank, "train_attn": model.lora.train_attn,
                     "train_mlp": model.lora.train_mlp, "train_unembed": model.lora.train_unembed}
         if optimizer:
@@ -261,7 +270,10 @@ class LoraBackend(TrainingBackend):
         try:
             with open(os.path.join(folder, SETTINGS_FILE), encoding="utf-8") as handle:
                 settings = json.load(handle)
-            return settings, load_file(os.path.join(folder, ADAPTER_FILE))
+            weights = os.path.join(folder, ADAPTER_FILE)
+            if not os.path.exists(weights):
+                weights = os.path.join(folder, _EARLIER_ADAPTER_FILE)
+            return settings, load_file(weights)
         except (OSError, ValueError) as err:
             raise TwinkleError(f"'{folder}' holds no saved adapter ({err})") from None
 
@@ -358,8 +370,6 @@ class LoraBackend(TrainingBackend):
     def _continue(network: Any, first: Any, settings: SampleSettings, stops: set[int],
                   generator: torch.Generator | None) -> Sequence:
         """One continuation from the prompt's pass ``first`` (its cache copied, so samples are independent)."""
-        import copy
-
         past = copy.deepcopy(first.cache)
         logits = first.logits[0, -1].float()
         tokens: list[int] = []

@@ -61,3 +61,35 @@ def tokenizer_file(folder: str) -> Path:
         raise ModelFolderError(f"'{folder}' has no tokenizer.json; save the model's fast tokenizer there "
                                "(tokenizer.save_pretrained(folder))")
     return found
+
+
+def read_adapter(location: str) -> tuple[Path, dict[str, Any]]:
+    """A peft LoRA adapter folder — a Tinker checkpoint (``twinkle://USER/tinker/RUN/tinker/weights/NAME``), a
+    ``peft`` export, or any ``save_pretrained`` of a peft model — and its ``adapter_config.json``, checked before
+    anything is loaded.
+
+    Raises:
+        ModelFolderError: not a local folder (after mapping ``twinkle://``), no or unreadable
+            ``adapter_config.json``, not a LoRA adapter, or no ``adapter_model.safetensors`` (a pickled
+            ``adapter_model.bin`` is refused by name: loading it would run code).
+    """
+    from twinkle_core.uris import resolve
+
+    folder = Path(resolve(location).removeprefix("file://")).expanduser()
+    if not folder.is_dir():
+        raise ModelFolderError(f"adapter '{location}' is not a local folder; give a peft adapter folder "
+                               "(adapter_config.json, adapter_model.safetensors): a Tinker checkpoint or a peft export")
+    config_file = folder / "adapter_config.json"
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as err:
+        raise ModelFolderError(f"adapter '{location}': {config_file.name} is missing or not JSON ({err}); a peft "
+                               "adapter folder holds adapter_config.json and adapter_model.safetensors") from None
+    if config.get("peft_type") != "LORA":
+        raise ModelFolderError(f"adapter '{location}' is a {config.get('peft_type')!r} adapter; twinkle-llm "
+                               "continues LoRA adapters")
+    if not (folder / "adapter_model.safetensors").is_file():
+        found = " (it holds adapter_model.bin, which is never unpickled: loading it would run code)" if (
+            folder / "adapter_model.bin").exists() else ""
+        raise ModelFolderError(f"adapter '{location}' has no adapter_model.safetensors{found}")
+    return folder, config

@@ -17,7 +17,7 @@ from twinkle_core.errors import HyperparameterError, TwinkleError
 from twinkle_core.types import NonNegativeInt, PositiveFloat
 
 from twinkle_llm.chat import DEFAULT_TEMPLATE, ChatTemplate, Messages, check_messages
-from twinkle_llm.folders import read_config
+from twinkle_llm.folders import read_adapter, read_config
 from twinkle_llm.presets import PRESETS
 from twinkle_llm.prompts import Prompt, held_out_prompts
 from twinkle_llm.tokenizing import TextTokenizer
@@ -57,8 +57,8 @@ class CausalLM(Algorithm):
 
     def __init__(self, size: str | None = None, weights: str | None = None, dropout: float = 0.0,
                  lora_rank: NonNegativeInt = 0, lora_alpha: float | None = None, lora_targets: str = LORA_ALL,
-                 lora_dropout: float = 0.0, beta: PositiveFloat = 0.1, val_generations: NonNegativeInt = 2,
-                 task: Literal["causal_lm", "instruction_tuning", "preference_tuning"] = "causal_lm") -> None:
+                 lora_dropout: float = 0.0, adapter: str | None = None, beta: PositiveFloat = 0.1,
+                 val_generations: NonNegativeInt = 2, task: Literal["causal_lm", "instruction_tuning", "preference_tuning"] = "causal_lm") -> None:
         """Choose the model.
 
         Args:
@@ -74,6 +74,10 @@ class CausalLM(Algorithm):
             lora_targets: ``all-linear`` (every linear layer but the output head), or the module names to adapt,
                 comma-separated (``q_proj,v_proj``).
             lora_dropout: dropout on the adapters' input while training.
+            adapter: LoRA adapters to start from instead of fresh ones: a peft adapter folder (a Tinker API
+                checkpoint ``twinkle://USER/tinker/RUN/tinker/weights/NAME``, a ``peft`` export, any peft
+                ``save_pretrained``) on the base ``weights`` names. Its rank, scale and layers are the run's (give
+                ``lora_rank`` etc. only to confirm them); its ``adapter_model.safetensors`` is loaded, never a pickle.
             beta: DPO's strength (``preference_tuning``): how far the policy may move from the reference; TRL's
                 default.
             val_generations: held-out prompts the model answers (greedily, up to 32 tokens) at every validation,
@@ -117,6 +121,9 @@ class CausalLM(Algorithm):
         self._reference: list[nn.Module] = []  # DPO's frozen reference without LoRA (not a submodule: not saved)
         self.lora_alpha = float(lora_alpha) if lora_alpha is not None else 2.0 * lora_rank
         self.lora_targets = LORA_ALL if targets == [LORA_ALL] else targets
+        self.adapter = adapter
+        if adapter is not None:
+            self._take_adapter(adapter, lora_rank, lora_alpha, targets)
         self._tokenizer: TextTokenizer | None = None
         self._template: ChatTemplate | None = None
         self._val_sum: torch.Tensor | None = None
@@ -148,17 +155,61 @@ class CausalLM(Algorithm):
                     "bos_token_id": None, "attention_dropout": self.dropout}
         return AutoModelForCausalLM.from_config(build_config(self.family, settings), dtype=torch.float32)
 
+    def _take_adapter(self, adapter: str, rank: int, alpha: float | None, targets: list[str]) -> None:
+        """The rank, scale and layers of the adapter folder ``adapter`` (those given must agree with it)."""
+        if not self.weights:
+            raise HyperparameterError(f"'adapter' = {adapter!r} adapts a base model, but 'weights' names none: give "
+                                      "weights='/path/to/hf-folder', the base the adapter was trained on")
+        config = read_adapter(adapter)[1]
+        found = config.get("target_modules")
+        found = sorted(found) if isinstance(found, (list, tuple)) else found
+        own = {"lora_rank": int(config.get("r") or 0), "lora_alpha": float(config.get("lora_alpha") or 0.0),
+               "lora_targets": found}
+        given = {"lora_rank": rank or None, "lora_alpha": alpha,
+                 "lora_targets": None if targets == [LORA_ALL] else sorted(targets)}
+        for name, value in given.items():
+            if value is not None and value != own[name]:
+                raise HyperparameterError(f"'{name}' = {value!r} but adapter '{adapter}' has {own[name]!r}; drop "
+                                          f"'{name}' (the adapter's is used) or start from fresh adapters")
+        if own["lora_rank"] < 1 or not found:
+            raise HyperparameterError(f"adapter '{adapter}': its adapter_config.json names no rank or layers")
+        self.lora_rank, self.lora_alpha, self.lora_targets = own["lora_rank"], own["lora_alpha"], found
+
     def with_adapters(self, model: nn.Module) -> nn.Module:
-        """``model`` frozen, with peft's LoRA adapters on ``lora_targets`` (the only weights that train)."""
+        """``model`` frozen, with peft's LoRA adapters on ``lora_targets`` (the only weights that train): fresh ones,
+        or ``adapter``'s weights.
+
+        Raises:
+            HyperparameterError: the targets do not fit the network; TwinkleError: ``adapter`` was trained on
+                another base (names or shapes differ).
+        """
         from peft import LoraConfig, get_peft_model
 
         config = LoraConfig(r=self.lora_rank, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
                             target_modules=self.lora_targets, task_type="CAUSAL_LM")
         try:
-            return get_peft_model(model, config)
+            adapted = get_peft_model(model, config)
         except ValueError as err:  # a target module the network does not have
             named = self.lora_targets if isinstance(self.lora_targets, str) else ",".join(self.lora_targets)
             raise HyperparameterError(f"'lora_targets' = {named!r} does not fit {type(model).__name__}: {err}") from err
+        if self.adapter is not None:
+            self._load_adapter(adapted)
+        return adapted
+
+    def _load_adapter(self, adapted: nn.Module) -> None:
+        from peft import get_peft_model_state_dict, set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        folder = read_adapter(str(self.adapter))[0]
+        state = load_file(str(folder / "adapter_model.safetensors"))
+        expected = get_peft_model_state_dict(adapted, save_embedding_layers=False)
+        differ = sorted(set(state) ^ set(expected))
+        differ += [k for k in sorted(set(state) & set(expected)) if state[k].shape != expected[k].shape]
+        if differ:
+            raise TwinkleError(f"adapter '{self.adapter}' does not fit the base '{self.weights}': "
+                               f"{len(differ)} weights differ in name or shape, first {', '.join(differ[:3])}; "
+                               "give the base folder it was trained on")
+        set_peft_model_state_dict(adapted, state)
 
     def tensor_parallel_plan(self, mesh: Any) -> dict[str, Any]:
         """The Llama plan (``twinkle_llm.parallel``): attention and MLP split by heads and width, sequence-parallel

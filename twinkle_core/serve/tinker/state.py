@@ -510,8 +510,9 @@ class TinkerService:
 
             shutil.rmtree(partial, ignore_errors=True)
             self.backend.save(model.id, partial, optimizer=kind == "weights")
+            uri = f"{self.store.get(model.run_id).uri}/tinker/{kind}/{name}"
             with open(os.path.join(partial, "checkpoint.json"), "w", encoding="utf-8") as handle:
-                json.dump({"tinker_path": path, "model_id": model.id, "base_model": model.base,
+                json.dump({"tinker_path": path, "twinkle_uri": uri, "model_id": model.id, "base_model": model.base,
                            "lora": vars(model.lora), "kind": kind, "step": model.steps, "time": time.time()}, handle)
             shutil.rmtree(folder, ignore_errors=True)
             os.replace(partial, folder)  # a kill before this line leaves the previous checkpoint whole
