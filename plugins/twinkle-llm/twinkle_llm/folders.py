@@ -73,10 +73,11 @@ def read_adapter(location: str) -> tuple[Path, dict[str, Any]]:
             ``adapter_config.json``, not a LoRA adapter, or no ``adapter_model.safetensors`` (a pickled
             ``adapter_model.bin`` is refused by name: loading it would run code).
     """
-    from twinkle_core.uris import resolve
+    from twinkle_core.data import filesystem, is_local
 
-    folder = Path(resolve(location).removeprefix("file://")).expanduser()
-    if not folder.is_dir():
+    fs, path = filesystem(location)
+    folder = Path(path).expanduser()
+    if not is_local(fs) or not folder.is_dir():
         raise ModelFolderError(f"adapter '{location}' is not a local folder; give a peft adapter folder "
                                "(adapter_config.json, adapter_model.safetensors): a Tinker checkpoint or a peft export")
     config_file = folder / "adapter_config.json"
