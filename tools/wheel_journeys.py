@@ -68,6 +68,8 @@ CACHE_ENV: dict[str, str] = runpy.run_path(str(ROOT / "conftest.py"))["CACHE_DEF
 # rknn-toolkit2's converter venv that 'make' built inside the dev venv (700 MB; it borrows the same pinned torch):
 # the journeys' fresh venvs use it instead of making their own
 RKNN_VENV = ROOT / ".venv" / "share" / "twinkle" / "rknn-venv"
+# tinker-cookbook (requirements/tinker-cookbook.txt), the Tinker test's client, run with the dev venv's Python
+TINKER_COOKBOOK = ROOT / ".venv" / "share" / "twinkle" / "tinker-cookbook"
 
 
 def wheel(dist_dir: Path, distribution: str) -> Path:
@@ -88,6 +90,7 @@ def clean_env() -> dict[str, str]:
     env.update(CACHE_ENV)
     env["UV_CACHE_DIR"] = str(CACHE / "uv")
     env.setdefault("TWINKLE_RKNN_VENV", str(RKNN_VENV))
+    env.setdefault("TWINKLE_TINKER_COOKBOOK", str(TINKER_COOKBOOK))
     return env
 
 

@@ -22,6 +22,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.processes]  # a server process
 tinker = pytest.importorskip("tinker", reason="the tinker SDK is in twinkle-llm's test extra")
 from tinker import types  # noqa: E402
 
+COOKBOOK_MODEL = "meta-llama/Llama-3.2-1B"
+"""The base-model name the cookbook test's server gives the small base (the recipe picks its chat renderer, and
+its tokenizer folder, by the model's name)."""
+
 SEQUENCE = list(range(5, 37))
 """The tokens the supervised loop learns to continue (ids of the small base's vocabulary)."""
 
@@ -72,7 +76,9 @@ def server(small_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     try:
         # every test of the module makes models on this one server: room for all of them (the per-user limit is
         # the idle test's server's)
-        yield Server(runner, small_base, data, "--tinker-max-models-per-user", "64")
+        yield Server(runner, small_base, data, "--tinker-max-models-per-user", "64",
+                     # the name tinker-cookbook's recipe knows (its renderer and tokenizer are chosen by it)
+                     "--tinker-model", f"{COOKBOOK_MODEL}={small_base}")
     finally:
         runner.stop_all()
 
@@ -194,6 +200,77 @@ def test_a_tinker_checkpoint_is_a_peft_adapter_that_twinkle_llm_continues_and_ex
     merged, adapter = trainer.export("hf"), trainer.export("peft")
     assert merged.max_abs_diff <= 1e-4 and merged.details["merged_lora"] is True
     assert adapter.max_abs_diff <= 1e-4 and adapter.details["rank"] == 4
+
+
+GUARD = """import socket, sys
+_connect, _lookup = socket.socket.connect, socket.getaddrinfo
+def _ours(host):
+    return host in ("127.0.0.1", "localhost", "::1") or not isinstance(host, str) or host.startswith("/")
+def _refuse(host):
+    with open(__file__ + ".refused", "a") as out:
+        out.write(f"{host}\\n")
+    raise OSError(f"offline: {host} is not 127.0.0.1")
+def connect(self, address):
+    host = address[0] if isinstance(address, tuple) else address
+    return _connect(self, address) if _ours(host) else _refuse(host)
+def getaddrinfo(host, *args, **kwargs):
+    return _lookup(host, *args, **kwargs) if host is None or _ours(host) else _refuse(host)
+socket.socket.connect, socket.getaddrinfo = connect, getaddrinfo
+"""
+"""A ``sitecustomize`` for the cookbook's process: every connection and name lookup but 127.0.0.1's is refused
+(and written down), so the recipe provably reaches no other host."""
+
+
+def test_the_cookbooks_supervised_recipe_runs_unchanged_and_offline(server: Server, tmp_path: Path) -> None:
+    """tinker-cookbook's supervised recipe (``tinker_cookbook.recipes.sl_basic``, from its wheel: make installs it
+    beside .venv, ``requirements/tinker-cookbook.txt``) runs as released — configured on its command line with our
+    base URL, a local JSONL of conversations and a few steps — in a process where every connection but to 127.0.0.1
+    is refused: it trains, evaluates its held-out loss through ``compute_logprobs``, saves its checkpoints on our
+    server, and exits 0. The one outside host it tries (a price list) is refused, and it goes on without."""
+    import json
+    import subprocess
+    import sys
+
+    from twinkle_core import RunStore
+    from twinkle_llm.samples import opposites, write_conversations
+
+    cookbook = Path(os.environ.get("TWINKLE_TINKER_COOKBOOK")
+                    or Path(sys.prefix) / "share" / "twinkle" / "tinker-cookbook")
+    python = cookbook.parents[2] / "bin" / "python"  # the dev venv's: tinker, transformers and torch are there
+    assert (cookbook / "tinker_cookbook").is_dir() and python.exists(), f"make installs the cookbook in {cookbook}"
+    work = tmp_path / "client"
+    (work / COOKBOOK_MODEL).parent.mkdir(parents=True)
+    (work / COOKBOOK_MODEL).symlink_to(server.base)  # the name is its tokenizer's folder too
+    (work / "guard").mkdir()
+    (work / "guard" / "sitecustomize.py").write_text(GUARD)
+    data = write_conversations(tmp_path / "opposites.jsonl", opposites()[0][:64])
+    common = "dataset_builder.common_config"
+    env = {**os.environ, "PYTHONPATH": f"{work / 'guard'}:{cookbook}", "TINKER_API_KEY": "tml-" + server.tokens["bob"],
+           "TINKER_TELEMETRY": "0", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("TINKER_BASE_URL", None)
+    done = subprocess.run(
+        [str(python), "-m", "tinker_cookbook.recipes.sl_basic", f"model_name={COOKBOOK_MODEL}",
+         f"base_url=http://127.0.0.1:{server.port}/tinker", f"log_path={work / 'log'}", "max_steps=4",
+         "save_every=2", "lora_rank=8", "learning_rate=1e-3",
+         "dataset_builder=tinker_cookbook.supervised.data:FromConversationFileBuilder",
+         f"dataset_builder.file_path={data}", "dataset_builder.test_size=8",
+         f"{common}.model_name_for_tokenizer={COOKBOOK_MODEL}", f"{common}.renderer_name=role_colon",
+         f"{common}.max_length=128", f"{common}.batch_size=8"],
+        cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    steps = [json.loads(line) for line in (work / "log" / "metrics.jsonl").read_text().splitlines()]
+    losses = [row["train_mean_nll"] for row in steps if "train_mean_nll" in row]
+    assert len(losses) == 4 and all(0 < loss < 20 for loss in losses)
+    assert any("test/nll" in key for row in steps for key in row)  # its evaluator scored the held-out 8
+
+    rest = tinker.RestClient(base_url=f"http://127.0.0.1:{server.port}/tinker", api_key="tml-" + server.tokens["bob"])
+    (run,) = [r for r in rest.list_training_runs().result().training_runs if r.base_model == COOKBOOK_MODEL]
+    assert run.last_checkpoint.tinker_path == f"tinker://{run.training_run_id}/weights/final"
+    record = RunStore(str(server.home)).get(f"twinkle://{run.user_metadata['twinkle_run']}")
+    logged = (Path(RunStore(str(server.home)).run_dir(record.id)) / "logs" / "metrics.csv").read_text().splitlines()
+    assert len(logged) == 1 + 4  # our run recorded its four steps
+    refused = (work / "guard" / "sitecustomize.py.refused").read_text().split()
+    assert refused and set(refused) == {"tinker-docs.thinkingmachines.ai"}, refused  # the guard held; it went on
 
 
 def test_two_users_train_at_once_and_neither_reaches_the_others(server: Server) -> None:
