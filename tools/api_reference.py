@@ -25,6 +25,7 @@ CORE_MODULES = {
     "twinkle_core.testing": "Testing a plugin",
     "twinkle_core.hookspecs": "Hooks",
     "twinkle_core.lowlevel": "Writing a training backend (the Tinker API)",
+    "twinkle_core.pretrained": "Loading pretrained weights (weights=)",
     "twinkle_core.client": "The service's Python client",
 }
 PLUGIN_OBJECTS = {

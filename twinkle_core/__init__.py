@@ -44,6 +44,9 @@ _LAZY: dict[str, str] = {
     "Predictions": "twinkle_core.engine.prediction:Predictions",
     "PredictionFile": "twinkle_core.predictions:PredictionFile",
     "load_torch_file": "twinkle_core.engine.checkpoints:load_torch_file",
+    "read_weights": "twinkle_core.pretrained:read_weights",
+    "load_weights": "twinkle_core.pretrained:load_weights",
+    "WeightsReport": "twinkle_core.pretrained:WeightsReport",
     "Plan": "twinkle_core.planning.plan:Plan",
     "RunStore": "twinkle_core.store.runs:RunStore",
     "Session": "twinkle_core.session:Session",
@@ -59,6 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from twinkle_core.session import Session
     from twinkle_core.store.runs import RunStore
     from twinkle_core.engine.checkpoints import load_torch_file
+    from twinkle_core.pretrained import WeightsReport, load_weights, read_weights
     from twinkle_core.engine.evaluation import Evaluation
     from twinkle_core.engine.prediction import Predictions
     from twinkle_core.predictions import PredictionFile

@@ -94,6 +94,10 @@ class Algorithm(L.LightningModule):
     prediction_file: ClassVar[str] = "predictions.csv"
     """The file ``predict`` writes in the run's ``predictions/<N>/`` folder when the caller names none."""
 
+    weights_report: Any = None
+    """What ``build_model`` loaded from ``weights=`` (a ``twinkle_core.pretrained.WeightsReport``, set by the
+    algorithm that loads them); the engine writes it into the run as ``weights.json``."""
+
     def __init__(self, task: str | None = None) -> None:
         """Set the task (checked against the known tasks) and default optimizer settings."""
         super().__init__()

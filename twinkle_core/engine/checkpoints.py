@@ -14,14 +14,13 @@ import io
 import os
 import pickle
 import warnings
-import zipfile
 from typing import Any
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
 
-from twinkle_core.errors import TwinkleError
+from twinkle_core.pretrained import UnsafeWeightsError, WeightsError, torch_load
 from twinkle_core.store.atomic import atomic_write_bytes
 from twinkle_core.uris import filesystem, is_local, require_exists
 
@@ -36,11 +35,11 @@ SHARDS_KEY = "twinkle_shards"
 """Key in ``meta.pt``: per optimizer, ``param_groups`` (parameters by name) and ``plain`` (non-tensor state)."""
 
 
-class CheckpointError(TwinkleError):
+class CheckpointError(WeightsError):
     """A checkpoint that cannot be used: missing, corrupt, unsafe, or of another algorithm."""
 
 
-class UnsafeCheckpointError(CheckpointError):
+class UnsafeCheckpointError(CheckpointError, UnsafeWeightsError):
     """A checkpoint whose loading would run code (it pickles objects beyond tensors and plain data)."""
 
 
@@ -69,21 +68,12 @@ def load_torch_file(uri: str, what: str = "checkpoint") -> Any:
     fs, path = require_exists(uri, what)
     if fs.isdir(path) and is_sharded(uri):
         return read_sharded(uri)
-    data = fs.cat_file(path)
     try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        if "Weights only load failed" in str(err) or "weights_only" in str(err):
-            raise UnsafeCheckpointError(
-                f"{what} '{uri}' would run code when loaded (it pickles objects beyond tensors and plain "
-                "data), so Twinkle refuses it and nothing ran; re-save only the state_dict and plain values"
-            ) from None
-        raise CheckpointError(f"{what} '{uri}' is corrupt ({err}); use another file") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
-        raise CheckpointError(
-            f"{what} '{uri}' is corrupt or not a PyTorch file ({type(err).__name__}: {err}); "
-            "use another file, e.g. a run's last.ckpt"
-        ) from None
+        return torch_load(fs.cat_file(path), uri, what=what)
+    except UnsafeWeightsError as err:
+        raise UnsafeCheckpointError(str(err)) from None
+    except WeightsError as err:
+        raise CheckpointError(str(err)) from None
 
 
 def load_checkpoint(uri: str, tensors: bool = True) -> dict[str, Any]:

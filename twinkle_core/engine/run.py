@@ -7,6 +7,7 @@ callbacks take rank 0's folder, and only rank 0 saves), and receive rank 0's ``F
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -42,6 +43,7 @@ from twinkle_core.engine.sharded import ShardedModelParallelStrategy
 from twinkle_core.engine.stopping import StopOnSigterm, StoppedBySignal
 from twinkle_core.engine.utilisation import Utilisation, tokens_per_sample
 from twinkle_core.errors import TwinkleError
+from twinkle_core.store.atomic import atomic_write_text
 from twinkle_core.ops.alerts import Alert, AlertAction, AlertKind
 from twinkle_core.ops.budget import BudgetConfig, BudgetGuard, forecast
 from twinkle_core.ops.memory import MemoryGuard, apply_gpu_limit, facts_of
@@ -298,6 +300,9 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Callable[[Alert
                          details=expected))
     apply_gpu_limit(settings.memory_limit_bytes)
     torch.set_num_threads(plan.torch_threads)
+    if record is not None and algorithm.weights_report is not None:  # what weights= loaded, name by name
+        atomic_write_text(store.path(record.id, "weights.json"),
+                          json.dumps(algorithm.weights_report.to_dict(), indent=2) + "\n")
     ckpt_path = continuation.checkpoint_uri if continuation and continuation.mode == "resume" else None
     if record is not None and continuation is not None and continuation.mode == "resume" and continuation.parent_run:
         parent = store.catalogue.get(store.run_id(continuation.parent_run))

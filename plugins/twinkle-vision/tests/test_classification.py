@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -84,8 +85,11 @@ def test_timm_family_and_weights(twinkle_home, tmp_path, digits_folder) -> None:
     torch.save(trainer.algorithm.model.net.state_dict(), weights)
     other = Trainer("timm/resnet10t", hyperparams={"max_epochs": 1, "image_size": 16, "weights": str(weights)},
                     verbose=False)
-    other.fit(str(digits_folder))
-    assert other.algorithm.skipped_weights == []
+    continued = other.fit(str(digits_folder))
+    report = other.algorithm.weights_report
+    assert report.fresh == [] and report.loaded == len(trainer.algorithm.model.net.state_dict())
+    stored = json.loads((Path(continued.run_dir) / "weights.json").read_text())  # the report, with the run
+    assert stored["source"] == str(weights) and len(stored["matched"]) == report.loaded
     evil = tmp_path / "evil.pt"
     torch.save({"conv1.weight": _Payload()}, evil)  # a pickle that would run code when loaded
     with pytest.raises(TwinkleError, match=f"weights '{evil}' would run code when loaded.*nothing ran"):

@@ -1,7 +1,8 @@
 """Image classification with timm: the ResNet family and any timm model as ``timm/<name>``.
 
 Models are built from timm's configurations with random initialisation — nothing is downloaded. Pretrained
-weights come only from ``weights=`` (a path or URI of a state dict). Input channels and classes come from the
+weights come only from ``weights=``: a timm checkpoint folder, a ``.safetensors`` file or a state dict at any path or
+URI (``twinkle_vision.pretrained``). Input channels and classes come from the
 data; the model's data config (timm's pretrained cfg: input size, minimum side from its stride, mean and
 standard deviation, interpolation, crop) goes to the data processor through ``TimmClassifier.model_input``,
 and the normalisation becomes the model's first layer, so the trained and exported models take raw pixel
@@ -10,6 +11,7 @@ values in [0, 1]. Augmentation is the data processor's (timm's transforms, per s
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar, Literal
 
 import timm
@@ -19,10 +21,12 @@ from timm.models import get_pretrained_cfg
 from torch import nn
 from torch.nn import functional as F
 
-from twinkle_core import Algorithm, load_torch_file
+from twinkle_core import Algorithm
 from twinkle_core.data import DataSpec, ModelInput
-from twinkle_core.errors import TwinkleError
+from twinkle_core.errors import HyperparameterError, TwinkleError
 from twinkle_core.types import Probability
+
+from twinkle_vision.pretrained import load_timm, timm_config
 
 
 class Normalized(nn.Module):
@@ -42,26 +46,6 @@ class Normalized(nn.Module):
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """Forward to timm's ``set_grad_checkpointing``."""
         self.net.set_grad_checkpointing(enable)
-
-
-def load_weights(net: nn.Module, uri: str) -> list[str]:
-    """Load a state dict from ``uri`` (``weights_only``) into ``net``; returns the keys skipped for shape.
-
-    Keys whose shapes differ (a classifier head for another number of classes, another input-channel stem)
-    are skipped and reported; anything else that does not fit is a ``TwinkleError``.
-    """
-    state = load_torch_file(uri, "weights")  # weights_only, with our named errors
-    state = state.get("state_dict", state) if isinstance(state, dict) else state
-    own = net.state_dict()
-    skipped = [k for k, v in state.items() if k in own and tuple(v.shape) != tuple(own[k].shape)]
-    result = net.load_state_dict({k: v for k, v in state.items() if k not in skipped}, strict=False)
-    missing = [k for k in result.missing_keys if k not in skipped]
-    if result.unexpected_keys or len(missing) > len(skipped) + 2:
-        raise TwinkleError(
-            f"weights '{uri}' do not fit this model (unexpected: {result.unexpected_keys[:3]}, missing: "
-            f"{missing[:3]}); pass weights of the same architecture"
-        )
-    return skipped
 
 
 class TimmClassifier(Algorithm):
@@ -87,7 +71,11 @@ class TimmClassifier(Algorithm):
 
         Args:
             model_name: a timm model name (default: this class's, e.g. ``resnet50``).
-            weights: a state dict to start from (a path or any URI); never downloaded.
+            weights: what to start from, at any path or URI, never downloaded: a timm checkpoint folder
+                (``config.json`` and ``model.safetensors``, as timm's ``save_for_hf`` and the Hugging Face hub hold
+                them; its ``pretrained_cfg`` sets the input size and normalisation), a ``.safetensors`` file, or a
+                PyTorch state dict (``weights_only``). New classes leave the classifier fresh; the report of what
+                loaded is the run's ``weights.json``.
             drop_rate: dropout before the classifier.
             label_smoothing: cross-entropy label smoothing.
             normalize: ``"model"`` — the mean and standard deviation of the model's timm config (what its
@@ -100,12 +88,19 @@ class TimmClassifier(Algorithm):
             raise TwinkleError(f"timm has no model '{name}'; similar: {', '.join(close) or 'none'}")
         self.model_name, self.weights, self.normalize = name, weights, normalize
         self.drop_rate, self.label_smoothing = drop_rate, label_smoothing
-        self.skipped_weights: list[str] = []
+        self.weights_config = timm_config(weights) if weights else {}
+        found = str(self.weights_config.get("architecture") or name)
+        if found.split(".")[0] != name.split(".")[0]:
+            raise HyperparameterError(f"'weights' = {weights!r} is a {found} checkpoint, not {name}; use "
+                                      f"timm/{found} with it, or weights of {name}")
 
     def model_input(self) -> ModelInput:
         """timm's data config for ``model_name``: input size, minimum side (its stride), mean and standard
         deviation, interpolation, centre-crop share and whether the size is fixed (ViTs)."""
         cfg = get_pretrained_cfg(self.model_name)
+        folder = self.weights_config.get("pretrained_cfg")
+        if isinstance(folder, dict) and cfg is not None:  # the checkpoint's own data config comes first
+            cfg = replace(cfg, **{k: v for k, v in folder.items() if k in vars(cfg)})
         if cfg is None:
             return ModelInput(name=self.model_name, size=(224, 224), min_size=32, crop_pct=DEFAULT_CROP_PCT)
         size = tuple(int(v) for v in cfg.input_size[-2:])
@@ -123,7 +118,7 @@ class TimmClassifier(Algorithm):
         net = timm.create_model(self.model_name, pretrained=False, num_classes=spec.num_classes,
                                 in_chans=spec.in_channels, drop_rate=self.drop_rate)
         if self.weights:
-            self.skipped_weights = load_weights(net, self.weights)
+            self.weights_report = load_timm(net, self.weights)
         return Normalized(net, *self._normalization(spec))
 
     def _normalization(self, spec: DataSpec) -> tuple[list[float], list[float]]:

@@ -23,7 +23,7 @@ from torch import nn
 from twinkle_core import Algorithm
 from twinkle_core.data import DataSpec
 from twinkle_core.errors import TwinkleError
-from twinkle_vision.classification import load_weights
+from twinkle_vision.pretrained import load_ultralytics
 from twinkle_vision.yolo import offline
 
 SIZES = ("n", "s", "m", "l", "x")
@@ -58,7 +58,10 @@ class YoloDetector(Algorithm):
 
         Args:
             config: an ultralytics model YAML (default: this class's, e.g. ``yolov8n.yaml``).
-            weights: a state dict to start from (a path or URI); never downloaded.
+            weights: what to start from, at any path or URI, never downloaded: a ``yolov8*.pt`` / ``yolo11*.pt``
+                as ultralytics releases it (read without running code: ``twinkle_vision.pretrained``), a
+                ``.safetensors`` file or a state dict. On other classes than the file's, the head's class branch
+                starts fresh; the report of what loaded is the run's ``weights.json``.
             lrf: final learning rate as a fraction of the initial one. ``lr=0`` (the default) picks
                 ultralytics' automatic ``0.002 × 5 / (4 + classes)``.
             warmup_epochs: learning-rate and momentum warm-up (at least 100 steps).
@@ -105,7 +108,7 @@ class YoloDetector(Algorithm):
         model.args = self.hyp()
         model.names = dict(enumerate(spec.class_names))
         if self.weights:
-            load_weights(model, self.weights)
+            self.weights_report = load_ultralytics(model, self.weights, list(spec.class_names))
         self.ema_model = copy.deepcopy(model).eval().requires_grad_(False)
         return model
 
