@@ -255,7 +255,8 @@ def state_of(loaded: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 
 # ------------------------------------------------------------------------------------------------ matching
 def load_weights(module: nn.Module, source: str | Weights, *, rename: Callable[[str], str | None] | None = None,
-                 fresh: Sequence[str] = (), allow: Iterable[Any] = (), what: str = "weights") -> WeightsReport:
+                 fresh: Sequence[str] = (), partial: bool = False, allow: Iterable[Any] = (),
+                 what: str = "weights") -> WeightsReport:
     """Load ``source``'s tensors into ``module`` name by name and report it.
 
     Args:
@@ -265,6 +266,8 @@ def load_weights(module: nn.Module, source: str | Weights, *, rename: Callable[[
             default: unchanged.
         fresh: module-name prefixes that may stay as initialised where the file's shapes differ or the file
             lacks them (a classifier head for new classes, a new input stem).
+        partial: every module tensor the file lacks or has in another shape stays as initialised (reported as
+            fresh) — for a related architecture that agrees only in parts; at least one tensor must load.
         allow: as ``read_weights``'s.
 
     Raises:
@@ -283,7 +286,7 @@ def load_weights(module: nn.Module, source: str | Weights, *, rename: Callable[[
             report.ignored.append(name)
             continue
         if tuple(tensor.shape) != tuple(own[target].shape):
-            if _under(target, fresh):
+            if partial or _under(target, fresh):
                 report.ignored.append(name)
                 continue
             differ.append(f"{target}: file {tuple(tensor.shape)}, model {tuple(own[target].shape)}")
@@ -295,8 +298,10 @@ def load_weights(module: nn.Module, source: str | Weights, *, rename: Callable[[
         else:
             report.renamed[target] = name
     lacking = [name for name in own if name not in taken and name not in reshaped and not _buffer_bookkeeping(name)]
-    report.fresh = [name for name in own if name not in taken and _under(name, fresh)]
-    differ += [f"{name}: not in the file" for name in lacking if not _under(name, fresh)]
+    report.fresh = [name for name in own if name not in taken and (partial or _under(name, fresh))]
+    differ += [f"{name}: not in the file" for name in lacking if not (partial or _under(name, fresh))]
+    if partial and not taken:
+        differ.append(f"none of its {len(weights.tensors)} tensors has a counterpart")
     if differ:
         raise WeightsMismatchError(
             f"{what} '{weights.source}' do not fit {type(module).__name__}: {len(differ)} differences beyond a new "

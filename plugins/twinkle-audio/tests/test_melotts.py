@@ -206,7 +206,7 @@ def test_a_new_voice_fine_tunes_from_a_run_and_reports_its_fresh_speaker_table(e
     voice, *_ = Trainer.from_checkpoint(result.run_uri, mode="finetune", verbose=False).model_for_export()
     source, *_ = Trainer.from_checkpoint(english.run_uri, mode="finetune", verbose=False).model_for_export()
     assert voice.model.emb_g.weight.shape[0] == 2 and source.model.emb_g.weight.shape[0] == 1
-    assert voice.fresh_tensors == ["emb_g.weight"]
+    assert voice.weights_report.fresh == ["emb_g.weight"]
     # two optimizer steps move the started-from weights only a little: they were loaded, not re-drawn
     moved = (voice.model.enc_p.emb.weight - source.model.enc_p.emb.weight).detach().abs().max()
     assert float(moved) < 0.05 and len(voice.speak("Good night.", speaker="ann")) > 0

@@ -25,6 +25,7 @@ import torch
 from twinkle_core import Algorithm, PredictionFile
 from twinkle_core.data import DataSpec
 from twinkle_core.errors import TwinkleError
+from twinkle_core.pretrained import WeightsMismatchError, WeightsReport, load_weights, read_weights
 from twinkle_core.types import PositiveFloat, PositiveInt
 
 SIZES: dict[str, dict[str, Any]] = {
@@ -61,9 +62,11 @@ class MelOTTS(Algorithm):
 
         Args:
             weights: what a new voice fine-tunes from (never downloaded): a Twinkle run (``twinkle://…``: its
-                best checkpoint), a checkpoint file or a state dict at any path or URI. Tensors it has no match
-                for — a speaker table of another size for a corpus with other speakers — keep their fresh
-                initialisation and are reported (``fresh_tensors``, and a warning).
+                best checkpoint), a checkpoint file or a state dict at any path or URI, or a released MeloTTS
+                checkpoint (``checkpoint.pth``, or its folder; ``load_voice_weights``). Tensors it has no match
+                for — a speaker table of another size for a corpus with other speakers, MeloTTS's parts that
+                differ — keep their fresh initialisation and are reported (``weights_report``, the run's
+                ``weights.json``, and a warning).
             c_reconstruction: weight of the spectrogram and log-mel L1 against the KL and duration terms.
             c_kl: weight of the KL term (0.1: at CPU-scale step counts, held-out MCD-DTW after 150 steps was
                 12.6 dB with 0.1 and 14.1 dB with VITS's 1.0 — the posterior stays informative).
@@ -102,8 +105,6 @@ class MelOTTS(Algorithm):
         self.discriminator: torch.nn.Module | None = None
         self._parts: dict[str, torch.Tensor] = {}
         self._baselines: dict[str, dict[str, float]] = {}
-        self.fresh_tensors: list[str] = []
-        """The network's tensors ``weights=`` had nothing of that shape for (freshly initialised)."""
 
     # ------------------------------------------------------------------ model
     def build_model(self, spec: DataSpec) -> torch.nn.Module:
@@ -134,7 +135,7 @@ class MelOTTS(Algorithm):
                 self.duration_discriminator = DurationDiscriminator(sizes["hidden"],
                                                                     speaker_channels=sizes["speaker_channels"])
         if self.weights:
-            self.fresh_tensors = load_voice_weights(net, self.weights)
+            self.weights_report = load_voice_weights(net, self.weights)
         return net
 
     def example_input(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
@@ -436,18 +437,55 @@ def _step(module: Any, optimizer: Any, loss: torch.Tensor) -> None:
     optimizer.optimizer.step()
 
 
-def load_voice_weights(network: torch.nn.Module, uri: str) -> list[str]:
-    """Load ``uri`` (a ``twinkle://`` run's best checkpoint, a Lightning checkpoint, or a state dict; read with
-    ``weights_only``) into ``network`` wherever names and shapes match; returns the names of the tensors left
-    freshly initialised, and warns about them (once, from rank zero).
+MELOTTS_RENAMES: list[tuple[str, str]] = [
+    (r"^(.*)\.weight_g$", r"\1.parametrizations.weight.original0"),
+    (r"^(.*)\.weight_v$", r"\1.parametrizations.weight.original1"),
+    (r"^dec\.cond\.", "dec.cond_layer."),
+    (r"^enc_p\.encoder\.spk_emb_linear\.", "enc_p.speaker_proj."),
+]
+"""How MeloTTS's names (``melo/models.py``'s ``SynthesizerTrn``) become this network's: the legacy weight norm's
+``weight_g``/``weight_v`` are the parametrization's ``original0``/``original1``; the decoder's speaker input and the
+text encoder's speaker projection have other names; the flow's couplings are every other of MeloTTS's
+``flow.flows`` (its odd ones are parameterless flips)."""
+
+
+def melotts_name(name: str) -> str | None:
+    """This network's name for a MeloTTS checkpoint's tensor ``name`` (``None`` for a flip's: it has none)."""
+    import re
+
+    flow = re.match(r"^flow\.flows\.(\d+)\.(.*)$", name)
+    if flow:
+        index = int(flow.group(1))
+        if index % 2:
+            return None
+        name = f"flow.flows.{index // 2}.{flow.group(2)}"
+    for pattern, replacement in MELOTTS_RENAMES:
+        name = re.sub(pattern, replacement, name)
+    return name
+
+
+def _is_melotts(names: Any) -> bool:
+    return any(n.endswith((".weight_g", ".weight_v")) or n.startswith(("sdp.", "enc_p.encoder.spk_emb_linear."))
+               for n in names)
+
+
+def load_voice_weights(network: torch.nn.Module, uri: str) -> WeightsReport:
+    """Load ``uri`` into ``network`` name by name (``twinkle_core.pretrained``) and report it; tensors with no
+    counterpart keep their fresh initialisation and are listed in a warning (once, from rank zero).
+
+    ``uri`` is a Twinkle run (``twinkle://…``: its best checkpoint), a Twinkle checkpoint or state dict, or a
+    released MeloTTS checkpoint (``checkpoint.pth``, its weights under ``model``; or its folder with
+    ``config.json``): MeloTTS's names are mapped (``melotts_name``) and it initialises the parts whose
+    architecture agrees — the report names what did not (MeloTTS's stochastic duration predictor, a decoder
+    or vocabulary of other sizes).
 
     Raises:
-        TwinkleError: a run without a checkpoint, or weights sharing fewer than half the network's tensors (not
-            a MelOTTS of this size).
+        TwinkleError: a run without a checkpoint; Twinkle weights sharing fewer than half the network's tensors
+            (not a MelOTTS of this size); a MeloTTS file of which nothing fits.
     """
     from lightning.pytorch.utilities import rank_zero_warn
 
-    from twinkle_core import RunStore, load_torch_file
+    from twinkle_core import RunStore
 
     source = uri
     if uri.startswith("twinkle://") and not uri.endswith(".ckpt"):
@@ -455,19 +493,37 @@ def load_voice_weights(network: torch.nn.Module, uri: str) -> list[str]:
         source = record.best_checkpoint
         if not source:
             raise TwinkleError(f"run {uri} has no checkpoint to take weights= from; train it first")
-    state = load_torch_file(source, "weights")
-    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):  # a Lightning/Twinkle checkpoint
-        state = {key[len("model."):]: value for key, value in state["state_dict"].items() if key.startswith("model.")}
+    weights = read_weights(source)
     own = network.state_dict()
-    usable = {key: value for key, value in state.items() if key in own and tuple(value.shape) == tuple(own[key].shape)}
-    if len(usable) < len(own) / 2:
-        raise TwinkleError(f"weights '{uri}' match only {len(usable)} of this network's {len(own)} tensors; pass "
-                           f"the weights of a {type(network).__name__} of the same size (melotts-tiny or -base)")
-    network.load_state_dict(usable, strict=False)
-    fresh = sorted(set(own) - set(usable))
-    if fresh:
-        rank_zero_warn(f"weights '{uri}': {len(fresh)} tensors had no match and start fresh: {', '.join(fresh)}")
-    return fresh
+    melotts = _is_melotts(weights.tensors)
+    if melotts:
+        rename: Any = melotts_name
+        for name, tensor in list(weights.tensors.items()):  # a 1×1 convolution where this network has a Linear
+            target = melotts_name(name)
+            if target in own and own[target].dim() == 2 and tensor.dim() == 3 and tensor.shape[-1] == 1:
+                weights.tensors[name] = tensor[..., 0]
+    elif any(name.startswith("model.") for name in weights.tensors):  # a Twinkle checkpoint: the network's part
+        def rename(name: str) -> str | None:
+            return name[len("model."):] if name.startswith("model.") else None
+    else:
+        rename = None
+    try:
+        report = load_weights(network, weights, rename=rename, partial=True)
+    except WeightsMismatchError:
+        if melotts:
+            raise
+        report = WeightsReport(weights.source, weights.format)  # nothing fits: refused just below
+    if melotts:
+        report.notes.append(f"a MeloTTS checkpoint: {report.loaded} of its {len(weights.tensors)} tensors initialise "
+                            f"this network; {len(report.fresh)} of the network's start fresh")
+    elif report.loaded < len(own) / 2:
+        raise TwinkleError(f"weights '{uri}' match only {report.loaded} of this network's {len(own)} tensors; pass "
+                           f"the weights of a {type(network).__name__} of the same size (melotts-tiny or -base), or "
+                           "a MeloTTS checkpoint")
+    if report.fresh:
+        rank_zero_warn(f"weights '{uri}': {len(report.fresh)} tensors had no match and start fresh: "
+                       f"{', '.join(report.fresh)}")
+    return report
 
 
 def _with_blanks(*sequences: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
