@@ -25,7 +25,14 @@ import torch
 from twinkle_core import Algorithm, PredictionFile
 from twinkle_core.data import DataSpec
 from twinkle_core.errors import TwinkleError
-from twinkle_core.pretrained import WeightsMismatchError, WeightsReport, load_weights, read_weights
+from twinkle_core.pretrained import (
+    Weights,
+    WeightsMismatchError,
+    WeightsReport,
+    load_weights,
+    read_weights,
+    state_of,
+)
 from twinkle_core.types import PositiveFloat, PositiveInt
 
 SIZES: dict[str, dict[str, Any]] = {
@@ -485,7 +492,7 @@ def load_voice_weights(network: torch.nn.Module, uri: str) -> WeightsReport:
     """
     from lightning.pytorch.utilities import rank_zero_warn
 
-    from twinkle_core import RunStore
+    from twinkle_core import RunStore, load_torch_file
 
     source = uri
     if uri.startswith("twinkle://") and not uri.endswith(".ckpt"):
@@ -493,7 +500,10 @@ def load_voice_weights(network: torch.nn.Module, uri: str) -> WeightsReport:
         source = record.best_checkpoint
         if not source:
             raise TwinkleError(f"run {uri} has no checkpoint to take weights= from; train it first")
-    weights = read_weights(source)
+    if source.endswith(".ckpt"):  # a Twinkle checkpoint: a file, or a folder of shards (load_torch_file reads both)
+        weights = Weights(state_of(load_torch_file(source, "weights"))[0], "twinkle-checkpoint", {}, source)
+    else:
+        weights = read_weights(source)
     own = network.state_dict()
     melotts = _is_melotts(weights.tensors)
     if melotts:
