@@ -35,7 +35,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml) $(CONSTRAINTS) requirements/tinker-cookbook.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) uv
-	$(UV_INSTALL) -c $(CONSTRAINTS) $(TORCH_PINS) -e '.[test,docs,release]' $(foreach p,$(PLUGINS),-e 'plugins/$(p)')
+	$(UV_INSTALL) -c $(CONSTRAINTS) $(TORCH_PINS) -e '.[test,docs,release,tinker]' $(foreach p,$(PLUGINS),-e 'plugins/$(p)')
 	$(UV) pip check --python $(BIN)/python
 	$(BIN)/python tools/offline_setup.py
 	$(BIN)/twinkle edge setup --installer uv  # rknn-toolkit2's converter venv, inside .venv (about 630 MB; found when activated)
