@@ -182,7 +182,7 @@ def test_a_tinker_checkpoint_is_a_peft_adapter_that_twinkle_llm_continues_and_ex
         return logits.gather(-1, ids[0, 1:, None])[:, 0].tolist()
 
     base = AutoModelForCausalLM.from_pretrained(server.base, local_files_only=True, use_safetensors=True)
-    assert max(abs(a - b) for a, b in zip(logprobs(PeftModel.from_pretrained(base, folder)), served)) < 1e-4
+    assert max(abs(a - b) for a, b in zip(logprobs(PeftModel.from_pretrained(base, folder, local_files_only=True)), served)) < 1e-4
 
     monkeypatch.setenv("TWINKLE_HOME", str(server.home))  # twinkle:// URIs name the server's store
     uri = record["twinkle_uri"]

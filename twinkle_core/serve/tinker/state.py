@@ -48,6 +48,7 @@ from twinkle_core.lowlevel.losses import REQUIRED
 from twinkle_core.serve.tinker.engine import Engine, Pass
 from twinkle_core.store.catalogue import RunStatus
 from twinkle_core.store.runs import RunStore
+from twinkle_core.uris import run_uri
 
 PROJECT = "tinker"
 """The store project every Tinker training model's run belongs to."""
@@ -529,7 +530,7 @@ class TinkerService:
 
             shutil.rmtree(partial, ignore_errors=True)
             self.backend.save(model.id, partial, optimizer=kind == "weights")
-            uri = f"{self.store.get(model.run_id).uri}/tinker/{kind}/{name}"
+            uri = f"{run_uri(model.run_id)}/tinker/{kind}/{name}"
             with open(os.path.join(partial, "checkpoint.json"), "w", encoding="utf-8") as handle:
                 json.dump({"tinker_path": path, "twinkle_uri": uri, "model_id": model.id, "base_model": model.base,
                            "lora": vars(model.lora), "kind": kind, "step": model.steps, "time": time.time()}, handle)
