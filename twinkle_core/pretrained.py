@@ -60,7 +60,8 @@ class Weights:
 
     Attributes:
         tensors: the state dict (names → tensors; a PyTorch file's nested state dict flattened out).
-        format: ``safetensors``, ``safetensors-sharded``, ``hf-folder`` or ``torch``.
+        format: ``safetensors``, ``safetensors-sharded``, ``hf-folder`` or ``torch`` (a plugin reading a format of
+            its own names it: ``ultralytics``, ``twinkle-checkpoint``).
         config: the folder's ``config.json`` (``{}`` without one).
         source: the URI read.
         extra: a PyTorch file's other top-level entries (plain data; objects only where ``allow`` admitted them).
@@ -139,12 +140,7 @@ def read_weights(uri: str, *, allow: Iterable[Any] = (), what: str = "weights") 
 
 
 def _read_folder(uri: str, fs: Any, path: str, allow: Iterable[Any], what: str) -> Weights:
-    config: dict[str, Any] = {}
-    if fs.exists(posixpath.join(path, "config.json")):
-        try:
-            config = json.loads(fs.cat_file(posixpath.join(path, "config.json")))
-        except ValueError as err:
-            raise WeightsError(f"{what} '{uri}': config.json is not JSON ({err})") from None
+    config = read_config(uri, what)
     names = sorted(posixpath.basename(p) for p in fs.ls(path, detail=False))
     index = [n for n in names if n.endswith(".safetensors.index.json")]
     single = [n for n in names if n.endswith(".safetensors")]
@@ -322,8 +318,12 @@ def _buffer_bookkeeping(name: str) -> bool:
     return name.endswith("num_batches_tracked")
 
 
-def read_config(uri: str) -> dict[str, Any]:
-    """A weights folder's ``config.json`` (``{}`` for a file, or a folder without one)."""
+def read_config(uri: str, what: str = "weights") -> dict[str, Any]:
+    """A weights folder's ``config.json`` (``{}`` for a file, or a folder without one).
+
+    Raises:
+        WeightsError: the config is not JSON.
+    """
     fs, path = filesystem(uri)
     config = posixpath.join(path, "config.json")
     if not fs.isdir(path) or not fs.exists(config):
@@ -331,7 +331,7 @@ def read_config(uri: str) -> dict[str, Any]:
     try:
         return json.loads(fs.cat_file(config))
     except ValueError as err:
-        raise WeightsError(f"weights '{uri}': config.json is not JSON ({err})") from None
+        raise WeightsError(f"{what} '{uri}': config.json is not JSON ({err})") from None
 
 
 __all__ = ["TORCH_SUFFIXES", "STATE_KEYS", "UnsafeWeightsError", "Weights", "WeightsError", "WeightsMismatchError",

@@ -24,9 +24,10 @@ from torch.nn import functional as F
 from twinkle_core import Algorithm
 from twinkle_core.data import DataSpec, ModelInput
 from twinkle_core.errors import HyperparameterError, TwinkleError
+from twinkle_core.pretrained import read_config
 from twinkle_core.types import Probability
 
-from twinkle_vision.pretrained import load_timm, timm_config
+from twinkle_vision.pretrained import load_timm
 
 
 class Normalized(nn.Module):
@@ -88,7 +89,7 @@ class TimmClassifier(Algorithm):
             raise TwinkleError(f"timm has no model '{name}'; similar: {', '.join(close) or 'none'}")
         self.model_name, self.weights, self.normalize = name, weights, normalize
         self.drop_rate, self.label_smoothing = drop_rate, label_smoothing
-        self.weights_config = timm_config(weights) if weights else {}
+        self.weights_config = read_config(weights) if weights else {}  # a timm folder's; {} for a file
         found = str(self.weights_config.get("architecture") or name)
         if found.split(".")[0] != name.split(".")[0]:
             raise HyperparameterError(f"'weights' = {weights!r} is a {found} checkpoint, not {name}; use "

@@ -6,14 +6,12 @@
   adapts the first convolution as timm does (``adapt_input_conv``). The folder's ``pretrained_cfg`` (mean, std,
   input size, interpolation, crop) is what the data is prepared with.
 * ultralytics: ``yolov8*.pt`` / ``yolo11*.pt`` as ultralytics saves them (the model object pickled), read with
-  ``weights_only=True`` and ``ULTRALYTICS_CLASSES`` admitted — nothing else a file names is imported or run —
+  ``weights_only=True`` and ``ultralytics_classes()`` admitted — nothing else a file names is imported or run —
   with the class names they carry. On new classes the head's class branch starts fresh (the backbone, neck and
   the head's box branch load), as ultralytics' own transfer does.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from torch import nn
 
@@ -22,7 +20,6 @@ from twinkle_core.pretrained import (
     Weights,
     WeightsReport,
     load_weights,
-    read_config,
     read_weights,
     state_of,
     torch_load,
@@ -99,9 +96,4 @@ def load_timm(net: nn.Module, uri: str | Weights) -> WeightsReport:
     return report
 
 
-def timm_config(weights: str) -> dict[str, Any]:
-    """A timm checkpoint folder's ``config.json`` (``{}`` for a file)."""
-    return read_config(weights)
-
-
-__all__ = ["load_timm", "load_ultralytics", "read_ultralytics", "timm_config", "ultralytics_classes"]
+__all__ = ["load_timm", "load_ultralytics", "read_ultralytics", "ultralytics_classes"]
