@@ -14,11 +14,24 @@ temperature ``--temperature``, top_p=0.9). Figures, on the test windows:
 * from the fit itself: the validation MAE, MASE, persistence's MASE and direction that Kronos logs
   (z-units of each window's look-back; ``val_mase`` is the monitored metric).
 
+Starting points:
+
+* ``--weights DIR --tokenizer-weights DIR``: fine-tune a released Kronos (``Kronos-small`` and
+  ``Kronos-Tokenizer-base`` folders, config.json + model.safetensors) instead of training from scratch; the bars
+  then carry six features (``amount`` derived from volume and prices, as the reference does). No released weights
+  are reachable from this machine, so this is for machines that have them.
+* ``--self-pretrained``: pre-train kronos-tiny on the two indices only (SP500, NASDAQ), write it in the released
+  format (``save_released``), then train on the five stocks both from scratch and from those weights (loaded with
+  ``weights=``/``tokenizer_weights=``), and score both on the stocks' test windows.
+
 Writes ``bench/results/kronos_quality.json`` (``kronos_quality_time_on.json`` / ``_off.json`` with
-``--time-embeddings on|off``) and ``bench/results/kronos_forecast.png`` (one test window).
+``--time-embeddings on|off``, ``kronos_quality_pretrained.json`` with ``--weights``,
+``kronos_quality_self_pretrained.json`` with ``--self-pretrained``) and ``bench/results/kronos_forecast.png``
+(one test window).
 
     python bench/kronos_quality.py [--seeds 3] [--epochs 8] [--tokenizer-epochs 5] [--samples 16]
-                                   [--time-embeddings auto|on|off]
+                                   [--time-embeddings auto|on|off] [--weights DIR --tokenizer-weights DIR]
+                                   [--self-pretrained]
 """
 
 from __future__ import annotations
@@ -45,15 +58,15 @@ LOOKBACK, HORIZON, VAL_START, TEST_START = 30, 10, "2010-07-01", "2011-07-01"
 STOCKS = ("AAPL", "IBM", "MSFT", "GOOG", "FB")
 
 
-def write_bars(folder: Path) -> Path:
+def write_bars(folder: Path, stocks_too: bool = True, indices_too: bool = True) -> Path:
     """One CSV per symbol: the bokeh stocks and arch's two indices."""
     from arch.data import nasdaq, sp500
     from bokeh_sampledata import stocks
 
     folder.mkdir(parents=True, exist_ok=True)
-    for symbol in STOCKS:
+    for symbol in STOCKS if stocks_too else ():
         pd.DataFrame(getattr(stocks, symbol)).to_csv(folder / f"{symbol}.csv", index=False)
-    for symbol, module in (("SP500", sp500), ("NASDAQ", nasdaq)):
+    for symbol, module in (("SP500", sp500), ("NASDAQ", nasdaq)) if indices_too else ():
         module.load().reset_index().to_csv(folder / f"{symbol}.csv", index=False)
     return folder
 
@@ -86,6 +99,21 @@ def evaluate_kronos(model, dataset, close: int, samples: int, temperature: float
             "recon_mse": float(np.average(mses, weights=weights))}
 
 
+def pretrain_on_indices(work: Path, args: argparse.Namespace) -> dict:
+    """kronos-tiny trained on SP500 and NASDAQ alone, written in the released format; its weights hyperparameters."""
+    from twinkle_timeseries.kronos import save_released
+
+    indices = write_bars(work / "indices", stocks_too=False)
+    trainer = Trainer("kronos-tiny", verbose=False, progress_bar=False,
+                      hyperparams={"lookback_window": LOOKBACK, "pred_len": HORIZON, "val_start": VAL_START,
+                                   "test_start": TEST_START, "max_epochs": args.epochs,
+                                   "tokenizer_epochs": args.tokenizer_epochs, "batch_size": args.batch_size,
+                                   "seed": 100})
+    trainer.fit(data=str(indices))
+    tokenizer, predictor = save_released(trainer.algorithm.network, str(work / "pretrained"))
+    return {"weights": predictor, "tokenizer_weights": tokenizer}
+
+
 def main() -> None:
     """Train and evaluate every seed, print a table and write the results file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -98,7 +126,13 @@ def main() -> None:
     parser.add_argument("--stride", type=int, default=1)
     parser.add_argument("--time-embeddings", choices=("auto", "on", "off"), default="auto",
                         help="timestamp embeddings (auto: Kronos's default, off for daily bars)")
+    parser.add_argument("--weights", help="a released predictor folder to fine-tune (with --tokenizer-weights)")
+    parser.add_argument("--tokenizer-weights", help="its released tokenizer folder")
+    parser.add_argument("--self-pretrained", action="store_true",
+                        help="pre-train on the indices, then compare fine-tuning on the stocks with from-scratch")
     args = parser.parse_args()
+    if bool(args.weights) != bool(args.tokenizer_weights):
+        parser.error("--weights and --tokenizer-weights go together (a predictor only reads its own tokenizer's tokens)")
     torch.set_num_threads(1)
     work = Path(tempfile.mkdtemp(prefix="twinkle-kronos-bench-"))
     os.environ["TWINKLE_HOME"] = str(work / "home")
@@ -106,19 +140,25 @@ def main() -> None:
     from twinkle_timeseries.evaluation import Windows, baseline_reports, evaluate
     from twinkle_timeseries.kronos import plot_forecast
 
-    data = write_bars(work / "bars")
+    features = ["open", "high", "low", "close", "volume", "amount"] if args.weights else None
+    starts: dict[str, dict] = {"scratch": {}}
+    if args.weights:
+        starts = {"released": {"weights": args.weights, "tokenizer_weights": args.tokenizer_weights}}
+    elif args.self_pretrained:
+        starts["self_pretrained"] = pretrain_on_indices(work, args)
+    data = write_bars(work / "bars", indices_too=not args.self_pretrained)
     processor = FinancialDataProcessor(lookback_window=LOOKBACK, pred_len=HORIZON, val_start=VAL_START,
-                                       test_start=TEST_START, stride=args.stride)
+                                       test_start=TEST_START, stride=args.stride, features=features)
     splits = FinancialDataProcessor(lookback_window=LOOKBACK, pred_len=HORIZON, val_start=VAL_START,
-                                    test_start=TEST_START).split_datasets(str(data))
+                                    test_start=TEST_START, features=features).split_datasets(str(data))
     close = processor.features.index("close")
     train_w, test_w = Windows.from_dataset(splits["train"], close), Windows.from_dataset(splits["test"], close)
     baselines = {k: v.to_dict() for k, v in baseline_reports(train_w, test_w).items()}
     runs = []
-    for seed in range(args.seeds):
+    for (start_name, start_weights), seed in ((s, seed) for s in starts.items() for seed in range(args.seeds)):
         trainer = Trainer("kronos-tiny", data_processor=processor, verbose=False, progress_bar=False,
                           hyperparams={"max_epochs": args.epochs, "tokenizer_epochs": args.tokenizer_epochs,
-                                       "batch_size": args.batch_size, "seed": seed,
+                                       "batch_size": args.batch_size, "seed": seed, **start_weights,
                                        "time_embeddings": {"auto": None, "on": True, "off": False}[
                                            args.time_embeddings]})
         start = time.process_time()
@@ -129,13 +169,13 @@ def main() -> None:
         report = evaluate(test_w, scored["closes"]).to_dict()
         from_fit = {f"fit_{k}": fit.metrics.get(k) for k in ("val_mae", "val_mase", "val_persistence_mase",
                                                               "val_direction", "val_loss")}
-        runs.append({"seed": seed, "train_cpu_seconds": round(cpu_seconds, 1), "monitor": fit.monitor,
+        runs.append({"start": start_name, "seed": seed, "train_cpu_seconds": round(cpu_seconds, 1), "monitor": fit.monitor,
                      "best_val_mase": fit.best_metric, **from_fit,
                      "token_ce": scored["token_ce"], "uniform_ce": model.uniform_ce,
                      "recon_mse": scored["recon_mse"], **report,
                      "mae_vs_persistence": report["mae"] / baselines["persistence"]["mae"]})
         print(json.dumps(runs[-1]), flush=True)
-        if seed == 0 and args.time_embeddings == "auto":
+        if seed == 0 and args.time_embeddings == "auto" and len(starts) == 1 and not args.weights:
             i = len(splits["test"]) // 2
             s, first = splits["test"].windows[i]
             series = splits["test"].series[s]
@@ -150,25 +190,30 @@ def main() -> None:
     keys = ("train_cpu_seconds", "best_val_mase", "fit_val_mae", "fit_val_mase", "fit_val_persistence_mase",
             "fit_val_direction", "token_ce", "recon_mse", "mae", "mae_vs_persistence", "directional_accuracy",
             "price_ic", "price_rank_ic", "cross_sectional_rank_ic")
-    summary = {k: statistics.fmean(r[k] for r in runs if r[k] is not None) for k in keys}
+    means = {start: {k: statistics.fmean(r[k] for r in runs if r["start"] == start and r[k] is not None)
+                     for k in keys} for start in starts}
+    summary = means[next(iter(starts))]
     result = {
         "what": "kronos-tiny vs persistence/drift/ridge on daily bars (bokeh stocks + arch indices), test after "
                 f"{TEST_START}, look-back {LOOKBACK}, horizon {HORIZON}",
         "settings": vars(args), "test_windows": len(splits["test"]), "train_windows": len(splits["train"]),
-        "uniform_ce": runs[0]["uniform_ce"], "kronos_mean": summary, "kronos_per_seed": runs,
+        "uniform_ce": runs[0]["uniform_ce"], "kronos_mean": summary, "kronos_mean_by_start": means,
+        "kronos_per_seed": runs,
         "baselines": baselines,
         "machine": {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
                     "torch_threads": torch.get_num_threads()},
     }
     RESULTS.mkdir(exist_ok=True)
     name = "kronos_quality.json" if args.time_embeddings == "auto" else f"kronos_quality_time_{args.time_embeddings}.json"
+    if args.weights or args.self_pretrained:
+        name = "kronos_quality_pretrained.json" if args.weights else "kronos_quality_self_pretrained.json"
     (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{'':12} {'MAE':>7} {'×pers':>6} {'dir':>6} {'IC':>7} {'RankIC':>7} {'xRankIC':>8}")
-    rows = {"kronos-tiny": {**summary}, **baselines}
+    print(f"{'':22} {'MAE':>7} {'×pers':>6} {'dir':>6} {'IC':>7} {'RankIC':>7} {'xRankIC':>8}")
+    rows = {f"kronos:{start}": mean for start, mean in means.items()} | baselines
     for name, row in rows.items():
         ratio = row["mae"] / baselines["persistence"]["mae"]
         xs = row["cross_sectional_rank_ic"]
-        print(f"{name:12} {row['mae']:7.3f} {ratio:6.3f} {row['directional_accuracy']:6.3f} {row['price_ic']:7.4f} "
+        print(f"{name[:22]:22} {row['mae']:7.3f} {ratio:6.3f} {row['directional_accuracy']:6.3f} {row['price_ic']:7.4f} "
               f"{row['price_rank_ic']:7.4f} {xs if xs is None else round(xs, 4)!s:>8}")
     print(f"kronos-tiny: token CE {summary['token_ce']:.3f} (uniform {runs[0]['uniform_ce']:.3f}), reconstruction "
           f"MSE {summary['recon_mse']:.4f} z², {summary['train_cpu_seconds']:.0f} CPU-s to train")

@@ -36,7 +36,7 @@ PLUGIN_OBJECTS = {
     ],
     "twinkle-timeseries": [
         "twinkle_timeseries.data.FinancialDataProcessor", "twinkle_timeseries.kronos.model.KronosModel",
-        "twinkle_timeseries.kronos.frames.plot_forecast",
+        "twinkle_timeseries.kronos.frames.plot_forecast", "twinkle_timeseries.kronos.released.save_released",
     ],
     "twinkle-audio": [
         "twinkle_audio.melotts.MelOTTS", "twinkle_audio.melotts.MelOTTSBase",

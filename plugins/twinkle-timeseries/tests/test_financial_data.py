@@ -174,5 +174,8 @@ def test_amount_joins_the_default_features_when_every_file_has_it(sp500_csv, tmp
     assert past[0, 5] == pytest.approx(past[0, 3] * past[0, 4], rel=1e-3)  # unchanged by split adjustment
     frame.drop(columns=["Turnover"]).to_csv(folder / "NDX.csv", index=False)  # one file without it
     assert FinancialDataProcessor(lookback_window=30, pred_len=5).prepare(str(folder)).spec.input_shape == (30, 5)
-    with pytest.raises(MissingColumnError, match="has no 'amount' column"):
+    asked = FinancialDataProcessor(lookback_window=30, pred_len=5, features=[*OHLCV, "amount"]).prepare(str(folder))
+    assert asked.spec.input_shape == (30, 6)  # NDX's amount derived from its volume and prices, as Kronos does
+    frame.drop(columns=["Turnover", "volume"]).to_csv(folder / "NDX.csv", index=False)
+    with pytest.raises(MissingColumnError, match="has no 'volume', 'amount' column"):
         FinancialDataProcessor(lookback_window=30, pred_len=5, features=[*OHLCV, "amount"]).prepare(str(folder))

@@ -126,7 +126,7 @@ def test_a_subclass_as_in_the_article_trains_and_continues(stocks, twinkle_home,
     trainer = Trainer(algorithm=MyKronos, data_processor=processor, progress_bar=False, verbose=False,
                       hyperparams={"n_heads": 4, "d_model": 32, "max_epochs": 2})
     result = trainer.fit(data=f"nas://{stocks.name}")
-    assert result.status == "finished" and trainer.algorithm.network.predictor.stack.blocks[0].attn.n_heads == 4
+    assert result.status == "finished" and trainer.algorithm.network.predictor.transformer[0].self_attn.n_heads == 4
     assert "d_model" in trainer.valid_hyperparameters() and "tokenizer_layers" not in trainer.valid_hyperparameters()
     # a class that is not registered continues only when the caller passes it (the checkpoint's path is not imported)
     child = Trainer.from_checkpoint(result.run_uri, hyperparams={"max_epochs": 2}, algorithm=MyKronos, verbose=False).fit()

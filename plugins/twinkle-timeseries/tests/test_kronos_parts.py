@@ -102,7 +102,7 @@ def test_cached_generation_equals_rereading_the_whole_context() -> None:
     predictor = KronosPredictor(4, 3, 32, 4, 64, 2).eval()
     coarse, fine = torch.randint(0, 16, (3, 9)), torch.randint(0, 8, (3, 9))
     cached = predictor.generate(coarse, fine, 6, temperature=0)
-    windowed = predictor.generate(coarse, fine, 6, temperature=0, max_context=14)  # 9 + 6 > 14: no cache
+    windowed = predictor.generate(coarse, fine, 6, temperature=0, max_context=13)  # the last step reads 14 > 13: no cache
     full = predictor._generate_windowed(coarse, fine, 6, 0, 1.0, 100, None)
     assert torch.equal(cached[0], full[0]) and torch.equal(cached[1], full[1])
     assert windowed[0].shape == (3, 6)
@@ -131,7 +131,7 @@ def test_timestamp_embeddings_condition_generation_cached_and_windowed_alike() -
     torch.manual_seed(0)
     predictor = KronosPredictor(4, 3, 32, 4, 64, 2, time_embeddings=True).eval()
     with torch.no_grad():
-        for table in predictor.time_embed.tables:
+        for table in predictor.time_emb.tables:
             table.weight.normal_(0, 1.0)  # strong enough to change greedy choices
     coarse, fine = torch.randint(0, 16, (3, 9)), torch.randint(0, 8, (3, 9))
     import pandas as pd
@@ -151,10 +151,10 @@ def test_timestamp_embeddings_condition_generation_cached_and_windowed_alike() -
 def test_timestamp_embeddings_default_to_intraday_bars_only() -> None:
     daily = KronosTiny()
     daily.configure_data(SPEC)
-    assert daily.network.predictor.time_embed is None and not daily.uses_time_embeddings
+    assert daily.network.predictor.time_emb is None and not daily.uses_time_embeddings
     hourly = KronosTiny()
     hourly.configure_data(DataSpec("time_series_forecasting", (30, 5), target_shape=(10, 5), extra={"timeframe": "1h"}))
-    assert hourly.network.predictor.time_embed is not None
+    assert hourly.network.predictor.time_emb is not None
     forced = KronosTiny(time_embeddings=True)
     forced.configure_data(SPEC)
-    assert forced.network.predictor.time_embed is not None
+    assert forced.network.predictor.time_emb is not None

@@ -77,9 +77,9 @@ def future_index(times: np.ndarray, steps: int, timeframe: str) -> pd.DatetimeIn
 
 
 def window_stats(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-feature mean and deviation of look-back bars (a flat feature gets deviation 1)."""
-    std = values.std(axis=0)
-    return values.mean(axis=0), np.where(std > 1e-8, std, 1.0)
+    """Per-feature mean and deviation of look-back bars; the deviation has 1e-5 added (as the Kronos reference
+    normalises), so a flat feature becomes zeros."""
+    return values.mean(axis=0), values.std(axis=0) + 1e-5
 
 
 def time_features(times: np.ndarray) -> np.ndarray:
@@ -170,7 +170,8 @@ class FinancialDataProcessor(DataProcessor):
             timeframe: one of ``1m 5m 15m 30m 1h 4h 1d 1w``.
             features: columns to model, in order (``close`` is always required). Default: open, high, low,
                 close, volume, and ``amount`` (traded value, also read from a ``turnover`` column) when every
-                file has it.
+                file has it. Listed here, ``amount`` is derived for a file without it as volume × the mean of
+                open, high, low and close (the Kronos reference's rule; the released models read six features).
             lookback_window: bars the model sees.
             pred_len: bars it forecasts.
             val_start: the ISO date the validation period starts.
@@ -224,7 +225,8 @@ class FinancialDataProcessor(DataProcessor):
         amount = next((c for c in AMOUNT_COLUMNS if c in frame.columns), None)
         if amount is not None and amount != "amount" and "amount" not in frame.columns:
             frame = frame.rename(columns={amount: "amount"})
-        missing = [f for f in self.features if f not in frame.columns]
+        derive = "amount" in self.features and "amount" not in frame.columns and {*OHLCV} <= set(frame.columns)
+        missing = [f for f in self.features if f not in frame.columns and not (f == "amount" and derive)]
         if missing:
             raise MissingColumnError(f"'{source}' has no {', '.join(repr(m) for m in missing)} column; its columns "
                                      f"are {', '.join(frame.columns)}")
@@ -241,6 +243,8 @@ class FinancialDataProcessor(DataProcessor):
                 f"{frame.index[row]}), which is not a number; fix or drop that bar"
             )
         data = self._check(data, source)
+        if derive:  # the traded value as the Kronos reference derives it
+            data["amount"] = data["volume"] * data[["open", "high", "low", "close"]].mean(axis=1)
         if self.adjust and adj:
             factor = data[adj] / data["close"]
             for column in ("open", "high", "low", "close"):

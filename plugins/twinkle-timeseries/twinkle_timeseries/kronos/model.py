@@ -40,10 +40,13 @@ from torch import nn
 from twinkle_core import Algorithm
 from twinkle_core.data import DataSpec
 from twinkle_core.errors import HyperparameterError, TwinkleError
+from twinkle_core.pretrained import Weights, read_weights
 from twinkle_core.types import PositiveInt
 from twinkle_timeseries.kronos.scores import ForecastScores
 from twinkle_timeseries.kronos.network import KronosNetwork
 from twinkle_timeseries.kronos.predictor import KronosPredictor
+from twinkle_timeseries.kronos.released import FEATURES, released_sizes
+from twinkle_timeseries.kronos.released import load as load_released
 from twinkle_timeseries.kronos.tokenizer import KronosTokenizer
 
 Stage = Literal["tokenizer", "predictor"]
@@ -79,6 +82,8 @@ class KronosModel(Algorithm):
         time_embeddings: bool | None = None,
         val_samples: PositiveInt = 4,
         monitor_metric: Literal["val_mase", "val_mae", "val_direction", "val_loss"] = "val_mase",
+        weights: str | None = None,
+        tokenizer_weights: str | None = None,
     ) -> None:
         """Sizes, context and the two training stages.
 
@@ -107,6 +112,13 @@ class KronosModel(Algorithm):
             monitor_metric: the validation figure that picks the best checkpoint (and that early stopping and
                 ``runs list`` show): ``val_mase``, ``val_mae``, ``val_direction`` (higher is better) or
                 ``val_loss`` (token cross-entropy).
+            weights: a released predictor (``Kronos-mini``/``small``/``base`` folder: ``config.json`` and
+                ``model.safetensors``), or a ``.safetensors``/PyTorch file in the reference implementation's names;
+                its config sets the predictor's sizes and turns timestamp embeddings on (unless
+                ``time_embeddings=False``).
+            tokenizer_weights: the released tokenizer the predictor was trained with (``Kronos-Tokenizer-base``,
+                ``Kronos-Tokenizer-2k``); its config sets the tokenizer's sizes and the bars it reads (six:
+                ``amount`` last). ``tokenizer_epochs=0`` keeps it frozen, more epochs fine-tune it first.
         """
         super().__init__(task="time_series_forecasting")
         self.n_heads, self.d_model, self.n_layers, self.ff_dim = n_heads, d_model, n_layers, ff_dim
@@ -116,6 +128,7 @@ class KronosModel(Algorithm):
         self.dropout, self.max_context = dropout, max_context
         self.tokenizer_epochs, self.tokenizer_lr, self.warmup = tokenizer_epochs, tokenizer_lr, warmup
         self.time_embeddings, self.val_samples, self.monitor_metric = time_embeddings, val_samples, monitor_metric
+        self.weights, self.tokenizer_weights = weights, tokenizer_weights
         self.uses_time_embeddings = False
         self._scores: dict[str, ForecastScores] = {}
         if tokenizer_epochs < 0:
@@ -128,6 +141,7 @@ class KronosModel(Algorithm):
             raise TwinkleError(f"{type(self).__name__} needs (bars, features) windows, got input shape "
                                f"{spec.input_shape}; use the ohlcv data processor (FinancialDataProcessor)")
         steps, features = spec.input_shape
+        released = self._released_weights(features, spec)
         length = steps + (spec.target_shape[0] if spec.target_shape else 0)
         if length > self.max_context:
             raise HyperparameterError(f"windows of {length} bars exceed max_context={self.max_context}; shorten "
@@ -136,10 +150,57 @@ class KronosModel(Algorithm):
                                     self.tokenizer_layers, self.tokenizer_layers, self.s1_bits, self.s2_bits,
                                     self.dropout)
         intraday = str(spec.extra.get("timeframe", "1d")) not in ("1d", "1w")
-        self.uses_time_embeddings = intraday if self.time_embeddings is None else bool(self.time_embeddings)
+        default = intraday or released[0] is not None
+        self.uses_time_embeddings = default if self.time_embeddings is None else bool(self.time_embeddings)
         predictor = KronosPredictor(self.s1_bits, self.s2_bits, self.d_model, self.n_heads, self.ff_dim,
                                     self.n_layers, self.dropout, self.uses_time_embeddings)
+        if released != (None, None):
+            self.weights_report = load_released(tokenizer, predictor, *released)
         return KronosNetwork(tokenizer, predictor)
+
+    def _released_weights(self, features: int, spec: DataSpec) -> tuple[Weights | None, Weights | None]:
+        """Read ``weights`` and ``tokenizer_weights``; their configs set the sizes (checked against the data)."""
+        found = tuple(read_weights(uri, what=what) if uri else None for uri, what in (
+            (self.weights, "weights"), (self.tokenizer_weights, "tokenizer weights")))
+        sizes = released_sizes(*found)
+        reads = sizes.pop("features", None)
+        if reads is not None and reads != features:
+            names = FEATURES.get(reads)
+            fix = f"features={names} to the ohlcv processor" if names else "bars with that many features"
+            raise HyperparameterError(
+                f"the tokenizer '{self.tokenizer_weights}' reads {reads} features per bar, the data has {features} "
+                f"({', '.join(spec.extra.get('features', ()))}); pass {fix} (amount is derived as volume × mean price "
+                "when a file lacks it)")
+        for name, value in sizes.items():
+            setattr(self, name, value)
+        return found[0], found[1]
+
+    @classmethod
+    def from_pretrained(cls, weights: str, tokenizer_weights: str, *, lookback_window: PositiveInt = 400,
+                        pred_len: PositiveInt = 120, timeframe: str = "1d", **hyperparameters: Any) -> KronosModel:
+        """A released Kronos ready to ``predict(df)`` without training (zero-shot), for bars of ``timeframe``.
+
+        Args:
+            weights: the predictor folder (``Kronos-small``, ...); tokenizer_weights: its tokenizer's folder.
+            lookback_window: the bars each forecast reads (``predict(df)`` takes the last ones).
+            pred_len: the default horizon of ``predict``.
+            timeframe: the bars' timeframe (``1d``, ``1h``, ...): it spaces the forecast's timestamps.
+            hyperparameters: any other ``KronosModel`` hyperparameter (``max_context``, ...).
+
+        Raises:
+            WeightsError, WeightsMismatchError: unreadable weights, or weights that do not fit each other.
+        """
+        tokenizer = read_weights(tokenizer_weights, what="tokenizer weights")
+        reads = released_sizes(None, tokenizer).get("features")
+        features = FEATURES.get(int(reads)) if reads is not None else None
+        if features is None:
+            raise HyperparameterError(f"the tokenizer '{tokenizer_weights}' reads {reads} features per bar; a released "
+                                      f"tokenizer reads {' or '.join(map(str, FEATURES))} (its config.json's d_in)")
+        model = cls(weights=weights, tokenizer_weights=tokenizer_weights, **hyperparameters)
+        model.configure_data(DataSpec("time_series_forecasting", (lookback_window, len(features)),
+                                      target_shape=(pred_len, len(features)),
+                                      extra={"features": features, "timeframe": timeframe, "clip": 5.0}))
+        return model
 
     @property
     def network(self) -> KronosNetwork:
@@ -303,11 +364,13 @@ class KronosModel(Algorithm):
 
     # ---------------------------------------------------------------- forecasting
     def forecast(self, x: torch.Tensor, pred_len: int | None = None, T: float = 1.0, top_p: float = 0.9,
-                 sample_count: int = 1, seed: int | None = None, stamps: torch.Tensor | None = None) -> torch.Tensor:
+                 sample_count: int = 1, seed: int | None = None, stamps: torch.Tensor | None = None,
+                 top_k: int = 0) -> torch.Tensor:
         """Forecast z-scored windows ``x`` (B, lookback, F): the mean of ``sample_count`` sampled paths.
 
         ``stamps`` (B, lookback + pred_len, 5) are the calendar fields of the look-back's and the future's bars
-        (``twinkle_timeseries.data.time_features``); without them no timestamp embedding is added.
+        (``twinkle_timeseries.data.time_features``); without them no timestamp embedding is added. ``top_k > 0``
+        samples among the ``top_k`` most likely tokens instead of the ``top_p`` nucleus.
         Returns (B, pred_len, F) in the same z-units (``pred_len`` defaults to the trained horizon).
         """
         pred_len = pred_len or self._trained_pred_len()
@@ -317,7 +380,7 @@ class KronosModel(Algorithm):
         try:
             stamps = stamps[:, : x.shape[1] + pred_len].to(self.device) if stamps is not None else None
             paths = self.network.forecast(x.to(self.device), pred_len, T, top_p, sample_count, self.max_context,
-                                          generator, stamps)
+                                          generator, stamps, top_k)
         finally:
             self.network.train(was_training)
         return paths.mean(dim=1)
@@ -352,13 +415,16 @@ class KronosModel(Algorithm):
         return int(spec.target_shape[0]) if spec is not None and spec.target_shape else 10
 
     def predict(self, df: pd.DataFrame, pred_len: int | None = None, T: float = 1.0, top_p: float = 0.9,
-                sample_count: int = 1, lookback: int | None = None, seed: int | None = None) -> pd.DataFrame:
+                sample_count: int = 1, lookback: int | None = None, seed: int | None = None,
+                top_k: int = 0) -> pd.DataFrame:
         """Forecast the next ``pred_len`` bars after the bars of ``df``.
 
         ``df`` holds the trained features (case-insensitive columns) and a timestamp column or index; it is
         checked, split-adjusted and resampled like the training data. The last ``lookback`` bars (default:
         the trained look-back) are z-scored by themselves, ``sample_count`` token paths are sampled with
-        temperature ``T`` and nucleus ``top_p``, and their mean is mapped back to prices.
+        temperature ``T`` and nucleus ``top_p`` (or the ``top_k`` most likely tokens), and their mean is mapped back
+        to prices. With a released model and the same ``seed``, the forecast is the reference implementation's
+        ``KronosPredictor.predict`` (seeded with ``torch.manual_seed``) for the same bars.
 
         Returns:
             A DataFrame indexed by the future timestamps (business days for daily stock bars), one column per
@@ -382,7 +448,7 @@ class KronosModel(Algorithm):
         index = future_index(series.times, pred_len, processor.timeframe)
         times = np.concatenate([series.times[-len(values):], index.to_numpy()])
         stamps = torch.from_numpy(time_features(times))[None]
-        z = self.forecast(x, pred_len, T, top_p, sample_count, seed, stamps)[0].cpu().numpy().astype(np.float64)
+        z = self.forecast(x, pred_len, T, top_p, sample_count, seed, stamps, top_k)[0].cpu().numpy().astype(np.float64)
         return pd.DataFrame(z * std + mean, index=index, columns=processor.features)
 
     @staticmethod

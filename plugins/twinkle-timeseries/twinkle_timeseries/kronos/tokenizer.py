@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from twinkle_timeseries.kronos.layers import Stack
+from twinkle_timeseries.kronos.layers import Blocks
 
 
 def _binary_entropy(p: torch.Tensor) -> torch.Tensor:
@@ -27,7 +27,11 @@ def _binary_entropy(p: torch.Tensor) -> torch.Tensor:
 
 
 class BinarySphericalQuantizer(nn.Module):
-    """Project onto the unit sphere and round each coordinate to ``±1/√L`` (straight-through gradient)."""
+    """Project onto the unit sphere and round each coordinate to ``±1/√L`` (straight-through gradient).
+
+    A coordinate above zero is bit 1. Subtoken ids read their bits least significant first (bit ``i`` of a
+    subtoken weighs ``2^i``), as the released Kronos models number their tokens.
+    """
 
     def __init__(self, bits: int, beta: float = 0.25, gamma: float = 1.0, inv_temperature: float = 1.0,
                  entropy_weight: float = 0.1) -> None:
@@ -35,23 +39,23 @@ class BinarySphericalQuantizer(nn.Module):
         super().__init__()
         self.bits, self.beta, self.gamma = bits, beta, gamma
         self.inv_temperature, self.entropy_weight = inv_temperature, entropy_weight
+        self.scale = 1.0 / bits**0.5
 
     def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(…, L) → (quantised values, ±1 bits as 0/1 ints, auxiliary loss)."""
-        u = F.normalize(z.float(), dim=-1)
-        scale = self.bits**-0.5
-        hard = torch.where(u >= 0, scale, -scale)
-        quantised = u + (hard - u).detach()
-        commitment = (u - hard).pow(2).sum(dim=-1).mean()
-        p_one = torch.sigmoid(4 * self.inv_temperature * scale * u)  # q(bit=1|u) from the distance to ±scale
+        """(…, L) → (quantised values, bits as 0/1 ints, auxiliary loss)."""
+        u = F.normalize(z, dim=-1)
+        sign = torch.where(u > 0, torch.ones_like(u), -torch.ones_like(u))
+        quantised = (u + (sign - u).detach()) * self.scale
+        commitment = (quantised.detach() - u).pow(2).sum(dim=-1).mean()
+        p_one = torch.sigmoid(4 * self.inv_temperature * self.scale * u.float())  # q(bit=1|u) from the distance to ±scale
         per_sample = _binary_entropy(p_one).sum(dim=-1).mean()
         codebook = _binary_entropy(p_one.reshape(-1, self.bits).mean(dim=0)).sum()
         loss = self.beta * commitment + self.entropy_weight * (per_sample - self.gamma * codebook)
-        return quantised.type_as(z), (u >= 0).long(), loss
+        return quantised, (u > 0).long(), loss
 
     def values(self, bits: torch.Tensor) -> torch.Tensor:
         """0/1 bits → quantised values ``±1/√L``."""
-        return (bits.float() * 2 - 1) * self.bits**-0.5
+        return (bits.float() * 2 - 1) * self.scale
 
 
 @dataclass
@@ -66,7 +70,12 @@ class TokenizerOutput:
 
 
 class KronosTokenizer(nn.Module):
-    """Bars (B, T, features) ⇄ coarse and fine token ids (B, T), each in ``[0, 2^bits)``."""
+    """Bars (B, T, features) ⇄ coarse and fine token ids (B, T), each in ``[0, 2^bits)``.
+
+    Its parts carry the reference implementation's names (``embed``, ``encoder``, ``quant_embed``,
+    ``post_quant_embed_pre``, ``post_quant_embed``, ``decoder``, ``head``); ``enc_layers`` and ``dec_layers`` count
+    blocks (a released config's ``n_enc_layers`` is one more than its blocks).
+    """
 
     def __init__(self, features: int, d_model: int, n_heads: int, ff_dim: int, enc_layers: int, dec_layers: int,
                  s1_bits: int, s2_bits: int, dropout: float = 0.0) -> None:
@@ -74,44 +83,48 @@ class KronosTokenizer(nn.Module):
         super().__init__()
         self.features, self.s1_bits, self.s2_bits = features, s1_bits, s2_bits
         self.embed = nn.Linear(features, d_model)
-        self.encoder = Stack(d_model, n_heads, ff_dim, enc_layers, dropout)
-        self.to_code = nn.Linear(d_model, s1_bits + s2_bits)
-        self.quantizer = BinarySphericalQuantizer(s1_bits + s2_bits)
-        self.from_coarse = nn.Linear(s1_bits, d_model)
-        self.from_code = nn.Linear(s1_bits + s2_bits, d_model)
-        self.decoder = Stack(d_model, n_heads, ff_dim, dec_layers, dropout)
         self.head = nn.Linear(d_model, features)
-        weights = torch.pow(2, torch.arange(max(s1_bits, s2_bits) - 1, -1, -1))
-        self.register_buffer("_weights", weights, persistent=False)
+        self.encoder = Blocks(d_model, n_heads, ff_dim, enc_layers, dropout)
+        self.decoder = Blocks(d_model, n_heads, ff_dim, dec_layers, dropout)
+        self.quant_embed = nn.Linear(d_model, s1_bits + s2_bits)
+        self.post_quant_embed_pre = nn.Linear(s1_bits, d_model)
+        self.post_quant_embed = nn.Linear(s1_bits + s2_bits, d_model)
+        self.quantizer = BinarySphericalQuantizer(s1_bits + s2_bits)
 
     def _indices(self, bits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         coarse, fine = bits[..., : self.s1_bits], bits[..., self.s1_bits :]
-        return (coarse * self._weights[-self.s1_bits :]).sum(-1), (fine * self._weights[-self.s2_bits :]).sum(-1)
+        return (coarse * _weights(self.s1_bits, bits.device)).sum(-1), (fine * _weights(self.s2_bits, bits.device)).sum(-1)
 
-    def _bits(self, index: torch.Tensor, width: int) -> torch.Tensor:
-        return (index.unsqueeze(-1) // self._weights[-width:]) % 2
+    @staticmethod
+    def _bits(index: torch.Tensor, width: int) -> torch.Tensor:
+        return (index.unsqueeze(-1) & _weights(width, index.device)).ne(0).long()
+
+    def _decode(self, z: torch.Tensor) -> torch.Tensor:
+        return self.head(self.decoder.run(z))
+
+    def _quantise(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.quantizer(self.quant_embed(self.encoder.run(self.embed(x))))
 
     def forward(self, x: torch.Tensor) -> TokenizerOutput:
         """Encode, quantise and decode ``x`` (both with the coarse bits only and with all bits)."""
-        quantised, bits, loss = self.quantizer(self.to_code(self.encoder(self.embed(x))))
-        coarse_only = self.head(self.decoder(self.from_coarse(quantised[..., : self.s1_bits])))
-        full = self.head(self.decoder(self.from_code(quantised)))
+        quantised, bits, loss = self._quantise(x)
+        coarse_only = self._decode(self.post_quant_embed_pre(quantised[..., : self.s1_bits]))
+        full = self._decode(self.post_quant_embed(quantised))
         coarse, fine = self._indices(bits)
         return TokenizerOutput(coarse_only, full, coarse, fine, loss)
 
     @torch.no_grad()
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Bars (B, T, F) → (coarse ids, fine ids), each (B, T)."""
-        _, bits, _ = self.quantizer(self.to_code(self.encoder(self.embed(x))))
-        return self._indices(bits)
+        return self._indices(self._quantise(x)[1])
 
     def decode(self, coarse: torch.Tensor, fine: torch.Tensor | None = None) -> torch.Tensor:
         """Token ids (B, T) → bars (B, T, F); with ``fine=None`` from the coarse subtoken alone."""
         coarse_values = self.quantizer.values(self._bits(coarse, self.s1_bits))
         if fine is None:
-            return self.head(self.decoder(self.from_coarse(coarse_values)))
+            return self._decode(self.post_quant_embed_pre(coarse_values))
         values = torch.cat([coarse_values, self.quantizer.values(self._bits(fine, self.s2_bits))], dim=-1)
-        return self.head(self.decoder(self.from_code(values)))
+        return self._decode(self.post_quant_embed(values))
 
     def loss(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Training loss: mean of the coarse and full reconstruction MSEs, plus the BSQ loss; and its parts."""
@@ -121,3 +134,8 @@ class KronosTokenizer(nn.Module):
         total = (coarse_mse + mse) / 2 + out.bsq_loss
         return total, {"recon_mse": mse.detach(), "coarse_recon_mse": coarse_mse.detach(),
                        "bsq_loss": out.bsq_loss.detach()}
+
+
+def _weights(width: int, device: torch.device) -> torch.Tensor:
+    """``2^0 … 2^(width-1)``: the weight of each bit of a subtoken id, least significant first."""
+    return 2 ** torch.arange(width, device=device, dtype=torch.long)
