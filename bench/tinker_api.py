@@ -6,7 +6,8 @@ as the suite runs servers) and N client processes, each with the official ``tink
 (rank 8), then ``STEPS`` steps of one ``forward_backward`` of ``BATCH`` sequences of ``LENGTH`` tokens and one
 ``optim_step``, each waited for (a closed loop, as a training loop runs). A step's latency is from the
 ``forward_backward`` call to the ``optim_step``'s answer; tokens/s is every client's tokens over the wall time of
-the slowest. Writes ``bench/results/tinker_api.json``.
+the slowest; each round runs ``REPEATS`` times and the median run is reported. The server's CPU includes its
+training backend's process. Writes ``bench/results/tinker_api.json``.
 
     python bench/tinker_api.py
 """
@@ -22,7 +23,10 @@ import time
 from multiprocessing import get_context
 from pathlib import Path
 
-STEPS, WARMUP, BATCH, LENGTH = 20, 2, 4, 64
+STEPS, WARMUP, BATCH, LENGTH = 60, 3, 4, 64
+REPEATS = 3
+"""Each round runs this many times; the figures are those of the median run by tokens/s (the machine's scheduling
+moves single-client latency by a third from run to run)."""
 
 
 def _client(port: int, key: str, seed: int, out: object, together: object) -> None:
@@ -57,10 +61,31 @@ def _client(port: int, key: str, seed: int, out: object, together: object) -> No
              "tokens": STEPS * BATCH * LENGTH, "client_cpu": time.process_time() - cpu})
 
 
-def _cpu_seconds(pid: int) -> float:
-    """The CPU time (user + system) a process has used so far."""
+def _own_cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) of process ``pid`` alone."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) a process and its descendants (the training backend's process) have used so
+    far."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(fields[1])
+            times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    family, grew = {pid}, True
+    while grew:
+        more = {child for child, parent in parents.items() if parent in family} - family
+        family |= more
+        grew = bool(more)
+    return sum(times.get(p, 0.0) for p in family)
 
 
 def _round(clients: int, port: int, key: str, server: int) -> dict[str, float]:
@@ -74,9 +99,9 @@ def _round(clients: int, port: int, key: str, server: int) -> dict[str, float]:
     for process in processes:
         process.start()
     together.wait()
-    server_before = _cpu_seconds(server)
+    server_before, api_before = _cpu_seconds(server), _own_cpu_seconds(server)
     results = [queue.get(timeout=1800) for _ in processes]
-    server_cpu = _cpu_seconds(server) - server_before
+    server_cpu, api_cpu = _cpu_seconds(server) - server_before, _own_cpu_seconds(server) - api_before
     for process in processes:
         process.join()
     latencies = np.array([value for result in results for value in result["latencies"]]) * 1000
@@ -86,6 +111,7 @@ def _round(clients: int, port: int, key: str, server: int) -> dict[str, float]:
             "p99_ms": round(float(np.percentile(latencies, 99)), 1),
             "tokens_per_second": round(sum(r["tokens"] for r in results) / wall, 1),
             "server_cpu_ms_per_step": round(1000 * server_cpu / steps, 1),
+            "api_process_cpu_ms_per_step": round(1000 * api_cpu / steps, 1),
             "client_cpu_ms_per_step": round(1000 * sum(r["client_cpu"] for r in results) / steps, 1)}
 
 
@@ -103,17 +129,22 @@ def main() -> None:
         (root / "data.txt").write_text("unused\n")
         home, _, tokens = runner.home(root / "data.txt", "bench")
         port = runner.free_port()
-        server = runner.start(home, port, "--workers", "0", "--tinker", "--tinker-model", f"tiny={base}")
+        server = runner.start(home, port, "--workers", "0", "--tinker", "--tinker-model", f"tiny={base}",
+                              "--tinker-max-models-per-user", "64")
         try:
             key = "tml-" + tokens["bench"]
-            rounds = [_round(1, port, key, server.pid), _round(4, port, key, server.pid)]
+            rounds = []
+            for clients in (1, 4):
+                runs = sorted((_round(clients, port, key, server.pid) for _ in range(REPEATS)),
+                              key=lambda r: r["tokens_per_second"])
+                rounds.append({**runs[len(runs) // 2], "tokens_per_second_of_each_run": [r["tokens_per_second"] for r in runs]})
         finally:
             runner.stop_all()
     ratio = rounds[1]["tokens_per_second"] / rounds[0]["tokens_per_second"]
     result = {"what": "Tinker API: forward_backward + optim_step per step, each client its own LoRA model (rank 8) "
                       f"on a shared base (Llama hidden 64, 2 layers); {BATCH} sequences of {LENGTH} tokens a step",
               "machine": f"{platform.machine()}, {os.cpu_count()} cores", "rounds": rounds,
-              "aggregate_tokens_per_second_4_over_1": round(ratio, 2), "goal": ">= 1.5",
+              "aggregate_tokens_per_second_4_over_1": round(ratio, 2), "goal": ">= 1.5", "repeats": REPEATS,
               "command": "python bench/tinker_api.py"}
     out = Path(__file__).resolve().parent / "results" / "tinker_api.json"
     out.write_text(json.dumps(result, indent=2) + "\n")

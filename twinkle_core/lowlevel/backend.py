@@ -167,6 +167,12 @@ class TrainingBackend(ABC):
     def base_models(self) -> list[BaseModel]:
         """The base models this backend serves (what the server offers clients)."""
 
+    def shares_passes(self) -> bool:
+        """Whether one ``forward_backward_many`` over several models' requests costs less than their passes one by
+        one — so that the service batches concurrent users' passes. True on an accelerator, where a larger batch
+        costs little more than a small one; on a CPU a pass costs what its rows cost (default: False)."""
+        return False
+
     @abstractmethod
     def create(self, model_id: str, base_model: str, lora: LoraSettings) -> dict[str, Any]:
         """Add a training model: fresh adapters on ``base_model`` (loaded once, shared by every model on it) and

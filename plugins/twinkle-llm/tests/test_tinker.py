@@ -89,6 +89,33 @@ def _datum(tokens: list[int] = SEQUENCE) -> Any:
                        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
 
 
+def _backend_pid(server_pid: int) -> int:
+    """The server's training backend process: its child started by multiprocessing's spawn."""
+    for entry in Path("/proc").iterdir():
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == server_pid and b"spawn_main" in (entry / "cmdline").read_bytes():
+                return int(entry.name)
+        except (OSError, ValueError, IndexError):
+            continue
+    raise AssertionError(f"server {server_pid} has no training backend process")
+
+
+def _gone(pid: int, seconds: float = 10.0) -> bool:
+    """Whether process ``pid`` ends (or is a zombie) within ``seconds``."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def _train(training: Any, steps: int, learning_rate: float = 1e-2) -> list[float]:
     """``steps`` supervised steps on ``_datum()``; the loss of each."""
     losses = []
@@ -345,7 +372,8 @@ def test_rl_losses_go_through_the_sdk(server: Server) -> None:
 def test_a_killed_server_restarts_and_a_checkpoint_continues_exactly(server: Server) -> None:
     """SIGKILL during training: after a restart on the same store, a model made from the last ``save_state``
     (with its optimizer) takes the same steps as the uninterrupted model took after that checkpoint; a request
-    that was in flight answers an error naming the restart (it never hangs), and the old run is ``interrupted``."""
+    that was in flight answers an error naming the restart (it never hangs), and the old run is ``interrupted``.
+    The server's training backend process dies with it."""
     from twinkle_core import RunStore
 
     service = server.client("alice")
@@ -359,8 +387,10 @@ def test_a_killed_server_restarts_and_a_checkpoint_continues_exactly(server: Ser
     assert created.status_code == 200, created.text
     answered = created.json()["request_id"]
     in_flight = training.forward_backward([_datum()], "cross_entropy")
+    backend = _backend_pid(server.process.pid)
     os.killpg(server.process.pid, signal.SIGKILL)
     server.process.wait()
+    assert _gone(backend)  # no orphan holding the models
     server.process = server.start()
     # the SDK's pending request: its answer was lost (or its model is gone): an error that says so, not a hang
     with pytest.raises((tinker.RequestFailedError, tinker.NotFoundError), match="restart"):
@@ -378,7 +408,8 @@ def test_an_idle_model_is_written_out_and_comes_back_exactly_and_requests_are_ra
         small_base: Path, tmp_path: Path) -> None:
     """On a server that writes out models idle for 1 s: a model paused for 3 s (written out, then loaded back by
     its next request) takes exactly the steps of a twin that never paused; a user over the request limit gets a
-    429 naming it, which the SDK's own calls wait out."""
+    429 naming it, which the SDK's own calls wait out. When its training backend's process dies, a request answers
+    an error saying so instead of hanging."""
     import time
 
     from twinkle_core.testing.service import ServiceRunner
@@ -403,6 +434,10 @@ def test_an_idle_model_is_written_out_and_comes_back_exactly_and_requests_are_ra
         refused = limited.post("bob", "load_weights", missing)
         assert refused.status_code == 429 and "60 requests in a minute" in refused.json()["detail"]
         assert limited.post("alice", "load_weights", missing).status_code == 404  # a limit per user
+
+        os.kill(_backend_pid(limited.process.pid), signal.SIGKILL)
+        with pytest.raises(tinker.RequestFailedError, match="training backend's process ended"):
+            steady.forward_backward([_datum()], "cross_entropy").result(timeout=60)
     finally:
         runner.stop_all()
 

@@ -148,14 +148,17 @@ class LoraBackend(TrainingBackend):
             p.requires_grad_(True)
         return params
 
-    def _activate(self, model_id: str) -> tuple[_Model, dict[str, Any]]:
+    def _lookup(self, model_id: str) -> tuple[_Model, dict[str, Any]]:
         model = self._models.get(model_id)
         if model is None:
             raise TwinkleError(f"model '{model_id}' is not loaded")
-        base = self._bases[model.base]
-        base["peft"].set_adapter(model.adapter)
-        model.train()
-        return model, base
+        return model, self._bases[model.base]
+
+    @staticmethod
+    def _use(base: dict[str, Any], adapter: str) -> None:
+        """Make ``adapter`` the base's active one (peft's ``set_adapter`` walks every module: only when it changes)."""
+        if base["peft"].active_adapter != adapter:
+            base["peft"].set_adapter(adapter)
 
     def unload(self, model_id: str) -> None:
         """Drop the model's adapter and optimizer."""
@@ -188,7 +191,8 @@ class LoraBackend(TrainingBackend):
 
     def _batch(self, base: dict[str, Any], requests: list[ForwardRequest]) -> list[ForwardResult]:
         network = base["peft"]
-        network.eval()  # no dropout anywhere (the adapters have none): training and evaluation passes agree
+        if network.training:  # no dropout anywhere (the adapters have none): training and evaluation passes agree
+            network.eval()
         rows = [(r, datum) for r in requests for datum in r.data]
         lengths = [len(datum.tokens) for _, datum in rows]
         ids = torch.zeros(len(rows), max(lengths), dtype=torch.long)
@@ -200,7 +204,7 @@ class LoraBackend(TrainingBackend):
         backward = any(r.backward for r in requests)
         per_row = {"adapter_names": adapters} if len(set(adapters)) > 1 else {}  # one model: peft's plain path
         if not per_row:
-            network.set_adapter(adapters[0])
+            self._use(base, adapters[0])
         for request in requests:
             if request.backward:
                 self._models[request.model_id].train()
@@ -225,7 +229,7 @@ class LoraBackend(TrainingBackend):
 
     def optim_step(self, model_id: str, adam: AdamSettings) -> dict[str, float]:
         """AdamW with this step's settings, gradients clipped at ``grad_clip_norm`` (when not 0)."""
-        model, base = self._activate(model_id)
+        model, _ = self._lookup(model_id)
         params = [p for group in model.optimizer.param_groups for p in group["params"]]
         norm = torch.nn.utils.clip_grad_norm_(params, adam.grad_clip_norm if adam.grad_clip_norm > 0 else math.inf)
         for group in model.optimizer.param_groups:
@@ -242,7 +246,7 @@ class LoraBackend(TrainingBackend):
         from peft import get_peft_model_state_dict
         from safetensors.torch import save_file
 
-        model, base = self._activate(model_id)
+        model, base = self._lookup(model_id)
         os.makedirs(folder, exist_ok=True)
         state = get_peft_model_state_dict(base["peft"], adapter_name=model.adapter, save_embedding_layers=False)
         save_file({k: v.detach().contiguous() for k, v in state.items()}, os.path.join(folder, ADAPTER_FILE))
@@ -282,7 +286,7 @@ class LoraBackend(TrainingBackend):
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
-        model, base = self._activate(model_id)
+        model, base = self._lookup(model_id)
         settings, state = self._read(folder)
         if settings.get("base_model") != model.base or settings.get("lora_rank") != model.lora.rank:
             raise TwinkleError(f"the checkpoint is a rank-{settings.get('lora_rank')} adapter of "
@@ -344,7 +348,7 @@ class LoraBackend(TrainingBackend):
             self._add_adapter(base, adapter, int(settings["lora_rank"]), targets, 0)
             set_peft_model_state_dict(base["peft"], state, adapter_name=adapter)
             self._samplers[weights] = adapter
-        base["peft"].set_adapter(adapter)
+        self._use(base, adapter)
         base["peft"].eval()
         return base, base["peft"]
 

@@ -1,6 +1,7 @@
 """The Tinker-compatible training API of ``twinkle serve --tinker``: the official ``tinker`` SDK drives LoRA
 training and sampling on the server's base models, step by step (``routes``: the endpoints; ``state``: sessions,
-models, futures and the engine thread; ``wire``: the protocol's protobuf messages)."""
+models, futures and the engine thread; ``wire``: the protocol's protobuf messages; ``remote``: the training backend
+in a process of its own)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 def mount(app: Any, config: Any, store: Any) -> None:
     """Serve the Tinker API at ``/tinker/api/v1`` of ``app``, on the training backend ``config`` names, built with
-    its base-model folders.
+    its base-model folders in a process of its own (``remote.BackendProcess``; a backend registered as an object
+    rather than a ``"module:attr"`` target runs in this process).
 
     Raises:
         TwinkleError: no such backend (its plugin not installed), or the ``tinker`` package missing.
@@ -20,8 +22,14 @@ def mount(app: Any, config: Any, store: Any) -> None:
     from twinkle_core.serve.tinker.state import TinkerService
 
     wire.schema()  # fail now, by name, without the SDK's schema
-    backend_class = get_component("training_backend", config.tinker_backend).load()
-    backend = backend_class(models=dict(config.tinker_models))
+    component = get_component("training_backend", config.tinker_backend)
+    kwargs = {"models": dict(config.tinker_models)}
+    if isinstance(component.target, str):  # in a process of its own
+        from twinkle_core.serve.tinker.remote import BackendProcess
+
+        backend = BackendProcess(component.target, kwargs)
+    else:
+        backend = component.load()(**kwargs)
     app.state.tinker = TinkerService(store, backend, config.tinker_max_models_per_user, config.tinker_idle_seconds,
                                      config.tinker_max_requests_per_minute)
     app.include_router(router, prefix="/tinker/api/v1")

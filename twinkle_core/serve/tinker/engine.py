@@ -1,8 +1,10 @@
 """The Tinker API's engine: one thread that runs every request on the training backend, in the order requests
-were queued — except that passes (``forward``/``forward_backward``) waiting on the same base model run as one
-batch (``TrainingBackend.forward_backward_many``), so several users' steps share one pass over the base's
-weights. A pass is only gathered from behind other work when no earlier request of its model is still waiting
-(a model's requests keep their order)."""
+were queued — except that, on a backend whose shared passes pay (``TrainingBackend.shares_passes``: an
+accelerator), passes (``forward``/``forward_backward``) waiting on the same base model run as one batch
+(``TrainingBackend.forward_backward_many``), so several users' steps share one pass over the base's weights. A pass
+is only gathered from behind other work when no earlier request of its model is still waiting (a model's requests
+keep their order). On a CPU a pass costs what its rows cost, and a batch would only make each user wait for the
+others' rows (``bench/tinker_api.py``): there passes run one by one, as they come."""
 
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ class Engine:
     def __init__(self, backend: TrainingBackend, prepare: Callable[[Any], None]) -> None:
         """Start the thread."""
         self.backend, self.prepare = backend, prepare
+        self.batches = backend.shares_passes()
         self._queue: deque[tuple[Any, Any]] = deque()
         self._ready = threading.Condition()
         self._stopped = False
@@ -61,7 +64,8 @@ class Engine:
                 if self._stopped:
                     return
                 future, work = self._queue.popleft()
-                batch = [(future, work), *self._gather(work)] if isinstance(work, Pass) else []
+                batch = ([(future, work), *(self._gather(work) if self.batches else [])] if isinstance(work, Pass)
+                         else [])
             if batch:
                 self._passes(batch)
             else:
