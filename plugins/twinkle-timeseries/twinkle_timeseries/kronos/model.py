@@ -154,12 +154,17 @@ class KronosModel(Algorithm):
         self.uses_time_embeddings = default if self.time_embeddings is None else bool(self.time_embeddings)
         predictor = KronosPredictor(self.s1_bits, self.s2_bits, self.d_model, self.n_heads, self.ff_dim,
                                     self.n_layers, self.dropout, self.uses_time_embeddings)
-        if released != (None, None):
-            self.weights_report = load_released(tokenizer, predictor, *released)
+        if released[:2] != (None, None):
+            self.weights_report = load_released(tokenizer, predictor, released[0], released[1])
+            if released[2]:
+                self.weights_report.notes.append("sizes from config.json: " + ", ".join(
+                    f"{k}={v}" for k, v in sorted(released[2].items())))
         return KronosNetwork(tokenizer, predictor)
 
-    def _released_weights(self, features: int, spec: DataSpec) -> tuple[Weights | None, Weights | None]:
-        """Read ``weights`` and ``tokenizer_weights``; their configs set the sizes (checked against the data)."""
+    def _released_weights(self, features: int,
+                          spec: DataSpec) -> tuple[Weights | None, Weights | None, dict[str, Any]]:
+        """Read ``weights`` and ``tokenizer_weights``; their configs set the sizes (checked against the data), which
+        come back too."""
         found = tuple(read_weights(uri, what=what) if uri else None for uri, what in (
             (self.weights, "weights"), (self.tokenizer_weights, "tokenizer weights")))
         sizes = released_sizes(*found)
@@ -173,7 +178,7 @@ class KronosModel(Algorithm):
                 "when a file lacks it)")
         for name, value in sizes.items():
             setattr(self, name, value)
-        return found[0], found[1]
+        return found[0], found[1], sizes
 
     @classmethod
     def from_pretrained(cls, weights: str, tokenizer_weights: str, *, lookback_window: PositiveInt = 400,
@@ -189,10 +194,15 @@ class KronosModel(Algorithm):
 
         Raises:
             WeightsError, WeightsMismatchError: unreadable weights, or weights that do not fit each other.
+            HyperparameterError: a tokenizer folder without its config, or one reading other bars than the released
+                tokenizers do.
         """
         tokenizer = read_weights(tokenizer_weights, what="tokenizer weights")
-        reads = released_sizes(None, tokenizer).get("features")
-        features = FEATURES.get(int(reads)) if reads is not None else None
+        if not tokenizer.config:
+            raise HyperparameterError(f"the tokenizer '{tokenizer_weights}' has no config.json to say what bars it "
+                                      "reads; give the released folder, or fit with tokenizer_weights= on your bars")
+        reads = int(released_sizes(None, tokenizer)["features"])
+        features = FEATURES.get(reads)
         if features is None:
             raise HyperparameterError(f"the tokenizer '{tokenizer_weights}' reads {reads} features per bar; a released "
                                       f"tokenizer reads {' or '.join(map(str, FEATURES))} (its config.json's d_in)")
