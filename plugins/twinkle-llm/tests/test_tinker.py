@@ -57,6 +57,10 @@ class Server:
         """The SDK's service client for ``user`` (its API key: ``tml-`` and the user's Twinkle token)."""
         return tinker.ServiceClient(base_url=f"http://127.0.0.1:{self.port}/tinker", api_key="tml-" + self.tokens[user])
 
+    def rest(self, user: str) -> Any:
+        """The SDK's REST client for ``user`` (runs and checkpoints)."""
+        return tinker.RestClient(base_url=f"http://127.0.0.1:{self.port}/tinker", api_key="tml-" + self.tokens[user])
+
     def post(self, user: str, path: str, body: dict[str, Any]) -> Any:
         """A raw request as ``user`` (for what the SDK has no call for)."""
         import httpx
@@ -167,6 +171,26 @@ def test_a_saved_state_reloads_with_identical_weights_and_optimizer(server: Serv
     assert path == f"tinker://{original.model_id}/weights/three"
     copy = service.create_training_client_from_state_with_optimizer(path).result()
     assert _train(copy, 3) == _train(original, 3)
+
+
+def test_a_checkpoint_is_deleted_by_its_owner_only(server: Server) -> None:
+    """``delete_checkpoint_from_tinker_path``: another user's attempt is a 404 and changes nothing; the owner's
+    removes it from the run's listing, and loading it afterwards is a 404."""
+    service = server.client("alice")
+    training = service.create_lora_training_client(base_model="tiny", rank=2, seed=1).result()
+    path = training.save_state("doomed").result().path
+    kept = training.save_state("kept").result().path
+    with pytest.raises(tinker.NotFoundError):
+        server.rest("bob").delete_checkpoint_from_tinker_path(path).result()
+    rest = server.rest("alice")
+    listed = [c.tinker_path for c in rest.list_checkpoints(training.model_id).result().checkpoints]
+    assert listed == [path, kept]
+    rest.delete_checkpoint_from_tinker_path(path).result()
+    assert [c.tinker_path for c in rest.list_checkpoints(training.model_id).result().checkpoints] == [kept]
+    with pytest.raises(tinker.NotFoundError):
+        service.create_training_client_from_state(path).result()
+    with pytest.raises(tinker.NotFoundError):
+        rest.delete_checkpoint_from_tinker_path(path).result()
 
 
 def test_a_tinker_checkpoint_is_a_peft_adapter_that_twinkle_llm_continues_and_exports(

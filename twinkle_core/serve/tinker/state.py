@@ -574,7 +574,7 @@ class TinkerService:
         if len(parts) != 3 or parts[1] not in ("weights", "sampler_weights"):
             raise NotFound(f"checkpoint '{path}' not found (a tinker://<model>/weights/<name> path)")
         model_id, kind, name = parts
-        if not _NAME.match(name):
+        if not _NAME.match(name) or name.endswith(".partial") or ".deleting-" in name:  # being written or removed
             raise NotFound(f"checkpoint '{path}' not found")
         run_id = self.models[model_id].run_id if model_id in self.models and self.models[model_id].user == user \
             else self._run_of(user, model_id)
@@ -584,6 +584,23 @@ class TinkerService:
                 return folder, json.load(handle)
         except (OSError, ValueError):
             raise NotFound(f"checkpoint '{path}' not found") from None
+
+    def delete_checkpoint(self, user: str, model_id: str, checkpoint_id: str) -> None:
+        """Delete ``user``'s checkpoint ``<kind>/<name>`` of training run ``model_id``: renamed out of the listing at
+        once, then removed (a reader sees it whole or not at all). Samplers already made from it keep their copy.
+
+        Raises:
+            NotFound: not a checkpoint of ``user``'s.
+        """
+        import shutil
+
+        folder, _ = self.checkpoint_folder(user, f"tinker://{model_id}/{checkpoint_id}")
+        doomed = f"{folder}.deleting-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(folder, doomed)
+        except FileNotFoundError:
+            raise NotFound(f"checkpoint 'tinker://{model_id}/{checkpoint_id}' not found") from None
+        shutil.rmtree(doomed, ignore_errors=True)
 
     def _run_of(self, user: str, model_id: str) -> str:
         for run in self.store.list(user=user, project=PROJECT):
@@ -688,7 +705,7 @@ class TinkerService:
             root = self.store.path(run_id, "tinker", kind)
             for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
                 record_file = os.path.join(root, name, "checkpoint.json")
-                if name.endswith(".partial") or not os.path.exists(record_file):
+                if name.endswith(".partial") or ".deleting-" in name or not os.path.exists(record_file):
                     continue
                 with open(record_file, encoding="utf-8") as handle:
                     record = json.load(handle)
