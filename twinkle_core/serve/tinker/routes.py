@@ -412,11 +412,11 @@ def run_checkpoints(model_id: str, user: User, state: State) -> dict[str, Any]:
     return {"checkpoints": _answer(lambda: state.checkpoints(user, model_id))}
 
 
-@router.delete("/training_runs/{model_id}/checkpoints/{checkpoint_id:path}", status_code=204)
-def delete_checkpoint(model_id: str, checkpoint_id: str, user: User, state: State) -> Response:
-    """Delete one of the caller's checkpoints (``weights/<name>`` or ``sampler_weights/<name>``); another user's,
-    or one that does not exist, is a 404."""
-    _answer(lambda: state.delete_checkpoint(user, model_id, checkpoint_id))
+@router.delete("/training_runs/{model_id}/checkpoints/{kind}/{name}", status_code=204)
+def delete_checkpoint(model_id: str, kind: str, name: str, user: User, state: State) -> Response:
+    """Delete one of the caller's checkpoints (``kind``: ``weights`` or ``sampler_weights``); another user's, or
+    one that does not exist, is a 404."""
+    _answer(lambda: state.delete_checkpoint(user, model_id, f"{kind}/{name}"))
     return Response(status_code=204)
 
 
