@@ -24,10 +24,10 @@ def mount(app: Any, config: Any, store: Any) -> None:
     wire.schema()  # fail now, by name, without the SDK's schema
     component = get_component("training_backend", config.tinker_backend)
     kwargs = {"models": dict(config.tinker_models)}
-    if isinstance(component.target, str):  # in a process of its own
+    if isinstance(component.target, str):  # in a process of its own, whose registry finds it as this one does
         from twinkle_core.serve.tinker.remote import BackendProcess
 
-        backend = BackendProcess(component.target, kwargs)
+        backend = BackendProcess(config.tinker_backend, kwargs)
     else:
         backend = component.load()(**kwargs)
     app.state.tinker = TinkerService(store, backend, config.tinker_max_models_per_user, config.tinker_idle_seconds,

@@ -2,7 +2,7 @@
 two cores instead of sharing one interpreter's lock.
 
 ``BackendProcess`` is a ``TrainingBackend`` whose every call is sent through a pipe to a child process holding the
-real backend (a fresh interpreter that imports only the backend's module) and answered from it;
+real backend (a fresh interpreter that finds it in the plugin registry by its name) and answered from it;
 the engine thread blocks on the answer without holding the interpreter lock, so the API process keeps answering
 HTTP while a pass runs. Arguments and answers are the backend's plain dataclasses, strings and NumPy arrays (the
 loss is a module-level function, pickled by name); nothing else crosses. The child dies with the server (a SIGKILL
@@ -34,10 +34,10 @@ from twinkle_core.lowlevel import (
 
 
 class BackendProcess(TrainingBackend):
-    """The backend ``target`` (``"module:Class"``) built with ``kwargs`` in a child process (see the module
-    docstring)."""
+    """The registered training backend ``name`` built with ``kwargs`` in a child process (see the module
+    docstring); the child finds it through the plugin registry, as the server does."""
 
-    def __init__(self, target: str, kwargs: dict[str, Any]) -> None:
+    def __init__(self, name: str, kwargs: dict[str, Any]) -> None:
         """Start the child and wait until its backend is built (its error, if building fails, is raised here).
 
         Raises:
@@ -47,7 +47,7 @@ class BackendProcess(TrainingBackend):
 
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: it imports the backend, not Lightning
         self._conn, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child, target, kwargs, os.getpid()),
+        self._process = context.Process(target=_serve, args=(child, name, kwargs, os.getpid()),
                                         name="tinker-backend", daemon=True)
         self._process.start()
         child.close()
@@ -122,13 +122,15 @@ class BackendProcess(TrainingBackend):
             self._process.kill()
 
 
-def _serve(conn: Any, target: str, kwargs: dict[str, Any], server: int) -> None:
+def _serve(conn: Any, backend_name: str, kwargs: dict[str, Any], server: int) -> None:
     """The child: build the backend, then answer calls until the pipe closes (or the server is gone)."""
     from twinkle_core.jobs.launcher import signal_when_gone
 
     signal_when_gone(server, signal.SIGKILL)
     try:
-        backend = _build(target, kwargs)
+        from twinkle_core.lookup import load_component
+
+        backend = load_component("training_backend", backend_name)(**kwargs)
     except BaseException as err:  # noqa: BLE001 — the parent raises it at start
         backend, failure = None, err
     while True:
@@ -146,13 +148,6 @@ def _serve(conn: Any, target: str, kwargs: dict[str, Any], server: int) -> None:
         except BaseException as err:  # noqa: BLE001 — every call is answered
             answer = (False, _portable(err))
         conn.send(answer)
-
-
-def _build(target: str, kwargs: dict[str, Any]) -> TrainingBackend:
-    import importlib
-
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)(**kwargs)
 
 
 def _portable(err: BaseException) -> BaseException:
