@@ -181,8 +181,8 @@ def test_a_twinkle_kronos_saved_in_the_released_format_is_what_the_reference_loa
                                   extra={"features": [*BARS, "amount"], "timeframe": "1d"}))
     assert not model.uses_time_embeddings
     tokenizer_dir, predictor_dir = save_released(model.network, str(tmp_path / "tiny"))
-    ref_tokenizer = reference.KronosTokenizer.from_pretrained(tokenizer_dir).eval()
-    ref_predictor = reference.Kronos.from_pretrained(predictor_dir).eval()
+    ref_tokenizer = reference.KronosTokenizer.from_pretrained(tokenizer_dir, local_files_only=True).eval()
+    ref_predictor = reference.Kronos.from_pretrained(predictor_dir, local_files_only=True).eval()
     mine = model.predict(history, lookback=40, sample_count=2, seed=5)
     torch.manual_seed(5)
     theirs = reference.KronosPredictor(ref_predictor, ref_tokenizer, device="cpu", max_context=512).predict(

@@ -40,7 +40,7 @@ from torch import nn
 from twinkle_core import Algorithm
 from twinkle_core.data import DataSpec
 from twinkle_core.errors import HyperparameterError, TwinkleError
-from twinkle_core.pretrained import Weights, read_weights
+from twinkle_core.pretrained import Weights, read_config, read_weights
 from twinkle_core.types import PositiveInt
 from twinkle_timeseries.kronos.scores import ForecastScores
 from twinkle_timeseries.kronos.network import KronosNetwork
@@ -185,6 +185,8 @@ class KronosModel(Algorithm):
                         pred_len: PositiveInt = 120, timeframe: str = "1d", **hyperparameters: Any) -> KronosModel:
         """A released Kronos ready to ``predict(df)`` without training (zero-shot), for bars of ``timeframe``.
 
+        Both are folders (or files) at a path or URI the caller gives — never a hub name: nothing is downloaded.
+
         Args:
             weights: the predictor folder (``Kronos-small``, ...); tokenizer_weights: its tokenizer's folder.
             lookback_window: the bars each forecast reads (``predict(df)`` takes the last ones).
@@ -197,11 +199,11 @@ class KronosModel(Algorithm):
             HyperparameterError: a tokenizer folder without its config, or one reading other bars than the released
                 tokenizers do.
         """
-        tokenizer = read_weights(tokenizer_weights, what="tokenizer weights")
-        if not tokenizer.config:
+        config = read_config(tokenizer_weights, "tokenizer weights")  # its tensors are read once, when built
+        if not config:
             raise HyperparameterError(f"the tokenizer '{tokenizer_weights}' has no config.json to say what bars it "
                                       "reads; give the released folder, or fit with tokenizer_weights= on your bars")
-        reads = int(released_sizes(None, tokenizer)["features"])
+        reads = int(released_sizes(None, Weights({}, "config", config, tokenizer_weights))["features"])
         features = FEATURES.get(reads)
         if features is None:
             raise HyperparameterError(f"the tokenizer '{tokenizer_weights}' reads {reads} features per bar; a released "

@@ -12,10 +12,15 @@ The folder's config sets the sizes (as a timm folder's ``pretrained_cfg`` does):
 
 from __future__ import annotations
 
+import json
+import posixpath
 from typing import Any
 
+import torch
+from safetensors.torch import save
 from torch import nn
 
+from twinkle_core.data import atomic_write_bytes
 from twinkle_core.errors import HyperparameterError
 from twinkle_core.pretrained import Weights, WeightsError, WeightsReport, load_weights
 
@@ -131,14 +136,6 @@ def save_released(network: nn.Module, folder: str) -> tuple[str, str]:
     Returns:
         The tokenizer's and the predictor's folder.
     """
-    import json
-    import posixpath
-
-    import torch
-    from safetensors.torch import save
-
-    from twinkle_core.data import atomic_write_bytes
-
     tokenizer, predictor = network.tokenizer, network.predictor
     first = tokenizer.encoder[0] if len(tokenizer.encoder) else tokenizer.decoder[0]
     bits = tokenizer.s1_bits + tokenizer.s2_bits
