@@ -504,3 +504,37 @@ def test_passes_of_several_models_batched_together_equal_each_alone(small_base: 
     assert alone_grads.keys() == together_grads.keys() and len(alone_grads) > 0
     for name in alone_grads:
         assert torch.allclose(alone_grads[name], together_grads[name], atol=1e-5), name
+
+
+def test_alternating_models_on_different_layers_use_their_own_adapters(small_base: Path) -> None:
+    """The backend's own adapter switch (each adapter layer's ``set_adapter``, over the layers found once) leaves
+    the base as peft's model-wide ``set_adapter`` does: models adapting different layers (attention and MLP; MLP
+    only), trained and then used alternately, each give what they give right after peft's own switch to them —
+    and not each other's outputs."""
+    import numpy as np
+
+    from twinkle_core.lowlevel import AdamSettings, Datum, ForwardRequest, LoraSettings, get_loss
+    from twinkle_llm.backend import LoraBackend
+
+    backend = LoraBackend({"tiny": str(small_base)})
+    backend.create("both", "tiny", LoraSettings(rank=8, seed=1))
+    backend.create("mlp", "tiny", LoraSettings(rank=4, seed=2, train_attn=False))
+    loss = get_loss("cross_entropy")
+    data = [Datum(SEQUENCE[:-1], {"target_tokens": np.array(SEQUENCE[1:])})]
+
+    def logprobs(model: str) -> np.ndarray:
+        return backend.forward_backward_many([ForwardRequest(model, data, loss, {}, False)])[0].outputs[0]["logprobs"]
+
+    for model in ["both", "mlp"] * 3:  # both adapters move away from zero
+        backend.forward_backward_many([ForwardRequest(model, data, loss, {}, True)])
+        backend.optim_step(model, AdamSettings(learning_rate=1e-2))
+    alternating = {}
+    for model, other in [("both", "mlp"), ("mlp", "both")] * 2:
+        alternating[model] = logprobs(model)
+        logprobs(other)  # and away again
+    network = backend._bases["tiny"]["peft"]
+    for model in ("both", "mlp"):
+        network.set_adapter(backend._models[model].adapter)  # peft's own switch, over every module
+        assert np.array_equal(alternating[model], backend._batch(backend._bases["tiny"], [
+            ForwardRequest(model, data, loss, {}, False)])[0].outputs[0]["logprobs"]), model
+    assert not np.allclose(alternating["both"], alternating["mlp"], atol=1e-3)

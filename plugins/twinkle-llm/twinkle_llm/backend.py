@@ -103,7 +103,7 @@ class LoraBackend(TrainingBackend):
         from tokenizers import Tokenizer
 
         self._bases[name] = {"model": model, "peft": None, "tokenizer": Tokenizer.from_file(str(tokenizer_file(folder))),
-                             "vocab": int(model.config.vocab_size)}
+                             "vocab": int(model.config.vocab_size), "layers": None}
         return self._bases[name]
 
     def create(self, model_id: str, base_model: str, lora: LoraSettings) -> dict[str, Any]:
@@ -130,6 +130,7 @@ class LoraBackend(TrainingBackend):
                             task_type="CAUSAL_LM")
         state = torch.random.get_rng_state()
         torch.manual_seed(0 if seed is None else seed)
+        base["layers"] = None  # the adapter layers are found again (new targets wrap more layers)
         try:
             if base["peft"] is None:
                 base["peft"] = get_peft_model(base["model"], config, adapter_name=adapter)
@@ -156,15 +157,28 @@ class LoraBackend(TrainingBackend):
 
     @staticmethod
     def _use(base: dict[str, Any], adapter: str) -> None:
-        """Make ``adapter`` the base's active one (peft's ``set_adapter`` walks every module: only when it changes)."""
-        if base["peft"].active_adapter != adapter:
-            base["peft"].set_adapter(adapter)
+        """Make ``adapter`` the base's active one, when it changes: each adapter layer's ``set_adapter``, as
+        peft's model-wide ``set_adapter`` does, but over the base's adapter layers found once (``base["layers"]``,
+        found again after adapters are added or deleted) instead of a walk of every module per switch (3 ms of a
+        9 ms step on the bench's base, where requests of four users alternate)."""
+        network = base["peft"]
+        if network.active_adapter == adapter:
+            return
+        if base.get("layers") is None:
+            from peft.tuners.tuners_utils import BaseTunerLayer
+
+            base["layers"] = [m for m in network.modules() if isinstance(m, BaseTunerLayer)]
+        for layer in base["layers"]:
+            layer.set_adapter(adapter)
+        network.active_adapter = network.base_model.active_adapter = adapter  # what peft's own set_adapter records
 
     def unload(self, model_id: str) -> None:
         """Drop the model's adapter and optimizer."""
         model = self._models.pop(model_id, None)
         if model is not None:
-            self._bases[model.base]["peft"].delete_adapter(model.adapter)
+            base = self._bases[model.base]
+            base["peft"].delete_adapter(model.adapter)
+            base["layers"] = None
 
     # ------------------------------------------------------------ training
     def forward_backward(self, model_id: str, data: list[Datum], loss: Loss, settings: dict[str, Any],

@@ -4,7 +4,13 @@ accelerator), passes (``forward``/``forward_backward``) waiting on the same base
 (``TrainingBackend.forward_backward_many``), so several users' steps share one pass over the base's weights. A pass
 is only gathered from behind other work when no earlier request of its model is still waiting (a model's requests
 keep their order). On a CPU a pass costs what its rows cost, and a batch would only make each user wait for the
-others' rows (``bench/tinker_api.py``): there passes run one by one, as they come."""
+others' rows (``bench/tinker_api.py``): there passes run one by one, as they come.
+
+A pass or a ``Call`` is sent to the backend without waiting when the backend can take calls that way (a
+``BackendProcess``: ``begin``): while it works, the engine turns the previous answer into its reply (encoding it,
+writing the loss curve), so with several users queued the backend does not wait for the API process between
+steps. Anything else (a plain callable: saving, loading, sampling, writing a model out) first waits for what is in
+flight, so every request still sees the backend as the requests before it left it."""
 
 from __future__ import annotations
 
@@ -30,6 +36,21 @@ class Pass:
     done: Callable[[ForwardResult], Any]
 
 
+@dataclass
+class Call:
+    """The backend call ``method(*args)`` on behalf of ``model`` (anything with ``id`` and ``base``), and what its
+    answer becomes (``done``, run on the engine thread in request order)."""
+
+    model: Any
+    method: str
+    args: tuple[Any, ...]
+    done: Callable[[Any], Any]
+
+
+MAX_IN_FLIGHT = 2
+"""Calls sent to the backend and not yet answered: the one it works on and the one after it."""
+
+
 class Engine:
     """The engine thread (see the module docstring). ``prepare(model)`` runs before a model's work (it loads a
     model that was written out back into the backend)."""
@@ -38,13 +59,15 @@ class Engine:
         """Start the thread."""
         self.backend, self.prepare = backend, prepare
         self.batches = backend.shares_passes()
+        self._begin: Callable[..., Callable[[], Any]] = getattr(backend, "begin", None) or _begin_here(backend)
         self._queue: deque[tuple[Any, Any]] = deque()
         self._ready = threading.Condition()
         self._stopped = False
         threading.Thread(target=self._loop, name="tinker-engine", daemon=True).start()
 
-    def submit(self, future: Any, work: Callable[[], Any] | Pass) -> None:
-        """Queue ``work`` (a callable, or a ``Pass``); its answer goes to ``future`` (``None``: kept nowhere)."""
+    def submit(self, future: Any, work: Callable[[], Any] | Pass | Call) -> None:
+        """Queue ``work`` (a callable, a ``Pass`` or a ``Call``); its answer goes to ``future`` (``None``: kept
+        nowhere)."""
         with self._ready:
             self._queue.append((future, work))
             self._ready.notify()
@@ -57,19 +80,42 @@ class Engine:
             self._ready.notify()
 
     def _loop(self) -> None:
+        in_flight: deque[tuple[Any, Call, Callable[[], Any]]] = deque()
         while True:
             with self._ready:
-                while not self._queue and not self._stopped:
+                while not self._queue and not self._stopped and not in_flight:
                     self._ready.wait()
                 if self._stopped:
                     return
-                future, work = self._queue.popleft()
-                batch = ([(future, work), *(self._gather(work) if self.batches else [])] if isinstance(work, Pass)
+                taken = self._queue.popleft() if self._queue else None
+                batch = ([taken, *self._gather(taken[1])] if taken and isinstance(taken[1], Pass) and self.batches
                          else [])
+            if taken is None:  # nothing new: reply to what the backend has been working on
+                _reply(*in_flight.popleft())
+                continue
+            future, work = taken
+            call = _as_call(work) if not batch else None
+            if call is not None:
+                self._send(future, call, in_flight)
+                continue
+            while in_flight:  # everything else sees the backend as every earlier request left it
+                _reply(*in_flight.popleft())
             if batch:
                 self._passes(batch)
             else:
                 _answer(future, work)
+
+    def _send(self, future: Any, call: Call, in_flight: deque[tuple[Any, Call, Callable[[], Any]]]) -> None:
+        """Send ``call`` to the backend (its model loaded first) and, with ``MAX_IN_FLIGHT`` sent, reply to the
+        oldest."""
+        try:
+            self.prepare(call.model)
+            answer = self._begin(call.method, *call.args)
+        except Exception as err:  # noqa: BLE001 — its future answers the error, in order
+            answer = _raising(err)
+        in_flight.append((future, call, answer))
+        while len(in_flight) >= MAX_IN_FLIGHT:
+            _reply(*in_flight.popleft())
 
     def _gather(self, first: Pass) -> list[tuple[Any, Pass]]:
         """The queued passes that can join ``first``'s batch (same base, room left, nothing of their model
@@ -114,6 +160,41 @@ class Engine:
     def _alone(self, work: Pass) -> Any:
         self.prepare(work.model)
         return work.done(self.backend.forward_backward_many([work.request])[0])
+
+
+def _as_call(work: Any) -> Call | None:
+    """``work`` as a backend ``Call`` (a pass is ``forward_backward_many`` of its one request), or ``None`` for a
+    plain callable."""
+    if isinstance(work, Call):
+        return work
+    if isinstance(work, Pass):
+        return Call(work.model, "forward_backward_many", ([work.request],), lambda results, w=work: w.done(results[0]))
+    return None
+
+
+def _reply(future: Any, call: Call, answer: Callable[[], Any]) -> None:
+    """Wait for a sent call's answer and reply with what ``call.done`` makes of it."""
+    _answer(future, lambda: call.done(answer()))
+
+
+def _begin_here(backend: TrainingBackend) -> Callable[..., Callable[[], Any]]:
+    """For a backend in this process: ``begin`` runs the call at once; its answer (or error) is read later."""
+
+    def begin(method: str, *args: Any) -> Callable[[], Any]:
+        try:
+            value = getattr(backend, method)(*args)
+        except Exception as err:  # noqa: BLE001 — raised when the answer is read
+            return _raising(err)
+        return lambda: value
+
+    return begin
+
+
+def _raising(err: Exception) -> Callable[[], Any]:
+    def read() -> Any:
+        raise err
+
+    return read
 
 
 def _answer(future: Any, work: Callable[[], Any]) -> None:

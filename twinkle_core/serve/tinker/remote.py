@@ -16,7 +16,8 @@ import os
 import pickle
 import signal
 import threading
-from typing import Any
+from collections import deque
+from typing import Any, Callable
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.lowlevel import (
@@ -52,21 +53,52 @@ class BackendProcess(TrainingBackend):
         self._process.start()
         child.close()
         self._lock = threading.Lock()
+        self._pending: deque[_Answer] = deque()
+        self._gone: TwinkleError | None = None
+        threading.Thread(target=self._read, name="tinker-backend-answers", daemon=True).start()
         self._bases: list[BaseModel] = self._call("base_models")
         self._shares: bool = self._call("shares_passes")
 
-    def _call(self, name: str, *args: Any) -> Any:
+    def begin(self, name: str, *args: Any) -> Callable[[], Any]:
+        """Send the call ``name(*args)`` to the child without waiting for it; returns a function that waits for
+        its answer (raising its error). The child answers in sending order, so a caller may send its next call
+        while the child works on this one, and read this answer meanwhile. A thread reads every answer as it comes,
+        so neither process ever waits on a full pipe."""
+        answer = _Answer()
         with self._lock:
+            if self._gone is not None:
+                raise self._gone
+            self._pending.append(answer)
             try:
                 self._conn.send((name, args))
+            except (EOFError, OSError) as err:
+                self._fail(err)
+        return answer.get
+
+    def _read(self) -> None:
+        """The answers' thread: each answer goes to the oldest call still waiting; when the child is gone, every
+        waiting call answers that."""
+        while True:
+            try:
                 ok, value = self._conn.recv()
             except (EOFError, OSError) as err:
-                code = self._process.exitcode
-                raise TwinkleError(f"the Tinker training backend's process ended (exit code {code}: {err or 'closed'}) "
-                                   "and its models with it; restart the server") from None
-        if ok:
-            return value
-        raise value
+                with self._lock:
+                    self._fail(err)
+                return
+            with self._lock:
+                self._pending.popleft().set(ok, value)
+
+    def _fail(self, err: BaseException) -> None:
+        """(lock held) The child is gone: this and every waiting call answer a ``TwinkleError`` saying so."""
+        if self._gone is None:
+            code = self._process.exitcode
+            self._gone = TwinkleError(f"the Tinker training backend's process ended (exit code {code}: "
+                                      f"{err or 'closed'}) and its models with it; restart the server")
+        while self._pending:
+            self._pending.popleft().set(False, self._gone)
+
+    def _call(self, name: str, *args: Any) -> Any:
+        return self.begin(name, *args)()
 
     def base_models(self) -> list[BaseModel]:
         """The base models the child's backend offers (asked once, at start)."""
@@ -120,6 +152,26 @@ class BackendProcess(TrainingBackend):
         self._process.join(timeout=10)
         if self._process.exitcode is None:
             self._process.kill()
+
+
+class _Answer:
+    """A call's answer, once the child has sent it."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._ok, self._value = False, None
+
+    def set(self, ok: bool, value: Any) -> None:
+        """Keep the answer (``ok``: a value, else an exception to raise) and wake the waiting caller."""
+        self._ok, self._value = ok, value
+        self._ready.set()
+
+    def get(self) -> Any:
+        """Wait for the answer; return it, or raise its error."""
+        self._ready.wait()
+        if self._ok:
+            return self._value
+        raise self._value
 
 
 def _serve(conn: Any, backend_name: str, kwargs: dict[str, Any], server: int) -> None:

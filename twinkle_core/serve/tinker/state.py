@@ -45,7 +45,7 @@ from twinkle_core.lowlevel import (
     get_loss,
 )
 from twinkle_core.lowlevel.losses import REQUIRED
-from twinkle_core.serve.tinker.engine import Engine, Pass
+from twinkle_core.serve.tinker.engine import Call, Engine, Pass
 from twinkle_core.store.catalogue import RunStatus
 from twinkle_core.store.runs import RunStore
 from twinkle_core.uris import run_uri
@@ -280,11 +280,11 @@ class TinkerService:
             return lost
         raise NotFound(f"request '{request_id}' not found")
 
-    def _run(self, future: Future, work: Callable[[], Any] | Pass) -> None:
+    def _run(self, future: Future, work: Callable[[], Any] | Pass | Call) -> None:
         """Queue ``work`` on the engine; its answer goes to ``future``."""
         self.engine.submit(future, work)
 
-    def _in_order(self, model: TrainingModel, seq_id: int, user: str, work: Callable[[], Any] | None,
+    def _in_order(self, model: TrainingModel, seq_id: int, user: str, work: Callable[[], Any] | Pass | Call | None,
                   refused: str | None = None) -> Future:
         """Queue ``work`` as ``model``'s request ``seq_id`` (run when every earlier one has been queued); a
         repeated ``seq_id`` returns its first future. ``refused``: the request failed its checks (its future
@@ -311,10 +311,11 @@ class TinkerService:
                 model.next_seq += 1
         return future
 
-    def _with_model(self, model: TrainingModel, work: Callable[[], Any] | Pass) -> Callable[[], Any] | Pass:
+    def _with_model(self, model: TrainingModel,
+                    work: Callable[[], Any] | Pass | Call) -> Callable[[], Any] | Pass | Call:
         """``work``, run once ``model`` is in the backend (loaded back if it was written out; the engine does it
         for a ``Pass``)."""
-        if isinstance(work, Pass):
+        if isinstance(work, (Pass, Call)):
             return work
 
         def run() -> Any:
@@ -464,8 +465,8 @@ class TinkerService:
         """Queue an Adam step; its loss (summed since the last step) is written to the run's metrics."""
         model = self.model(user, model_id)
 
-        def work() -> dict[str, Any]:
-            metrics = self.backend.optim_step(model.id, adam)
+        def done(metrics: dict[str, float]) -> dict[str, Any]:
+            model.used = time.monotonic()
             model.steps += 1
             model.has_gradients = False
             self._log(model, {"step": model.steps, "train_loss": model.pending_loss,
@@ -473,7 +474,7 @@ class TinkerService:
             model.pending_loss = None
             return {"type": "optim_step", "metrics": {k: float(v) for k, v in metrics.items()}}
 
-        return self._in_order(model, seq_id, user, work)
+        return self._in_order(model, seq_id, user, Call(model, "optim_step", (model.id, adam), done))
 
     def _log(self, model: TrainingModel, row: dict[str, Any]) -> None:
         """Append a metric row to the run's ``logs/metrics.csv`` (the engine thread is its only writer)."""
