@@ -164,7 +164,7 @@ class LoraBackend(TrainingBackend):
         network = base["peft"]
         if network.active_adapter == adapter:
             return
-        if base.get("layers") is None:
+        if base["layers"] is None:
             from peft.tuners.tuners_utils import BaseTunerLayer
 
             base["layers"] = [m for m in network.modules() if isinstance(m, BaseTunerLayer)]

@@ -62,6 +62,13 @@ POLL_SECONDS = 25.0
 KEEP_ANSWERS_SECONDS = 600.0
 """How long a future's answer is kept after it is ready (a client polls within seconds; then it is freed)."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+_DELETING = ".deleting-"
+"""What a checkpoint folder's name carries while ``delete_checkpoint`` removes it."""
+
+
+def _in_passing(name: str) -> bool:
+    """Whether checkpoint folder ``name`` is being written (``.partial``) or removed: neither listed nor loaded."""
+    return name.endswith(".partial") or _DELETING in name
 
 
 class NotFound(TwinkleError):
@@ -575,7 +582,7 @@ class TinkerService:
         if len(parts) != 3 or parts[1] not in ("weights", "sampler_weights"):
             raise NotFound(f"checkpoint '{path}' not found (a tinker://<model>/weights/<name> path)")
         model_id, kind, name = parts
-        if not _NAME.match(name) or name.endswith(".partial") or ".deleting-" in name:  # being written or removed
+        if not _NAME.match(name) or _in_passing(name):
             raise NotFound(f"checkpoint '{path}' not found")
         run_id = self.models[model_id].run_id if model_id in self.models and self.models[model_id].user == user \
             else self._run_of(user, model_id)
@@ -596,7 +603,7 @@ class TinkerService:
         import shutil
 
         folder, _ = self.checkpoint_folder(user, f"tinker://{model_id}/{checkpoint_id}")
-        doomed = f"{folder}.deleting-{uuid.uuid4().hex[:8]}"
+        doomed = f"{folder}{_DELETING}{uuid.uuid4().hex[:8]}"
         try:
             os.rename(folder, doomed)
         except FileNotFoundError:
@@ -706,7 +713,7 @@ class TinkerService:
             root = self.store.path(run_id, "tinker", kind)
             for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
                 record_file = os.path.join(root, name, "checkpoint.json")
-                if name.endswith(".partial") or ".deleting-" in name or not os.path.exists(record_file):
+                if _in_passing(name) or not os.path.exists(record_file):
                     continue
                 with open(record_file, encoding="utf-8") as handle:
                     record = json.load(handle)
