@@ -28,14 +28,16 @@ export UV_CACHE_DIR := $(CACHE)/uv
 # says where from
 UV_INSTALL = $(UV) pip install -q --python $(BIN)/python --link-mode hardlink --compile-bytecode $$($(PYTHON) tools/uv_sources.py)
 
-.PHONY: install system demo test docs dist journeys bench lock clean
+.PHONY: setup install system demo test docs dist journeys bench lock clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml) $(CONSTRAINTS) requirements/tinker-cookbook.txt
+$(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml) $(CONSTRAINTS) requirements/tinker-cookbook.txt \
+  tools/platform_wheels.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) uv
 	$(UV_INSTALL) -c $(CONSTRAINTS) $(TORCH_PINS) -e '.[test,docs,release,tinker]' $(foreach p,$(PLUGINS),-e 'plugins/$(p)')
+	$(BIN)/python tools/platform_wheels.py --python $(BIN)/python --uv $(UV)  # a wheel that bundles its library (soundfile's libsndfile) over a pure one
 	$(UV) pip check --python $(BIN)/python
 	$(BIN)/python tools/offline_setup.py
 	$(BIN)/twinkle edge setup --installer uv  # rknn-toolkit2's converter venv, inside .venv (about 630 MB; found when activated)
@@ -43,22 +45,30 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml) $(CONSTRAINTS) req
 	  $$($(PYTHON) tools/uv_sources.py) -r requirements/tinker-cookbook.txt  # the Tinker test's client (see the file)
 	touch $@
 
-demo: $(STAMP)
+# One set-up for both commands: the venv and Debian's packages side by side (each mostly waits on the network and
+# the disk). `make demo` and `make test` both run it, so everything the documentation uses works after either.
+setup:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target install system
+
+demo: setup
 	TWINKLE_HOME=$${TWINKLE_HOME:-$(CACHE)/twinkle-home} OMP_NUM_THREADS=1 $(BIN)/python examples/demo.py
 
-# Debian packages the tests drive: chromium (the dashboard's browser test, through Playwright) and espeak-ng
-# (English words the CMU dictionary lacks; generated speech for the audio tests).
+# Debian's packages: espeak-ng (MelOTTS's phonemes for words the CMU dictionary lacks, and the guides' generated
+# speech) and chromium (the dashboard's browser test, through Playwright). As root, or through sudo.
+DEBIAN_PACKAGES := espeak-ng chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 system:
 	@command -v chromium >/dev/null && command -v espeak-ng >/dev/null || { \
-	  echo "Installing Debian's chromium and espeak-ng for the tests"; apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium espeak-ng >/dev/null; }
+	  if [ -n "$(SUDO)" ] && ! command -v sudo >/dev/null; then \
+	    echo "make needs Debian's $(DEBIAN_PACKAGES): run 'apt-get install $(DEBIAN_PACKAGES)' as root" >&2; exit 1; fi; \
+	  echo "Installing Debian's $(DEBIAN_PACKAGES)"; $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(DEBIAN_PACKAGES) >/dev/null; }
 
-# The set-up (the venv and Debian's packages side by side: each mostly waits on the network and the disk), then
-# the whole suite on both cores (tools/suite.py): core's suite against the editable install, the documentation
+# The set-up (`make setup`, as for the demo), then the whole suite on both cores (tools/suite.py): core's suite against the editable install, the documentation
 # site, each plugin's suite against its wheel (make journeys); it ends with one line of counts and times and writes
 # artifacts/test-times.json (the suite's budget: 25 minutes on 2 cores from a fresh clone).
 test:
-	@started=$$(date +%s.%N); $(MAKE) --no-print-directory -j2 --output-sync=target install system && \
+	@started=$$(date +%s.%N); $(MAKE) --no-print-directory setup && \
 	  $(BIN)/python tools/suite.py --started $$started --set-up-done $$(date +%s.%N)
 
 # The documentation site, built strictly (a broken link or reference fails); the CLI reference is generated.

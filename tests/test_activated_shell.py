@@ -30,7 +30,8 @@ def activated(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
 def readme_shell(tmp_path_factory: pytest.TempPathFactory, cancer_csv: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """The README's 'source .venv/bin/activate' block, run once in a fresh folder with ``cancer.csv``: the folder
     (its ``home`` holds the run ``twinkle train`` made, 30 epochs of the tabular MLP as the README writes it) and
-    what the shell printed."""
+    what the shell printed. Then, as a new user's first hour goes on: ``twinkle doctor`` (the shell stops if it exits
+    non-zero) and a LoRA run of twinkle-llm from the command line on a tiny local Qwen3 folder."""
     folder = tmp_path_factory.mktemp("shell")
     (folder / "cancer.csv").write_bytes(cancer_csv.read_bytes())
     done = activated("""
@@ -40,6 +41,13 @@ def readme_shell(tmp_path_factory: pytest.TempPathFactory, cancer_csv: Path) -> 
         twinkle tasks list
         twinkle runs list --json > runs.json
         twinkle plugins new acme
+        twinkle doctor > doctor.txt
+        python -c 'from pathlib import Path; from twinkle_llm.samples import code_words, write_chat_base, write_conversations
+train = code_words(words=4)[0]
+write_chat_base(Path("qwen3-tiny"), [p + " " + a for p, a in train])
+write_conversations(Path("chats.jsonl"), train)'
+        twinkle train llm-tiny --task instruction_tuning --data chats.jsonl --hp weights=qwen3-tiny --hp lora_rank=4 \
+          --epochs 1 --json > lora.json
     """, folder)
     return folder, done
 
@@ -57,6 +65,20 @@ def test_the_readmes_commands_run_in_an_activated_shell(readme_shell) -> None:
     assert run["status"] == "finished" and run["uri"].startswith("twinkle://")
     assert (folder / "home" / ".twinkle" / "catalogue.sqlite").exists()  # the default store, under HOME
     assert (folder / "twinkle-acme" / "pyproject.toml").exists()
+
+
+def test_doctor_finds_nothing_missing_and_lora_trains_in_an_activated_shell(readme_shell) -> None:
+    """What `make` set up is everything a plugin needs (`twinkle doctor` exits 0: soundfile's libsndfile loads, so
+    transformers' model classes import, and espeak-ng is on the system PATH), and twinkle-llm trains LoRA adapters
+    from the command line in a plain shell."""
+    folder, done = readme_shell
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doctor = (folder / "doctor.txt").read_text()
+    assert "everything needed is here" in doctor, doctor
+    for line in ("audio: libsndfile", "audio: espeak-ng", "llm: transformers"):
+        assert any(row.split()[0] == "ok" and line in row for row in doctor.splitlines()), doctor
+    lora = json.loads((folder / "lora.json").read_text())
+    assert lora["status"] == "finished", lora
 
 
 @pytest.mark.slow

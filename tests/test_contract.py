@@ -97,7 +97,7 @@ def test_a_plugin_that_registers_its_task_meets_the_contract(twinkle_plugin) -> 
     twinkle_plugin(NewTask(), name="newtask")
     report = check_plugin_contract("newtask")
     assert report.ok, str(report)
-    assert "task 'telepathy' imports, is the right kind, is documented" in report.checked
+    assert {"every target imports and is the right kind", "its tasks are registered"} <= set(report.checked)
 
 
 def test_unknown_plugin() -> None:
@@ -158,3 +158,128 @@ def test_a_processor_without_read_samples_is_noted_and_refused_by_name(twinkle_p
     assert check_plugin_contract("twinkle-core").notes == []  # core's tabular processor reads samples
     with pytest.raises(SamplesNotSupportedError, match="OnlyTrains cannot read data for a trained run.*read_samples"):
         OnlyTrains().read_samples("x.odd", DataSpec(task="tabular_classification", input_shape=(3,)))
+
+
+class LabelledOnly(DataProcessor):
+    """A processor whose ``read_samples`` was written for evaluate only: it has no ``targets=`` keyword."""
+
+    task = "tabular_classification"
+    formats = ("lab",)
+
+    def prepare(self, uri, context=None):
+        """Not needed by the contract."""
+        raise NotImplementedError
+
+    def read_samples(self, uri, spec, context=None):
+        """Labelled samples only."""
+        raise NotImplementedError
+
+
+class LabelledOnlyPlugin:
+    """A plugin whose processor cannot take predict's call."""
+
+    @hookimpl
+    def register_data_processors(self, register):
+        """Register the processor."""
+        register("labelled-only", LabelledOnly, task="tabular_classification", formats=["lab"], description="x")
+
+
+def test_a_processor_whose_read_samples_takes_no_targets_breaks_the_contract(twinkle_plugin) -> None:
+    """``predict`` calls ``read_samples(uri, spec, context, targets=False)`` (fit, evaluate and the kit used to call it
+    without ``targets=``): a processor whose ``read_samples`` cannot take that call breaks the contract, named with its
+    signature and the fix, instead of failing a user's ``predict`` with a ``TypeError``."""
+    twinkle_plugin(LabelledOnlyPlugin(), name="labelled-only")
+    report = check_plugin_contract("labelled-only")
+    assert report.problems == [
+        f"data_processor 'labelled-only' target {__name__}:LabelledOnly: read_samples(self, uri, spec, context=None) "
+        "cannot take predict's call read_samples(uri, spec, context, targets=False); add the keyword "
+        "'*, targets: bool = True' and, when it is False, read every sample unlabelled ((input,) items)"]
+
+
+def test_the_contract_checks_exactly_what_the_pages_list(twinkle_plugin) -> None:
+    """The numbered checks of docs/plugins/testing.md and of the contract's docstring are ``CONTRACT_CHECKS``, in
+    order, and a plugin's report names and counts exactly those checks (an in-process plugin skips the fresh
+    interpreter's one and says so): the page no longer lists 5 where the report says 6."""
+    import re
+    from pathlib import Path
+
+    from twinkle_core.testing import CONTRACT_CHECKS, contract
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "plugins" / "testing.md").read_text()
+    section = page.split("## Run the contract on your plugin", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"^(\d+)\. \*\*(.+?)\*\*", section, flags=re.M) == [
+        (str(i), title) for i, title in enumerate(CONTRACT_CHECKS, 1)]
+    assert re.findall(r"^(\d+)\. \*\*(.+?)\*\*", contract.__doc__, flags=re.M) == [
+        (str(i), title) for i, title in enumerate(CONTRACT_CHECKS, 1)]
+    twinkle_plugin(Good(), name="good")
+    report = assert_plugin_contract("good")
+    assert report.checked == [c for c in CONTRACT_CHECKS if c != "imports nothing heavy when loaded"]
+    assert f"({len(CONTRACT_CHECKS) - 1} of {len(CONTRACT_CHECKS)} checks;" in str(report)
+    core = assert_plugin_contract("twinkle-core")
+    assert core.checked == list(CONTRACT_CHECKS) and f"({len(CONTRACT_CHECKS)} checks)" in str(core)
+
+
+def _tables(folder):
+    """A labelled CSV of two separable classes and the same rows without their label column."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    y = np.arange(60) % 2
+    frame = pd.DataFrame(rng.normal(size=(60, 3)) + y[:, None] * 2, columns=["a", "b", "c"])
+    frame["label"] = np.where(y == 1, "yes", "no")
+    frame.to_csv(folder / "rows.csv", index=False)
+    frame.drop(columns="label").to_csv(folder / "new.csv", index=False)
+    return str(folder / "rows.csv"), str(folder / "new.csv")
+
+
+def test_core_tables_read_what_evaluate_and_predict_need(tmp_path) -> None:
+    """``assert_data_processor`` runs a processor on a plugin's sample data as fit, evaluate and predict do —
+    ``prepare``, ``read_samples`` with targets, ``read_samples(..., targets=False)`` on data without labels, a
+    batch of each — and core's tabular processor passes it."""
+    from twinkle_core.testing import assert_data_processor
+
+    rows, new = _tables(tmp_path)
+    report = assert_data_processor("tabular", rows, unlabelled=new, task="tabular_classification")
+    assert report.checked == ["prepares training data (fit)", "reads labelled samples (evaluate)",
+                              "reads unlabelled samples (predict)"]
+    assert "data processor 'tabular' meets the Twinkle plugin contract" in str(report)
+
+
+def test_a_processor_that_needs_labels_to_predict_fails_the_processor_check(tmp_path) -> None:
+    """A processor whose ``read_samples`` insists on labels even with ``targets=False`` (predict) fails the kit's
+    processor check on data without labels, and one that ignores ``targets=False`` (handing predict labelled
+    samples) fails it too, each named with the call and the fix — not in a user's ``predict``."""
+    import pandas as pd
+
+    from twinkle_core.data import MissingColumnError
+    from twinkle_core.data.tabular import TabularProcessor
+    from twinkle_core.testing import assert_data_processor, check_data_processor
+
+    class NeedsLabels(TabularProcessor):
+        """Refuses a table without the run's label column, whatever predict asks."""
+
+        def read_samples(self, uri, spec, context=None, *, targets=True):
+            """The label column is required."""
+            if spec.extra["label_column"] not in pd.read_csv(uri, nrows=0).columns:
+                raise MissingColumnError(f"'{uri}' has no label column")
+            return super().read_samples(uri, spec, context, targets=targets)
+
+    class IgnoresTargets(TabularProcessor):
+        """Reads labels whenever the data carries them, whatever predict asks."""
+
+        def read_samples(self, uri, spec, context=None, *, targets=True):
+            """``targets`` is ignored."""
+            return super().read_samples(uri, spec, context)
+
+    rows, new = _tables(tmp_path)
+    report = check_data_processor(NeedsLabels, rows, unlabelled=new, task="tabular_classification")
+    assert report.problems == [
+        f"read_samples('{new}', spec, context, targets=False) raised MissingColumnError: '{new}' has no label column; "
+        "predict reads data without targets: read every sample unlabelled when targets=False"]
+    with pytest.raises(AssertionError, match="data processor 'NeedsLabels' breaks the Twinkle plugin contract"):
+        assert_data_processor(NeedsLabels, rows, unlabelled=new, task="tabular_classification")
+    ignored = check_data_processor(IgnoresTargets, rows, task="tabular_classification")
+    assert ignored.problems == [
+        f"read_samples('{rows}', spec, context, targets=False) returned labelled samples; predict reads every "
+        "sample unlabelled: return Samples(..., labelled=False) with (input,) items when targets=False"]

@@ -11,7 +11,7 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugins"
 PUBLIC = ["twinkle_core", "twinkle_core.data", "twinkle_core.planning", "twinkle_core.exporting",
           "twinkle_core.tasks", "twinkle_core.types", "twinkle_core.errors", "twinkle_core.testing",
-          "twinkle_core.hookspecs", "twinkle_core.lowlevel", "twinkle_core.pretrained"]
+          "twinkle_core.hookspecs", "twinkle_core.lowlevel", "twinkle_core.pretrained", "twinkle_core.doctor"]
 
 
 

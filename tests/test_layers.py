@@ -12,7 +12,7 @@ PACKAGES = [ROOT / "twinkle_core", *sorted(p for p in (ROOT / "plugins").glob("*
 
 PLUGIN_API = ("twinkle_core", "twinkle_core.data", "twinkle_core.planning", "twinkle_core.exporting",
               "twinkle_core.errors", "twinkle_core.tasks", "twinkle_core.testing", "twinkle_core.hookspecs",
-              "twinkle_core.types", "twinkle_core.lowlevel", "twinkle_core.pretrained")
+              "twinkle_core.types", "twinkle_core.lowlevel", "twinkle_core.pretrained", "twinkle_core.doctor")
 """What a plugin may import of core (each with what is inside it): the package, its public subpackages and the
 modules docs/plugins/api.md documents."""
 

@@ -26,6 +26,7 @@ CORE_MODULES = {
     "twinkle_core.hookspecs": "Hooks",
     "twinkle_core.lowlevel": "Writing a training backend (the Tinker API)",
     "twinkle_core.pretrained": "Loading pretrained weights (weights=)",
+    "twinkle_core.doctor": "What twinkle doctor checks",
     "twinkle_core.client": "The service's Python client",
 }
 PLUGIN_OBJECTS = {

@@ -69,3 +69,20 @@ def register_exporters(register: Register) -> None:
              description="TorchScript (torch.jit.trace), one .pt file")
     register("onnx", "twinkle_core.exporting.onnx:ONNXExporter", format="onnx",
              description="ONNX at a chosen opset; quantize=True for static QDQ INT8")
+
+
+@hookimpl
+def register_checks(register: Register) -> None:
+    """What ``twinkle doctor`` looks at for core: Python, torch, devices, plugins, the store, the offline settings,
+    onnxruntime and the Tinker SDK."""
+    for name, target, description in (
+        ("python", "check_python", "the interpreter and its virtual environment"),
+        ("torch", "check_torch", "torch's version, build (CUDA or CPU) and threads"),
+        ("devices", "check_devices", "the CPU and GPUs, and whether each computes bf16 natively"),
+        ("plugins", "check_plugins", "every installed plugin loads"),
+        ("store", "check_store", "the run store ($TWINKLE_HOME) and whether it can be written"),
+        ("offline", "check_offline", "the settings that keep libraries from reaching a hub"),
+        ("onnxruntime", "check_onnxruntime", "onnxruntime, for export checks and ONNX-only predict"),
+        ("tinker-sdk", "check_tinker_sdk", "the Tinker SDK, for twinkle serve --tinker (optional)"),
+    ):
+        register(name, f"twinkle_core.doctor:{target}", description=description)

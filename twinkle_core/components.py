@@ -1,7 +1,7 @@
 """What a plugin registers: component kinds, the ``Component`` record, and ``Task`` (a task's record).
 
 A component is one registered thing — an algorithm, a data processor, a resource strategy, an exporter, a
-command or a training backend — under a name, with the plugin that registered it, a lazily imported target and metadata.
+command, a training backend or a check — under a name, with the plugin that registered it, a lazily imported target and metadata.
 Nothing here imports a target until ``Component.load`` is called.
 """
 
@@ -125,10 +125,11 @@ KINDS: dict[str, Kind] = {
         Kind("command", "register_commands", (), "click:Command", "commands"),
         Kind("training_backend", "register_training_backends", (), "twinkle_core.lowlevel.backend:TrainingBackend",
              "training-backends"),
+        Kind("check", "register_checks", (), "twinkle_core.doctor:Check", "checks"),
     )
 }
 """The component kinds, by name: tasks, algorithms, data processors, resource strategies, exporters, commands,
-training backends."""
+training backends, checks (``twinkle doctor``)."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*([/-]\*)?$")
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -189,12 +190,15 @@ class Component:
 
     @property
     def formats(self) -> tuple[str, ...]:
-        """File suffixes a data processor reads (``formats=[...]``), lower-case, without dots."""
-        return tuple(str(f).lower().lstrip(".") for f in self.meta.get("formats", ()))
+        """File suffixes a data processor reads (``formats=[...]``; a lone ``format="csv"``, as older docs showed,
+        counts as ``["csv"]``), lower-case, without dots."""
+        given = self.meta.get("formats") or ([self.meta["format"]] if self.kind == "data_processor" and
+                                             self.meta.get("format") else ())
+        return tuple(str(f).lower().lstrip(".") for f in given)
 
     @property
     def format(self) -> str | None:
-        """The format an exporter writes or a data processor reads, if any."""
+        """The format an exporter writes (``format=...``), if any."""
         return self.meta.get("format")
 
     @property

@@ -43,9 +43,9 @@ class Register(Protocol):
         Args:
             name: the component's name, unique within its kind (``"resnet50"``, ``"onnx"``).
             target: ``"package.module:attr"`` (imported on first use) or the object itself.
-            **meta: descriptive metadata: ``task`` (algorithms and data processors), ``format`` (exporters),
-                ``description`` (all), ``aliases`` (a list of other names), and anything else the plugin
-                wants listed.
+            **meta: descriptive metadata: ``task`` (algorithms and data processors), ``formats`` (data
+                processors: the suffixes they read), ``format`` (exporters), ``description`` (all), ``aliases`` (a
+                list of other names), and anything else the plugin wants listed.
         """
 
 
@@ -80,7 +80,7 @@ def register_algorithms(register: Register) -> None:
     ```python
     @hookimpl
     def register_algorithms(register):
-        register("resnet50", "twinkle_vision.resnet:ResNet50", task="image_classification",
+        register("resnet50", "twinkle_vision.classification:ResNet50", task="image_classification",
                  description="ResNet-50 (timm), random init unless weights= is given")
     ```
     """
@@ -88,10 +88,10 @@ def register_algorithms(register: Register) -> None:
 
 @hookspec
 def register_data_processors(register: Register) -> None:
-    """Register ``twinkle_core.DataProcessor`` subclasses for a task and data format.
+    """Register ``twinkle_core.DataProcessor`` subclasses for a task and the data formats they read.
 
-    ``meta`` must carry ``task`` and should carry ``format`` (``"csv"``, ``"imagefolder"``, ...) and
-    ``description``.
+    ``meta`` must carry ``task`` and should carry ``formats``, the suffixes read (``["csv", "parquet"]``,
+    ``"folder"`` for a directory: how a processor is picked for a URI), and ``description``.
 
     For example:
 
@@ -99,7 +99,7 @@ def register_data_processors(register: Register) -> None:
     @hookimpl
     def register_data_processors(register):
         register("ohlcv", "twinkle_timeseries.data:FinancialDataProcessor",
-                 task="time_series_forecasting", format="csv", description="OHLCV bars")
+                 task="time_series_forecasting", formats=["csv", "parquet", "folder"], description="OHLCV bars")
     ```
     """
 
@@ -115,7 +115,7 @@ def register_resource_strategies(register: Register) -> None:
     ```python
     @hookimpl
     def register_resource_strategies(register):
-        register("yolo-amp", "twinkle_vision.strategy:DetectionStrategy", task="object_detection",
+        register("yolo-detection", "twinkle_vision.yolo.strategy:DetectionStrategy", task="object_detection",
                  description="mixed precision and accumulation to a nominal batch of 64")
     ```
     """
@@ -133,7 +133,7 @@ def register_exporters(register: Register) -> None:
     ```python
     @hookimpl
     def register_exporters(register):
-        register("rknn", "twinkle_edge.rknn:RKNNExporter", format="rknn",
+        register("rknn", "twinkle_edge.exporters:RKNNExporter", format="rknn",
                  description="Rockchip RK3588 NPU via rknn-toolkit2")
     ```
     """
@@ -167,6 +167,23 @@ def register_training_backends(register: Register) -> None:
     @hookimpl
     def register_training_backends(register):
         register("llm", "twinkle_llm.backend:LoraBackend", description="LoRA adapters on shared base models")
+    ```
+    """
+
+
+@hookspec
+def register_checks(register: Register) -> None:
+    """Register what ``twinkle doctor`` checks: a callable returning a ``twinkle_core.doctor.Finding`` (``ok``,
+    ``optional``, ``warn`` or ``missing``, with what was found and the fix) for each native piece, program or
+    optional package the plugin needs. ``missing`` makes ``twinkle doctor`` exit 1: use it for what the plugin
+    cannot work without, ``optional`` for what only one of its features needs.
+
+    For example:
+
+    ```python
+    @hookimpl
+    def register_checks(register):
+        register("espeak-ng", "twinkle_audio.checks:espeak_ng", description="espeak-ng, the phonemizer MelOTTS runs")
     ```
     """
 

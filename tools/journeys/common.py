@@ -40,11 +40,26 @@ def continued(run_uri: str, work: Path, **hyperparams: object) -> str:
     return child.run_uri
 
 
+def doctor() -> list[dict]:
+    """``twinkle doctor --json`` through the installed console script: it exits 0 (nothing an installed plugin
+    needs is missing); returns its findings."""
+    twinkle = Path(sys.executable).with_name("twinkle")
+    out = subprocess.run([str(twinkle), "doctor", "--json"], capture_output=True, text=True)
+    findings = json.loads(out.stdout) if out.stdout.strip().startswith("[") else []
+    missing = [f"{f['name']}: {f['detail']} (fix: {f['fix']})" for f in findings if f["status"] == "missing"]
+    assert out.returncode == 0, f"twinkle doctor exited {out.returncode}: {missing or out.stderr[-2000:]}"
+    return findings
+
+
 def start(plugin: str, package: str) -> dict:
-    """The journey's first steps: wheels only, then the plugin is listed without an error; returns its row."""
+    """The journey's first steps: wheels only, then the plugin is listed without an error and `twinkle doctor`
+    finds nothing missing; returns its row."""
     assert_installed_from_wheels(package)
     rows = plugins_listed()
     assert plugin in rows, f"twinkle plugins list does not show {plugin}: {sorted(rows)}"
     assert rows[plugin]["error"] is None, rows[plugin]["error"]
     print(f"listed: {plugin} {rows[plugin]['version']} {rows[plugin]['components']}")
+    checked = doctor()
+    print(f"doctor: {len(checked)} checks, " + ", ".join(f"{f['name']} {f['status']}" for f in checked
+                                                         if f["plugin"] != "twinkle-core"))
     return rows[plugin]

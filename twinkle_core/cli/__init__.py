@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from twinkle_core.cli.doctor import doctor
 from twinkle_core.cli.launch import COMMANDS as LAUNCH_COMMANDS
 from twinkle_core.cli.listing import add_component_groups, plugins
 from twinkle_core.cli.ops import COMMANDS as OPS_COMMANDS
@@ -65,6 +66,7 @@ def main() -> None:
 
 
 main.add_command(plugins)
+main.add_command(doctor)
 add_component_groups(main)
 for _command in (*COMMANDS, *OPS_COMMANDS, *LAUNCH_COMMANDS, *SERVICE_COMMANDS):
     main.add_command(_command)

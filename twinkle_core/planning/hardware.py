@@ -93,7 +93,50 @@ class Hardware:
                 deepspeed=deepspeed,
                 **extra,
             )
-        return cls("cpu", 1, "cpu", memory, False, False, cpus, memory, nodes, deepspeed, **extra)
+        return cls("cpu", 1, "cpu", memory, bool(cpu_description().bf16_flags), False, cpus, memory, nodes,
+                   deepspeed, **extra)
+
+
+@dataclass(frozen=True)
+class CPU:
+    """This machine's processor, as the kernel describes it.
+
+    Attributes:
+        name: the model name (``"AMD EPYC 9554 64-Core Processor"``), or the architecture when none is given.
+        cores: the cores this process may run on.
+        bf16_flags: the instruction-set flags by which it computes bfloat16 natively (``avx512_bf16``,
+            ``amx_bf16`` on x86; ``bf16`` on Arm), empty when it has none.
+    """
+
+    name: str
+    cores: int
+    bf16_flags: tuple[str, ...]
+
+
+BF16_CPU_FLAGS: tuple[str, ...] = ("avx512_bf16", "amx_bf16", "bf16")
+"""``/proc/cpuinfo`` flags (x86 ``flags``, Arm ``Features``) of native bfloat16 arithmetic."""
+
+
+def cpu_description(cpuinfo: str | None = None) -> CPU:
+    """This machine's CPU from ``/proc/cpuinfo`` (or the text ``cpuinfo``): its name, usable cores and bf16 flags.
+    Where there is no ``/proc/cpuinfo`` (macOS), the name is the architecture and no flag is known."""
+    import platform
+
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+                cpuinfo = handle.read()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    name = fields.get("model name") or fields.get("Model") or platform.machine() or "cpu"
+    return CPU(name, cores, tuple(flag for flag in BF16_CPU_FLAGS if flag in flags))
 
 
 def launched_world() -> tuple[str, int, int] | None:

@@ -3,8 +3,10 @@
 * ``registered_plugin`` — a context manager that registers a plugin object in-process;
   the pytest fixture ``twinkle_plugin`` (installed automatically with twinkle-core) does the same for one
   test and cleans up afterwards.
-* ``check_plugin_contract`` / ``assert_plugin_contract`` — the contract every plugin should meet;
-  call it from your plugin's own tests: ``assert_plugin_contract("myplugin")``;
+* ``check_plugin_contract`` / ``assert_plugin_contract`` — the contract every plugin should meet
+  (``CONTRACT_CHECKS``); call it from your plugin's own tests: ``assert_plugin_contract("myplugin")``;
+* ``check_data_processor`` / ``assert_data_processor`` — a data processor run on your sample data as ``fit``,
+  ``evaluate`` and ``predict`` run it (``predict`` reads data without labels);
 * ``listed_plugin`` — the plugin's entry in ``twinkle plugins list --json``, seen by a fresh process;
 * ``KillAtStep`` — a callback that SIGKILLs training at a chosen step (exact-resume tests); imported on
   first use (it needs Lightning, and this package loads with pytest);
@@ -23,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from twinkle_core.testing.contract import (
+    CONTRACT_CHECKS,
     HEAVY_MODULES,
     ContractReport,
     assert_plugin_contract,
@@ -31,14 +34,18 @@ from twinkle_core.testing.contract import (
 from twinkle_core.testing.inprocess import registered_plugin
 from twinkle_core.testing.listing import listed_plugin
 from twinkle_core.testing.once import copy_of, once
+from twinkle_core.testing.processors import assert_data_processor, check_data_processor
 from twinkle_core.testing.scripts import run_script
 
 __all__ = [
+    "CONTRACT_CHECKS",
     "HEAVY_MODULES",
     "ContractReport",
     "KillAtStep",
     "ServiceRunner",
+    "assert_data_processor",
     "assert_plugin_contract",
+    "check_data_processor",
     "check_plugin_contract",
     "copy_of",
     "listed_plugin",

@@ -1,21 +1,26 @@
 """The plugin contract: checks any plugin's own tests run against itself.
 
-A plugin meets the contract when:
+``check_plugin_contract`` runs these checks (``CONTRACT_CHECKS``, in this order; its report names those it ran):
 
-1. it loads without error, and importing its module (and calling its hooks) imports no heavy library
-   (torch, lightning, timm, ultralytics, ...) — checked in a fresh interpreter;
-2. every component's target imports and is the right kind (a subclass of ``Algorithm``,
-   ``DataProcessor``, ``ResourceStrategy`` or ``Exporter``);
-3. its names are unique: no name or alias is registered by another installed plugin;
-4. every task it declares is registered (by itself, core or another installed plugin) — exactly the check
-   training makes, so a plugin that passes is one ``Trainer`` accepts;
-5. docstrings are present: on the plugin module, each hook implementation and each target, and each
-   component has a ``description``.
+1. **loads** — the plugin is installed (or registered in-process) and its hooks run without error;
+2. **imports nothing heavy when loaded** — importing its module and calling its hooks in a fresh interpreter imports
+   none of ``HEAVY_MODULES`` (torch, lightning, timm, ultralytics, ...); run for an installed plugin (an entry
+   point) only;
+3. **every target imports and is the right kind** — a subclass of the hook's base class (``Algorithm``,
+   ``DataProcessor``, ``ResourceStrategy``, ``Exporter``, ``TrainingBackend``), a ``Task``, a click command;
+4. **its names are its own** — no name or alias is registered by another installed plugin;
+5. **its tasks are registered** — every task it declares is registered (by itself, core or another installed
+   plugin): exactly the check training makes, so a plugin that passes is one ``Trainer`` accepts;
+6. **documented** — the plugin module, each hook implementation and each target have a docstring, and each
+   component a ``description``;
+7. **data processors take predict's call** — a processor's ``read_samples`` accepts
+   ``read_samples(uri, spec, context, targets=False)``, the call ``predict`` makes (``evaluate`` leaves ``targets``
+   at ``True``).
 
 What a plugin may leave out, at a cost to its users, is noted rather than failed: a data processor without
-``DataProcessor.read_samples`` (``evaluate`` and ``predict`` refuse its runs by name).
+``DataProcessor.read_samples`` (``evaluate`` and ``predict`` refuse its runs by name). Whether a processor's
+``read_samples`` really reads data without labels needs data: ``check_data_processor`` runs it on the plugin's own.
 """
-
 from __future__ import annotations
 
 import inspect
@@ -43,6 +48,20 @@ HEAVY_MODULES: tuple[str, ...] = (
 )
 """Modules a plugin must not import when it is loaded (only when a component is used)."""
 
+CONTRACT_CHECKS: tuple[str, ...] = (
+    "loads",
+    "imports nothing heavy when loaded",
+    "every target imports and is the right kind",
+    "its names are its own",
+    "its tasks are registered",
+    "documented",
+    "data processors take predict's call",
+)
+"""The checks of ``check_plugin_contract``, in the order it runs them (docs/plugins/testing.md lists the same)."""
+
+PREDICT_CALL = "read_samples(uri, spec, context, targets=False)"
+"""How ``predict`` calls a data processor's ``read_samples`` (``evaluate``: without ``targets``)."""
+
 _LIGHTNESS_PROBE = """
 import json, os, sys
 from twinkle_core.plugins import PluginSet
@@ -55,19 +74,23 @@ print(json.dumps(sorted(m for m in heavy if m in sys.modules)))
 
 @dataclass
 class ContractReport:
-    """The outcome of ``check_plugin_contract``.
+    """The outcome of ``check_plugin_contract`` (or of ``check_data_processor``).
 
     Attributes:
-        plugin: the plugin's name.
-        checked: a line per check that ran.
+        plugin: the plugin's name (or the data processor's).
+        checked: the checks that ran (``CONTRACT_CHECKS``' titles, in order).
         problems: a line per violation; empty when the plugin meets the contract.
         notes: a line per optional step the plugin does not support (it still meets the contract).
+        skipped: a line per check that did not run, and why.
+        subject: what was checked, in words (``"plugin"``, ``"data processor"``).
     """
 
     plugin: str
     checked: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    subject: str = "plugin"
 
     @property
     def ok(self) -> bool:
@@ -75,11 +98,14 @@ class ContractReport:
         return not self.problems
 
     def __str__(self) -> str:
-        """A readable summary: one line per problem, or that the plugin meets the contract."""
+        """A readable summary: one line per problem, or that the plugin meets the contract and by how many checks."""
         if self.ok:
-            return (f"plugin '{self.plugin}' meets the Twinkle plugin contract ({len(self.checked)} checks)"
+            ran = len(self.checked)
+            count = (f"{ran} checks" if not self.skipped else
+                     f"{ran} of {ran + len(self.skipped)} checks; not run: {'; '.join(self.skipped)}")
+            return (f"{self.subject} '{self.plugin}' meets the Twinkle plugin contract ({count})"
                     + "".join(f"\n  note: {n}" for n in self.notes))
-        return f"plugin '{self.plugin}' breaks the Twinkle plugin contract:\n" + "\n".join(
+        return f"{self.subject} '{self.plugin}' breaks the Twinkle plugin contract:\n" + "\n".join(
             f"  - {p}" for p in self.problems
         )
 
@@ -103,12 +129,16 @@ def check_plugin_contract(
     if info is None:
         report.problems.append(f"no plugin named '{name}' is installed or registered")
         return report
-    report.checked.append("loads")
+    report.checked.append(CONTRACT_CHECKS[0])
     if info.error:
         report.problems.append(f"fails to load: {info.error}")
         return report
     if check_lightness and (info.entry_point or info.builtin):
         _check_lightness(name, info.builtin, report)
+        report.checked.append(CONTRACT_CHECKS[1])
+    else:
+        why = "check_lightness=False" if not check_lightness else "run for an installed plugin (an entry point) only"
+        report.skipped.append(f"{CONTRACT_CHECKS[1]}: {why}")
     plugin = plugin_set.pm.get_plugin(name)
     _check_docstrings(plugin, report)
     registry = plugin_set.registry
@@ -117,6 +147,7 @@ def check_plugin_contract(
         for comp in registry.list(kind, plugin=name):
             _check_component(comp, report, tasks)
             _check_unique(comp, registry.all(kind), report)
+    report.checked.extend(CONTRACT_CHECKS[2:])
     return report
 
 
@@ -134,7 +165,6 @@ def _check_lightness(name: str, builtin: bool, report: ContractReport) -> None:
     env = {**os.environ, "TWINKLE_LOAD_PLUGINS": "" if builtin else name, "TWINKLE_STRICT_PLUGINS": "1"}
     code = _LIGHTNESS_PROBE.format(builtin=builtin, heavy=HEAVY_MODULES)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    report.checked.append("imports nothing heavy when loaded")
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         report.problems.append(f"loading it in a fresh interpreter failed: {last}")
@@ -148,7 +178,6 @@ def _check_lightness(name: str, builtin: bool, report: ContractReport) -> None:
 
 
 def _check_docstrings(plugin: object, report: ContractReport) -> None:
-    report.checked.append("docstrings")
     if not inspect.getdoc(plugin):
         report.problems.append(f"the plugin object {getattr(plugin, '__name__', plugin)!r} has no docstring")
     for kind in KINDS.values():
@@ -159,7 +188,6 @@ def _check_docstrings(plugin: object, report: ContractReport) -> None:
 
 def _check_component(comp: Component, report: ContractReport, tasks: set[str]) -> None:
     where = f"{comp.kind} '{comp.name}'"
-    report.checked.append(f"{where} imports, is the right kind, is documented")
     if not comp.description:
         report.problems.append(f"{where} has no description=... in its register() call")
     for task in comp.tasks:
@@ -182,6 +210,12 @@ def _check_component(comp: Component, report: ContractReport, tasks: set[str]) -
         elif not (target.help or target.short_help):
             report.problems.append(f"{where} target {comp.target_path} has no help text")
         return
+    if comp.kind == "check":  # a function returning a doctor Finding, saying in its docstring what it looks at
+        if not callable(target) or inspect.isclass(target):
+            report.problems.append(f"{where} target {comp.target_path} is not a function ({target!r})")
+        elif not inspect.getdoc(target):
+            report.problems.append(f"{where} target {comp.target_path} has no docstring")
+        return
     base = import_target(KINDS[comp.kind].base)
     if not (inspect.isclass(target) and issubclass(target, base)):
         report.problems.append(f"{where} target {comp.target_path} is not a subclass of {base.__qualname__}")
@@ -192,6 +226,48 @@ def _check_component(comp: Component, report: ContractReport, tasks: set[str]) -
 
         if issubclass(target, DataProcessor) and target.read_samples is DataProcessor.read_samples:
             report.notes.append(f"{where} does not implement read_samples: evaluate and predict refuse its runs")
+        elif issubclass(target, DataProcessor) and (problem := read_samples_call_problem(target)):
+            report.problems.append(f"{where} target {comp.target_path}: {problem}")
+
+
+def read_samples_call_problem(cls: type) -> str | None:
+    """Why ``cls.read_samples`` cannot take the calls ``predict`` and ``evaluate`` make (``PREDICT_CALL``; without
+    ``context``, as ``twinkle predict model.onnx`` calls it; without ``targets``), with the fix; ``None`` when it
+    can."""
+    try:
+        signature = inspect.signature(cls.read_samples)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):  # a builtin or a C callable: nothing to inspect
+        return None
+    calls = ((PREDICT_CALL, ("uri", "spec", "context"), {"targets": False}),
+             ("read_samples(uri, spec, targets=False)", ("uri", "spec"), {"targets": False}),
+             ("read_samples(uri, spec, context)", ("uri", "spec", "context"), {}))
+    for text, args, kwargs in calls:
+        try:
+            signature.bind(cls, *args, **kwargs)
+        except TypeError:
+            shown = f"read_samples({_parameters(signature)})"
+            if "targets" in kwargs:
+                return (f"{shown} cannot take predict's call {text}; add the keyword '*, targets: bool = True' and, "
+                        "when it is False, read every sample unlabelled ((input,) items)")
+            return f"{shown} cannot take evaluate's call {text}; take (uri, spec, context=None, *, targets=True)"
+    return None
+
+
+def _parameters(signature: inspect.Signature) -> str:
+    """A signature's parameters by name (defaults shown, annotations left out)."""
+    shown, starred = [], False
+    for param in signature.parameters.values():
+        if param.kind is param.VAR_POSITIONAL:
+            shown.append(f"*{param.name}")
+            starred = True
+            continue
+        if param.kind is param.KEYWORD_ONLY and not starred:
+            shown.append("*")
+            starred = True
+        prefix = "**" if param.kind is param.VAR_KEYWORD else ""
+        default = "" if param.default is param.empty else f"={param.default!r}"
+        shown.append(f"{prefix}{param.name}{default}")
+    return ", ".join(shown)
 
 
 def _check_unique(comp: Component, same_kind: list[Component], report: ContractReport) -> None:

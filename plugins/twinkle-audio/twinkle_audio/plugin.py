@@ -30,3 +30,10 @@ def register_algorithms(register: Register) -> None:
              description="MeloTTS-style VITS voice (tones, languages, speakers); tiny: CPU-trainable")
     register("melotts-base", "twinkle_audio.melotts:MelOTTSBase", task="text_to_speech",
              description="MeloTTS-style VITS voice, GPU-sized")
+
+
+@hookimpl
+def register_checks(register: Register) -> None:
+    """``twinkle doctor``: libsndfile (every clip is decoded with it) and espeak-ng."""
+    register("libsndfile", "twinkle_audio.checks:libsndfile", description="soundfile's libsndfile, which decodes clips")
+    register("espeak-ng", "twinkle_audio.checks:espeak_ng", description="espeak-ng, MelOTTS's phonemizer for new words")

@@ -28,3 +28,10 @@ def register_commands(register: Register) -> None:
     """``twinkle edge``."""
     register("edge", "twinkle_edge.cli:edge",
              description="Prune, fine-tune back, quantize and measure trained models for edge devices")
+
+
+@hookimpl
+def register_checks(register: Register) -> None:
+    """``twinkle doctor``: rknn-toolkit2's converter venv (the RK3588 target only)."""
+    register("rknn-converter", "twinkle_edge.checks:rknn_converter",
+             description="rknn-toolkit2's converter venv (twinkle edge setup), for target='rk3588'")

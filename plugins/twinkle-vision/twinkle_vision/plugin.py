@@ -70,3 +70,11 @@ def register_resource_strategies(register: Register) -> None:
         task="object_detection",
         description="mixed precision where supported, gradient accumulation to a nominal batch of 64",
     )
+
+
+@hookimpl
+def register_checks(register: Register) -> None:
+    """``twinkle doctor``: timm, and ultralytics for YOLO (the ``yolo`` extra)."""
+    register("timm", "twinkle_vision.checks:timm_models", description="timm, which builds the ResNets")
+    register("ultralytics", "twinkle_vision.checks:ultralytics_yolo",
+             description="ultralytics, for the YOLO detectors (the yolo extra, AGPL-3.0)")
