@@ -150,6 +150,29 @@ def test_a_family_answers_its_names_by_path_or_by_dash_and_an_exact_name_wins() 
         assert get_component("algorithm", "fam-tiny").target_path == "zoo_mod:Tiny"
 
 
+class SizedFamily:
+    """A family that lists its variants (as twinkle-llm's ``qwen3-*`` lists its sizes)."""
+
+    @hookimpl
+    def register_algorithms(self, register):
+        register("kin-*", "zoo_mod:Sized", task="tabular_classification", variant_param="size",
+                 variants=["small", "large"])
+
+
+def test_a_familys_pattern_and_a_variant_it_lacks_are_unknown_names() -> None:
+    """``qwen3-*`` (the listing's pattern) and ``qwen3-banana`` were accepted until the model was built: the pattern
+    of a family and a variant its registration does not list are unknown names, listing the family's names."""
+    with registered_plugin(SizedFamily(), name="kin"), registered_plugin(Families(), name="families"):
+        assert get_component("algorithm", "kin-large").defaults == {"size": "large"}
+        with pytest.raises(UnknownComponentError, match=r"'kin-\*' names the family .*'kin-small', 'kin-large'"):
+            get_component("algorithm", "kin-*")
+        with pytest.raises(UnknownComponentError, match=r"unknown algorithm 'kin-smal': .*did you mean 'kin-small'"):
+            get_component("algorithm", "kin-smal")
+        with pytest.raises(UnknownComponentError, match=r"'fam/\*' names the family"):
+            get_component("algorithm", "fam/*")
+        assert get_component("algorithm", "fam-anything").defaults == {"size": "anything"}  # lists no variants
+
+
 def test_plugin_name_clash_in_process(twinkle_plugin) -> None:
     twinkle_plugin(Zoo(), name="same")
     with pytest.raises(TwinkleError, match="already registered"):

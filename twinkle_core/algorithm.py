@@ -367,6 +367,14 @@ class Algorithm(L.LightningModule):
         return None
 
     @property
+    def min_optimizer_steps(self) -> int | None:
+        """The optimizer steps a run of default length trains at least: the planner lengthens the run (more
+        epochs) when the data is small (``twinkle_core.planning.TrainingLengthDecider``); ``None``: the planner's
+        own rule. An algorithm whose training needs more updates than most (a mapping learnt through adapters)
+        says so here."""
+        return None
+
+    @property
     def task_info(self) -> Task:
         """The registered ``Task`` of ``task`` (its kind and monitored metric)."""
         if self._task_info.name != self.task:  # a subclass changed its task after __init__
@@ -462,6 +470,15 @@ class Algorithm(L.LightningModule):
             return self.prediction_rows(outputs, self.data_spec)
         raise TwinkleError(f"{type(self).__name__} ({kind}) cannot read its exported model's raw outputs alone; "
                            "predict from the run (twinkle predict RUN --data ...)")
+
+    def export_decoding(self) -> dict[str, Any] | None:
+        """How an export's raw output becomes prediction rows without this algorithm's code, for the inference
+        card (``output["decoding"]``): a JSON-ready description that ``twinkle predict model.onnx`` follows in
+        NumPy, so that a detector's exports predict with core and onnxruntime alone. ``{"kind": "boxes",
+        "confidence", "iou", "max_det", "max_nms", "class_offset"}`` is the one core runs (see
+        ``twinkle_core.inference.detection``). Default ``None``: the outputs need no decoding (classifiers,
+        regressors) or only this algorithm's ``export_prediction_rows`` reads them."""
+        return None
 
     # ---------------------------------------------------------------- logging
     def _reduced(self, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -94,11 +94,30 @@ class Registry:
                     f"plugins with {KINDS[kind].plural}: {', '.join(plugins) or 'none'}"
                     + self._broken_hint()
                 )
+        named_family = next((c for c in comps if c.is_family and c.name == bare), None)
+        if named_family is not None:  # "qwen3-*" is the listing's pattern of a family, not a name to build
+            variants = [str(v) for v in named_family.meta.get("variants", ())]
+            prefix = named_family.name[:-1]
+            raise UnknownComponentError(
+                f"'{name}' names the family {named_family.name} of plugin '{named_family.plugin}', not one "
+                f"{kind.replace('_', ' ')}: give one of its names"
+                + (" (" + ", ".join(f"'{prefix}{v}'" for v in variants) + ")" if variants else f" ('{prefix}...')"))
         if not any(c.name == bare or bare in c.aliases for c in comps):
             families = [c for c in comps if c.is_family and bare.startswith(c.name[:-1]) and len(bare) > len(c.name) - 1]
             if families:
                 family = max(families, key=lambda c: len(c.name))
                 variant = bare[len(family.name) - 1 :]
+                variants = [str(v) for v in family.meta.get("variants", ())]
+                if any(ch in variant for ch in "*?[]") or (variants and variant not in variants):
+                    prefix = family.name[:-1]
+                    close = difflib.get_close_matches(variant, variants, n=3, cutoff=0.4)
+                    names = ", ".join(f"'{prefix}{v}'" for v in variants) if variants else f"'{prefix}<name>'"
+                    raise UnknownComponentError(
+                        f"unknown {kind.replace('_', ' ')} '{name}': the family '{family.name}' of plugin "
+                        f"'{family.plugin}' has {names}"
+                        + (f"; did you mean {', '.join(repr(prefix + c) for c in close)}?" if close else "")
+                        + (f" (a pattern lists names: twinkle {KINDS[kind].plural} list '{name}')"
+                           if any(ch in variant for ch in "*?[]") else ""))
                 return dataclasses.replace(family, name=bare, meta={**family.meta, "variant": variant}, _loaded=[])
         for match in (
             lambda c: c.name == bare,

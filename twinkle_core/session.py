@@ -300,6 +300,9 @@ class Session:
             tokens_per_sample=tokens_per_sample(prepared.spec.input_shape, prepared.spec.input_dtype),
             splits_tensors=algorithm.splits_tensors(),
             cuts_stages=algorithm.cuts_stages(),
+            max_steps=self.settings.max_steps,
+            val_check_interval=self.settings.val_check_interval,
+            min_optimizer_steps=algorithm.min_optimizer_steps,
         )
         strategy = choose_strategy(self.task, self.resource_strategy).load()()
         plan = strategy.plan(context)

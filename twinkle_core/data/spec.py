@@ -92,6 +92,8 @@ class ModelInput:
         tokenizer: the tokenizer a text model's data must be encoded with: a local folder holding
             ``tokenizer.json`` (a pretrained model's), or that file's JSON text (the one an earlier run of this
             model trained and stored with its data spec); ``None``: the processor trains one on the data.
+        max_length: the longest token sequence a sequence model takes (its position embeddings), if it has a
+            limit; a processor that sizes its windows from the data stays within it.
     """
 
     name: str = "the model"
@@ -104,3 +106,4 @@ class ModelInput:
     crop_pct: float = 1.0
     reason: str = ""
     tokenizer: str | None = None
+    max_length: int | None = None

@@ -50,7 +50,7 @@ from twinkle_core.ops.memory import MemoryGuard, apply_gpu_limit, facts_of
 from twinkle_core.ops.monitor import Monitor, MonitorConfig
 from twinkle_core.ops.notify import run_notifier
 from twinkle_core.parallel import model_parallel
-from twinkle_core.planning import Decision, Plan
+from twinkle_core.planning import DEFAULT_EPOCHS, Decision, Plan
 from twinkle_core.processes import inside_ray_worker
 from twinkle_core.store.catalogue import RunRecord, RunStatus
 from twinkle_core.store.runs import RunStore
@@ -214,7 +214,7 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
                                                           sharded=sharded)
     return L.Trainer(
         **kwargs,
-        max_epochs=settings.max_epochs,
+        max_epochs=_max_epochs(plan, settings),
         min_epochs=setup.algorithm.min_epochs,
         max_steps=settings.max_steps,
         # rows reach metrics.csv as they are logged, so a dashboard's curves grow live
@@ -224,11 +224,22 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
         enable_progress_bar=settings.progress_bar and setup.verbose,
         enable_model_summary=setup.verbose,
         gradient_clip_val=clip,
-        val_check_interval=settings.val_check_interval,
+        val_check_interval=(plan.val_check_interval if plan.val_check_interval is not None
+                            else settings.val_check_interval),
         log_every_n_steps=log_every,
         default_root_dir=run_dir,
         use_distributed_sampler=False,  # the engine's samplers split the data between ranks themselves
     )
+
+
+def _max_epochs(plan: Plan, settings: TrainerSettings) -> int:
+    """The plan's epochs; for a plan that did not decide them (a strategy without ``TrainingLengthDecider``, a plan
+    an earlier release stored) the user's, else no limit when ``max_steps`` ends the run, else ``DEFAULT_EPOCHS``."""
+    if plan.max_epochs is not None:
+        return plan.max_epochs
+    if settings.max_epochs is not None:
+        return settings.max_epochs
+    return -1 if settings.max_steps > 0 else DEFAULT_EPOCHS
 
 
 def _no_notify(alert: Alert) -> None:

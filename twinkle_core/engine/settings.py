@@ -21,7 +21,9 @@ class TrainerSettings:
     Attributes:
         batch_size: samples per device per step (the plan may lower it to fit memory).
         effective_batch_size: samples per optimizer step; gradient accumulation makes up the difference.
-        max_epochs: epochs to train.
+        max_epochs: epochs to train (default: the plan's — 10, more where 10 epochs would give small data fewer
+            than 500 optimizer steps, and no epoch limit when ``max_steps`` is set; see
+            ``twinkle_core.planning.deciders.TrainingLengthDecider``).
         max_steps: optimizer steps to train (-1: no limit).
         seed: seeds everything (weights, split, shuffling, dropout).
         precision: force a Lightning precision (default: the plan's).
@@ -42,7 +44,8 @@ class TrainerSettings:
         checkpoint_every_n_steps: also checkpoint ``last.ckpt`` every N optimizer steps (mid-epoch).
         early_stopping_patience: stop after this many validations without improvement.
         progress_bar: show Lightning's progress bar.
-        val_check_interval: validate every N training batches (or a fraction of an epoch).
+        val_check_interval: validate every N training batches (or a fraction of an epoch) (default: once an
+            epoch, and at the last step of a run that ``max_steps`` ends inside its first epoch).
         auto_batch_scaling: find the largest micro-batch that runs (real steps) and keep the effective batch
             with gradient accumulation; on out-of-memory, retry from the last checkpoint with half the
             micro-batch and twice the accumulation.
@@ -61,7 +64,7 @@ class TrainerSettings:
 
     batch_size: PositiveInt = 32
     effective_batch_size: PositiveInt | None = None
-    max_epochs: Annotated[int, Ge(-1)] = 10
+    max_epochs: Annotated[int, Ge(-1)] | None = None
     max_steps: Annotated[int, Ge(-1)] = -1
     seed: NonNegativeInt = 0
     precision: Precision | None = None

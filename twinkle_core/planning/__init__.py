@@ -5,6 +5,7 @@ import warnings
 from typing import Any
 
 from twinkle_core.planning.deciders import (
+    DEFAULT_EPOCHS,
     BatchingDecider,
     CompressionDecider,
     DataLoadingDecider,
@@ -17,6 +18,7 @@ from twinkle_core.planning.deciders import (
     PlanValues,
     LoaderWorkersDecider,
     PrecisionDecider,
+    TrainingLengthDecider,
 )
 from twinkle_core.planning.estimate import ModelFacts, PlanningError, measure, measure_example
 from twinkle_core.planning.hardware import Hardware
@@ -26,6 +28,7 @@ from twinkle_core.planning.plan import Decision, Distribution, Plan, PlanEstimat
 from twinkle_core.planning.strategy import DefaultStrategy, ResourceStrategy
 
 __all__ = [
+    "DEFAULT_EPOCHS",
     "BatchingDecider",
     "CompressionDecider",
     "DataLoadingDecider",
@@ -50,6 +53,7 @@ __all__ = [
     "PrecisionDecider",
     "ResourceStrategy",
     "LoaderWorkersDecider",
+    "TrainingLengthDecider",
     "measure",
     "measure_example",
     "plan_layout",

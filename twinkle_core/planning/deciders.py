@@ -11,6 +11,7 @@ Each ``Decider`` looks at the ``PlanContext`` and the decisions made before it (
 - ``compression``: DDP's gradient compression;
 - ``batching``: micro-batch and gradient accumulation;
 - ``layout``: a data × tensor × pipeline layout, when the model fits no single device;
+- ``training_length``: the epochs to train (enough optimizer steps for small data) and when to validate;
 - ``data``: ``in-memory`` or ``sharded`` loading;
 - ``loader_workers``: data-loader worker processes and torch threads.
 
@@ -50,7 +51,7 @@ class PlanContext:
         train_samples: samples in the training split.
         batch_size: the requested micro-batch (the ``batch_size`` hyperparameter).
         effective_batch_size: the requested samples per optimizer step (default: ``batch_size`` × devices).
-        max_epochs: epochs requested.
+        max_epochs: epochs the user asked for (``None``: the plan decides, ``TrainingLengthDecider``).
         hardware: the machine.
         history: earlier finished runs of the same algorithm, data fingerprint and hardware (newest first), with
             what they measured (``PastRun``; records given as dicts, as before 0.3, are converted).
@@ -62,6 +63,11 @@ class PlanContext:
         tokens_per_sample: tokens in one sample for token-id inputs (sequence models), else ``None``.
         splits_tensors: whether the algorithm supplies a tensor-parallel plan (``Algorithm.tensor_parallel_plan``).
         cuts_stages: whether the algorithm cuts its network into pipeline stages (``Algorithm.pipeline_stages``).
+        max_steps: optimizer steps the user asked for (-1: no step limit).
+        val_check_interval: how often the user asked to validate (training batches, or a fraction of an epoch),
+            if they did.
+        min_optimizer_steps: the steps a default-length run of this algorithm needs at least
+            (``Algorithm.min_optimizer_steps``; ``None``: ``MIN_OPTIMIZER_STEPS``).
     """
 
     algorithm_name: str
@@ -71,7 +77,7 @@ class PlanContext:
     train_samples: int
     batch_size: int
     effective_batch_size: int | None
-    max_epochs: int
+    max_epochs: int | None
     hardware: Hardware
     history: list[PastRun] = field(default_factory=list)
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -81,6 +87,9 @@ class PlanContext:
     tokens_per_sample: int | None = None
     splits_tensors: bool = False
     cuts_stages: bool = False
+    max_steps: int = -1
+    val_check_interval: float | None = None
+    min_optimizer_steps: int | None = None
 
     def __post_init__(self) -> None:
         """Take past runs given as catalogue dicts (the form before 0.3) as ``PastRun``s."""
@@ -114,6 +123,8 @@ class PlanValues(TypedDict, total=False):
     micro_batch_size: int
     accumulate_grad_batches: int
     layout: str
+    max_epochs: int
+    val_check_interval: int
     data_loading: str
     num_workers: int
     torch_threads: int
@@ -436,6 +447,67 @@ def memory_breakdown(c: PlanContext, micro_batch: int, shards: int = 1) -> tuple
                f"{c.tokens_per_sample} tokens")
     parts.append(f"activations and their gradients 2 × {per} × {micro_batch} = {nbytes(activations)}")
     return int(state + activations), "; ".join(parts)
+
+
+DEFAULT_EPOCHS = 10
+"""Epochs a run trains when the user sets neither ``max_epochs`` nor ``max_steps`` (and the data is not small)."""
+MIN_OPTIMIZER_STEPS = 500
+"""The optimizer steps below which a default run is lengthened. A small data set makes a handful of steps an epoch
+(the breast-cancer table's 455 training rows in batches of 32: 15), and 10 epochs of them do not train a model from
+scratch (the README's tabular fit asks for 30 epochs: 450 steps). An algorithm that needs more says so
+(``Algorithm.min_optimizer_steps``: instruction tuning, 1,000)."""
+MAX_AUTO_EPOCHS = 100
+"""The most epochs the planner chooses on its own (a handful of samples is not trained for thousands)."""
+
+
+def steps_per_epoch(draft: PlanDraft) -> int:
+    """Optimizer steps in one epoch of the draft's training split: the samples over micro-batch × data-parallel
+    replicas × accumulation."""
+    c, v = draft.context, draft.values
+    model_parallel = draft.layout.model_parallel if draft.layout is not None else 1
+    replicas = max(draft.world_size // model_parallel, 1)
+    micro, accumulate = int(v.get("micro_batch_size", c.batch_size)), int(v.get("accumulate_grad_batches", 1))
+    return max(1, math.ceil(c.train_samples / max(micro * replicas, 1) / max(accumulate, 1)))
+
+
+class TrainingLengthDecider(Decider):
+    """How long to train and when to validate. Without ``max_epochs`` or ``max_steps``: ``DEFAULT_EPOCHS``, or as
+    many more as give the data ``MIN_OPTIMIZER_STEPS`` optimizer steps (the algorithm's own minimum where it states
+    one; at most ``MAX_AUTO_EPOCHS``). With
+    ``max_steps`` alone, the steps end the training (no epoch limit). A run that ends before its first epoch does
+    validates at its last step, so it has a validation metric and a best checkpoint."""
+
+    concern = "training_length"
+
+    def decide(self, draft: PlanDraft) -> None:
+        """Decide ``max_epochs`` and, when training ends inside the first epoch, ``val_check_interval``."""
+        c = draft.context
+        per_epoch = steps_per_epoch(draft)
+        wanted = c.min_optimizer_steps or MIN_OPTIMIZER_STEPS
+        whose = f"{c.algorithm_name} needs" if c.min_optimizer_steps else "the rule:"
+        if c.max_epochs is not None:
+            epochs = int(draft.decide("max_epochs", c.max_epochs, "set by the user"))
+        elif c.max_steps > 0:
+            epochs = int(draft.decide("max_epochs", -1, f"max_steps={c.max_steps} ends the training ({per_epoch} "
+                                                        "optimizer steps an epoch)"))
+        elif per_epoch * DEFAULT_EPOCHS >= wanted:
+            epochs = int(draft.decide("max_epochs", DEFAULT_EPOCHS, f"{DEFAULT_EPOCHS} epochs × {per_epoch} optimizer "
+                                                                    f"steps = {DEFAULT_EPOCHS * per_epoch} steps"))
+        else:
+            epochs = min(MAX_AUTO_EPOCHS, math.ceil(wanted / per_epoch))
+            epochs = int(draft.decide(
+                "max_epochs", epochs,
+                f"{c.train_samples} training samples make {per_epoch} optimizer step(s) an epoch: {epochs} epochs give "
+                f"{epochs * per_epoch} steps ({DEFAULT_EPOCHS} epochs would give {DEFAULT_EPOCHS * per_epoch}, too few "
+                f"to learn; {whose} at least {wanted} steps, at most {MAX_AUTO_EPOCHS} epochs; pin max_epochs= to "
+                "choose)"))
+        if c.val_check_interval is not None:
+            draft.decide("val_check_interval", c.val_check_interval, "set by the user")
+        elif 0 < c.max_steps < per_epoch and (epochs == -1 or c.max_steps < epochs * per_epoch):
+            batches = c.max_steps * int(draft.values.get("accumulate_grad_batches", 1))
+            draft.decide("val_check_interval", batches,
+                         f"max_steps={c.max_steps} ends training inside the first epoch ({per_epoch} steps): validate "
+                         f"after training batch {batches}, so the run has a validation metric and a best checkpoint")
 
 
 class DataLoadingDecider(Decider):

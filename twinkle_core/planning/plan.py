@@ -92,6 +92,11 @@ class Plan:
         gradient_compression: DDP's gradient all-reduce: ``"none"``, ``"powersgd"``, ``"bf16"`` or ``"fp16"``
             (see ``twinkle_core.engine.compression``).
         torch_threads: intra-op threads per process.
+        max_epochs: epochs to train (-1: ``max_steps`` ends the training; ``None``: the plan did not decide it — a
+            strategy without ``TrainingLengthDecider``, or a plan an earlier release stored — and the trainer's
+            setting applies).
+        val_check_interval: validate every this many training batches (a fraction: of an epoch); ``None``: once
+            an epoch.
         strategy_name: the resource strategy that made the plan.
         estimates: figures behind the choices (parameters, FLOPs, memory, steps, time).
         decisions: every choice with its reason, in order.
@@ -111,6 +116,8 @@ class Plan:
     torch_threads: int
     strategy_name: str = "default"
     gradient_compression: str = "none"
+    max_epochs: int | None = None
+    val_check_interval: float | None = None
     estimates: PlanEstimates = field(default_factory=lambda: PlanEstimates())
     decisions: list[Decision] = field(default_factory=list)
     history_run: str | None = None

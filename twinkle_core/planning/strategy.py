@@ -25,6 +25,7 @@ from typing import ClassVar
 from twinkle_core.hyperparams import with_new_names
 
 from twinkle_core.planning.deciders import (
+    DEFAULT_EPOCHS,
     BatchingDecider,
     CompressionDecider,
     DataLoadingDecider,
@@ -36,6 +37,7 @@ from twinkle_core.planning.deciders import (
     PlanDraft,
     PrecisionDecider,
     LoaderWorkersDecider,
+    TrainingLengthDecider,
 )
 from twinkle_core.planning.plan import Plan, PlanEstimates
 
@@ -68,6 +70,7 @@ class DefaultStrategy(ResourceStrategy):
         CompressionDecider(),
         BatchingDecider(),
         LayoutDecider(),
+        TrainingLengthDecider(),
         DataLoadingDecider(),
         LoaderWorkersDecider(),
     )
@@ -96,14 +99,21 @@ class DefaultStrategy(ResourceStrategy):
         workers = draft.world_size // (draft.layout.model_parallel if draft.layout is not None else 1)  # replicas
         micro, accumulate = int(v["micro_batch_size"]), int(v["accumulate_grad_batches"])
         steps_per_epoch = math.ceil(context.train_samples / max(micro * workers, 1) / accumulate)
+        decided = v.get("max_epochs", context.max_epochs)  # None: a strategy without TrainingLengthDecider
+        epochs = int(decided if decided is not None else (-1 if context.max_steps > 0 else DEFAULT_EPOCHS))
+        steps = steps_per_epoch * epochs if epochs > 0 else context.max_steps
+        if context.max_steps > 0:
+            steps = min(steps, context.max_steps)
         estimates: PlanEstimates = {
             "hardware": context.hardware.key,
             **context.facts.to_dict(),  # type: ignore[typeddict-item]  (ModelFacts' fields, as PlanEstimates names them)
             "data_bytes": context.data_bytes,
             "train_samples": context.train_samples,
             "optimizer_steps_per_epoch": steps_per_epoch,
-            "optimizer_steps": steps_per_epoch * context.max_epochs,
-            **self._time(context, int(v["torch_threads"]), draft.world_size),
+            "optimizer_steps": steps,
+            **self._time(context, int(v["torch_threads"]), draft.world_size,
+                         min(context.train_samples * epochs if epochs > 0 else math.inf,
+                             context.max_steps * micro * workers * accumulate if context.max_steps > 0 else math.inf)),
         }
         if draft.layout is not None:
             estimates["layout"] = draft.layout.to_dict()
@@ -121,14 +131,16 @@ class DefaultStrategy(ResourceStrategy):
             torch_threads=int(v["torch_threads"]),
             strategy_name=self.name,
             gradient_compression=str(v.get("gradient_compression", "none")),
+            max_epochs=None if decided is None else epochs,
+            val_check_interval=v.get("val_check_interval"),
             estimates=estimates,
             decisions=draft.decisions,
             history_run=context.history[0].id if context.history else None,
         )
 
     @staticmethod
-    def _time(c: PlanContext, threads: int, workers: int) -> PlanEstimates:
-        samples = c.train_samples * c.max_epochs
+    def _time(c: PlanContext, threads: int, workers: int, samples: float) -> PlanEstimates:
+        """The training's expected duration for ``samples`` samples seen (every optimizer step's)."""
         if c.history and c.history[0].seconds_per_sample:
             rate = c.history[0].seconds_per_sample
             return {"estimated_seconds": float(f"{samples * rate:.3g}"), "estimate_source": c.history[0].id}

@@ -41,10 +41,18 @@ def algorithm_form(name: str) -> dict[str, Any]:
     Raises:
         TwinkleError: no algorithm of that name (with the names that exist).
     """
-    from twinkle_core.engine.selection import resolve_algorithm
+    from twinkle_core.engine.selection import AlgorithmChoice, resolve_algorithm
     from twinkle_core.engine.settings import TrainerSettings
+    from twinkle_core.lookup import list_components
 
-    choice = resolve_algorithm(name)
+    # a family is listed by its pattern ("timm/*"): its form is the family's, though only its members train
+    family = next((c for c in list_components("algorithm") if c.is_family and name in (c.name, c.qualified_name)),
+                  None)
+    if family is not None:
+        cls = family.load()
+        choice = AlgorithmChoice(family.name, cls, family.tasks or ((cls.task,) if cls.task else ()), {})
+    else:
+        choice = resolve_algorithm(name)
     params = [_describe(hp) for hp in choice.cls.hyperparameters().values()]
     trainer = TrainerSettings.parameters()
     params += [_describe(trainer[key]) for key in TRAINER_FIELDS if key in trainer]

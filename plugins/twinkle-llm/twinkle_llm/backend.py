@@ -36,6 +36,7 @@ from twinkle_core.lowlevel import (
 )
 
 from twinkle_llm.folders import read_config, tokenizer_file
+from twinkle_llm.tokenizing import TextTokenizer
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
@@ -103,7 +104,10 @@ class LoraBackend(TrainingBackend):
         from tokenizers import Tokenizer
 
         self._bases[name] = {"model": model, "peft": None, "tokenizer": Tokenizer.from_file(str(tokenizer_file(folder))),
-                             "vocab": int(model.config.vocab_size), "layers": None}
+                             "vocab": int(model.config.vocab_size), "layers": None,
+                             # where a sample ends without stop sequences: the configs' eos ids, the tokenizer's
+                             # eos_token and the chat template's end of turn
+                             "stops": _stop_ids(folder)}
         return self._bases[name]
 
     def create(self, model_id: str, base_model: str, lora: LoraSettings) -> dict[str, Any]:
@@ -369,8 +373,7 @@ class LoraBackend(TrainingBackend):
     @staticmethod
     def _stop_ids(base: dict[str, Any], settings: SampleSettings) -> set[int]:
         if settings.stop is None:
-            eos = base["model"].generation_config.eos_token_id or base["model"].config.eos_token_id
-            return set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+            return set(base["stops"])
         ids = set()
         for item in settings.stop:
             if isinstance(item, int):
@@ -433,3 +436,13 @@ def _choose(logits: torch.Tensor, settings: SampleSettings, generator: torch.Gen
         probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
         probs = probs / probs.sum()
     return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def _stop_ids(folder: str) -> set[int]:
+    """Every id a sample of the base in ``folder`` ends at without stop sequences (``TextTokenizer.stop_ids``); none
+    for a folder that names no end-of-text token (its samples run to ``max_tokens``, as they did before)."""
+    try:
+        return set(TextTokenizer.from_folder(folder).stop_ids)
+    except TwinkleError:
+        return set()
+

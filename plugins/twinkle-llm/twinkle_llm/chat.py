@@ -263,6 +263,16 @@ class ChatTemplate:
         end = self.end_of_turn if role == "assistant" else ""
         return f"### {role.capitalize()}:\n{content}{end}\n\n"
 
+    def turn_end(self) -> str:
+        """The text this template puts right after an assistant's answer, through the end of its turn
+        (``"<|im_end|>\\n"`` in ChatML; the end-of-text token in the default template)."""
+        answer = "Twinkle-answer"
+        text, spans = self.with_spans([{"role": "user", "content": "Twinkle-question"},
+                                       {"role": "assistant", "content": answer}], "a probe conversation")
+        turn = text[spans[-1][0]:spans[-1][1]]
+        found = turn.rfind(answer)
+        return turn[found + len(answer):] if found >= 0 else ""
+
     def with_spans(self, messages: Messages, where: str) -> tuple[str, list[tuple[int, int]]]:
         """The text of a conversation and the ``[start, end)`` characters of each assistant turn (its content and
         the token that ends it), found by rendering the conversation up to each turn.

@@ -26,6 +26,19 @@ from twinkle_llm.tokenizing import TextTokenizer
 IGNORE = -100
 """The label of a token that is not predicted (a document's first token, padding): transformers' ignore index."""
 
+TEXT_WINDOW_CAP = 1024
+"""The longest window chosen for raw text on its own, as Hugging Face's ``run_clm`` chooses its blocks (1024, or
+the model's own limit when lower); shorter when the documents are."""
+TEXT_WINDOW_PERCENTILE = 95
+"""Raw text's window holds this percentile of the documents whole (longer ones go on in the next window)."""
+WINDOW_MULTIPLE = {"text": 64, "conversations": 16}
+"""Windows chosen from the data are rounded up to a multiple of this many tokens."""
+
+
+def round_up(n: int, multiple: int) -> int:
+    """``n`` rounded up to a multiple of ``multiple`` (at least ``multiple``)."""
+    return max(multiple, -(-n // multiple) * multiple)
+
 @dataclass
 class Packed:
     """Documents packed into windows: ``input_ids``, ``labels`` and ``position_ids`` (each ``[windows, L]``)."""
@@ -112,14 +125,46 @@ class LanguageDataProcessor(DataProcessor):
     truncate: bool = False
     """Whether a conversation longer than ``max_seq_len`` is cut (and counted) instead of refused."""
 
-    def __init__(self, max_seq_len: PositiveInt = 256, vocab_size: PositiveInt = 2048,
+    def __init__(self, max_seq_len: PositiveInt | None = None, vocab_size: PositiveInt = 2048,
                  val_fraction: Fraction = 0.1) -> None:
         """Keep the settings every processor has (see the subclasses)."""
         super().__init__()
         if vocab_size < 259:
             raise HyperparameterError(f"vocab_size = {vocab_size} is too small: a byte-level BPE needs 256 byte "
                                       "tokens plus its special tokens; use at least 259")
-        self.max_seq_len, self.vocab_size, self.val_fraction = max_seq_len, vocab_size, val_fraction
+        self.max_seq_len: int | None = max_seq_len
+        self.vocab_size, self.val_fraction = vocab_size, val_fraction
+        self.window_decision: Decision | None = None
+        """How ``max_seq_len`` was chosen from the data when the user did not set it (shown in the plan)."""
+
+    def size_window(self, lengths: list[int], what: str, context: PrepareContext, *,
+                    percentile: float | None = None, cap: int | None = None) -> int:
+        """``max_seq_len`` when the user set it; else chosen from the data's ``lengths`` (tokens of each of
+        ``what``): the longest (or their ``percentile``), rounded up (``WINDOW_MULTIPLE``), at most ``cap`` and the
+        model's own limit (``ModelInput.max_length``). The choice and its figures become a plan decision."""
+        if self.max_seq_len is not None:
+            return self.max_seq_len
+        model = context.model_input
+        limit = model.max_length if model is not None and model.max_length else None
+        measured = int(np.percentile(lengths, percentile, method="higher")) if percentile else max(lengths)
+        window = round_up(measured, WINDOW_MULTIPLE["text" if percentile else "conversations"])
+        bounds = [b for b in (cap, limit) if b]
+        if bounds and window > min(bounds):
+            window = min(bounds)
+        longest = max(lengths)
+        basis = (f"{percentile:g} % of the {len(lengths)} {what} are at most {measured} tokens (the longest "
+                 f"{longest}: longer ones go on in the next window)" if percentile
+                 else f"the longest of the {len(lengths)} {what} is {longest} tokens")
+        limits = []
+        if cap and window == cap:
+            limits.append(f"at most {cap} on its own")
+        if limit and window == limit:
+            limits.append(f"the model takes at most {limit}")
+        self.window_decision = Decision(
+            "max_seq_len", window, f"{basis}: rounded up to {window}" + (f" ({'; '.join(limits)})" if limits else "")
+            + "; pin max_seq_len= to choose")
+        self.max_seq_len = window
+        return window
 
     def split(self, count: int, seed: int) -> tuple[list[int], list[int]]:
         """Indices of the training and held-out records (``val_fraction`` of them, at least one of each when
@@ -154,6 +199,7 @@ class LanguageDataProcessor(DataProcessor):
         as JSON) and the shape of one sample's token ids (default: a window of ``max_seq_len``); the plan shows the
         tokenizer's origin and ``layout`` (how the tokens fill the windows)."""
         stored = tokenizer.source if tokenizer.from_folder_source else tokenizer.to_json()
+        assert self.max_seq_len is not None  # sized by prepare
         spec = DataSpec(task=self.task, input_shape=input_shape or (self.max_seq_len,), input_dtype="int64",
                         vocab_size=tokenizer.vocab_size,
                         extra={"tokenizer": stored, "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id,
@@ -161,7 +207,8 @@ class LanguageDataProcessor(DataProcessor):
         origin = {"trained": f"a byte-level BPE of {tokenizer.vocab_size} ids trained on the training split",
                   "stored": f"the tokenizer the parent run trained ({tokenizer.vocab_size} ids): the ids keep their "
                             "meaning"}.get(tokenizer.source, f"{tokenizer.source}'s own ({tokenizer.vocab_size} ids)")
-        decisions = [Decision("tokenizer", tokenizer.vocab_size, origin), layout]
+        decisions = [Decision("tokenizer", tokenizer.vocab_size, origin),
+                     *([self.window_decision] if self.window_decision else []), layout]
         manifest = reader.manifest()
         return PreparedData(train, val, spec, f"md5:{manifest.md5}", uri,
                             sum(size for size, _ in manifest.files.values()),
@@ -178,17 +225,25 @@ class LanguageDataProcessor(DataProcessor):
                    "packing_efficiency": round(train.efficiency, 4)}
         return self.finish(tokenizer, train.dataset(), val.dataset(), reader, uri, details, layout, extra)
 
-    def labelled(self, messages: Messages, where: str, tokenizer: TextTokenizer, template: ChatTemplate,
-                 truncated: list[str]) -> tuple[list[int], list[int]]:
-        """The ids of one conversation and its labels (the id where the assistant speaks, ``IGNORE`` elsewhere).
-
-        Raises:
-            DataError: longer than ``max_seq_len`` without ``truncate`` (named by file and line).
-        """
+    @staticmethod
+    def encoded(messages: Messages, where: str, tokenizer: TextTokenizer, template: ChatTemplate
+                ) -> tuple[list[int], list[int]]:
+        """The ids of one conversation rendered with ``template`` and its labels (the id where the assistant
+        speaks, ``IGNORE`` elsewhere), whatever their length."""
         text, spans = template.with_spans(messages, where)
         ids, offsets = tokenizer.encode_offsets(text)
         labels = [token if any(start <= begin < end for start, end in spans) else IGNORE
                   for token, (begin, _) in zip(ids, offsets)]
+        return ids, labels
+
+    def fitted(self, ids: list[int], labels: list[int], where: str, truncated: list[str]
+               ) -> tuple[list[int], list[int]]:
+        """``ids`` and ``labels`` within ``max_seq_len``: cut (and counted in ``truncated``) with ``truncate``.
+
+        Raises:
+            DataError: longer than ``max_seq_len`` without ``truncate`` (named by file and line).
+        """
+        assert self.max_seq_len is not None
         if len(ids) > self.max_seq_len:
             if not self.truncate:
                 raise DataError(f"{where}: the conversation is {len(ids)} tokens, longer than max_seq_len = "
@@ -199,7 +254,7 @@ class LanguageDataProcessor(DataProcessor):
         return ids, labels
 
     def count_truncated(self, prepared: PreparedData, truncated: list[str], what: str) -> PreparedData:
-        """``prepared`` with a ``truncate`` decision in its plan when ``labelled`` cut any of ``what``."""
+        """``prepared`` with a ``truncate`` decision in its plan when ``fitted`` cut any of ``what``."""
         if truncated:
             prepared.decisions.append(Decision("truncate", len(truncated), f"{len(truncated)} {what} longer than "
                                                f"{self.max_seq_len} tokens were cut (first: {truncated[0]})"))
@@ -222,12 +277,14 @@ class TextProcessor(LanguageDataProcessor):
     task = "causal_lm"
     formats = ("txt", "jsonl", "parquet", "folder")
 
-    def __init__(self, max_seq_len: PositiveInt = 256, vocab_size: PositiveInt = 2048, val_fraction: Fraction = 0.1,
-                 text_field: str = "text") -> None:
+    def __init__(self, max_seq_len: PositiveInt | None = None, vocab_size: PositiveInt = 2048,
+                 val_fraction: Fraction = 0.1, text_field: str = "text") -> None:
         """Configure the processor.
 
         Args:
-            max_seq_len: tokens per training window (documents are packed into it).
+            max_seq_len: tokens per training window (documents are packed into it); default: sized from the data —
+                the 95th percentile of the documents' lengths, rounded up to a multiple of 64, at most 1024 (as
+                Hugging Face's ``run_clm``) and the model's own limit.
             vocab_size: the size of the BPE trained from scratch (a pretrained tokenizer keeps its own).
             val_fraction: the share of documents held out for validation (of the tokens, when there is one
                 document).
@@ -248,6 +305,12 @@ class TextProcessor(LanguageDataProcessor):
         tokenizer = self.tokenizer(context, train_texts)
         train_ids = tokenizer.encode_batch(train_texts)
         val_ids = tokenizer.encode_batch(val_texts)
+        lengths = [len(ids) + 1 for ids in train_ids]  # each document ends with the end-of-text token
+        if not val_ids and self.max_seq_len is None:  # one document: its held-out part must hold a window
+            lengths = [max(8, min(lengths[0], round(lengths[0] * self.val_fraction)))]
+        self.size_window(lengths, "training documents", context, percentile=TEXT_WINDOW_PERCENTILE,
+                         cap=TEXT_WINDOW_CAP)
+        assert self.max_seq_len is not None
         if not val_ids:
             cut = len(train_ids[0]) - max(self.max_seq_len, round(len(train_ids[0]) * self.val_fraction))
             if cut < self.max_seq_len:
@@ -295,13 +358,14 @@ class ChatProcessor(LanguageDataProcessor):
     task = "instruction_tuning"
     formats = ("jsonl", "parquet", "folder")
 
-    def __init__(self, max_seq_len: PositiveInt = 512, vocab_size: PositiveInt = 2048, val_fraction: Fraction = 0.1,
-                 truncate: bool = False) -> None:
+    def __init__(self, max_seq_len: PositiveInt | None = None, vocab_size: PositiveInt = 2048,
+                 val_fraction: Fraction = 0.1, truncate: bool = False) -> None:
         """Configure the processor.
 
         Args:
             max_seq_len: tokens per training window; a conversation longer than this is refused, naming its file
-                and line (or cut, with ``truncate``).
+                and line (or cut, with ``truncate``). Default: sized from the data — the longest conversation,
+                rounded up to a multiple of 16, at most the model's own limit.
             vocab_size: the size of the BPE trained from scratch (a pretrained tokenizer keeps its own).
             val_fraction: the share of conversations held out for validation.
             truncate: cut conversations longer than ``max_seq_len`` to it (counted in the plan) instead of
@@ -319,7 +383,9 @@ class ChatProcessor(LanguageDataProcessor):
         tokenizer = self.tokenizer(context, (default.render(conversations[i].messages) for i in train_index))
         template = self.template(tokenizer)
         truncated: list[str] = []
-        encoded = [self.labelled(c.messages, c.where(), tokenizer, template, truncated) for c in conversations]
+        whole = [self.encoded(c.messages, c.where(), tokenizer, template) for c in conversations]
+        self.size_window([len(ids) for ids, _ in whole], "conversations", context)
+        encoded = [self.fitted(ids, labels, c.where(), truncated) for (ids, labels), c in zip(whole, conversations)]
         train = pack_whole([encoded[i] for i in train_index], tokenizer.pad_id, self.max_seq_len)
         val = pack_whole([encoded[i] for i in val_index], tokenizer.pad_id, self.max_seq_len)
         details = {"conversations": len(conversations),
@@ -343,13 +409,13 @@ class PreferenceProcessor(LanguageDataProcessor):
     task = "preference_tuning"
     formats = ("jsonl", "parquet", "folder")
 
-    def __init__(self, max_seq_len: PositiveInt = 512, vocab_size: PositiveInt = 2048, val_fraction: Fraction = 0.1,
-                 truncate: bool = False) -> None:
+    def __init__(self, max_seq_len: PositiveInt | None = None, vocab_size: PositiveInt = 2048,
+                 val_fraction: Fraction = 0.1, truncate: bool = False) -> None:
         """Configure the processor.
 
         Args:
             max_seq_len: the longest prompt and answer; a longer one is refused, naming its file and line (or cut,
-                with ``truncate``).
+                with ``truncate``). Default: the longest sequence of the data, at most the model's own limit.
             vocab_size: the size of the BPE trained from scratch (a pretrained tokenizer keeps its own).
             val_fraction: the share of pairs held out for validation.
             truncate: cut sequences longer than ``max_seq_len`` (counted in the plan) instead of refusing them.
@@ -366,8 +432,19 @@ class PreferenceProcessor(LanguageDataProcessor):
         tokenizer = self.tokenizer(context, (default.render(m) for i in train_index for m in pairs[i].conversations()))
         template = self.template(tokenizer)
         truncated: list[str] = []
-        encoded = [[self.labelled(m, p.where(), tokenizer, template, truncated) for m in p.conversations()]
-                   for p in pairs]
+        whole = [[self.encoded(m, p.where(), tokenizer, template) for m in p.conversations()] for p in pairs]
+        if self.max_seq_len is None:  # the pairs are padded to the longest sequence: only the model limits them
+            model = context.model_input
+            longest = max(len(ids) for sides in whole for ids, _ in sides)
+            limit = model.max_length if model is not None and model.max_length else None
+            self.max_seq_len = min(longest, limit) if limit else longest
+            self.window_decision = Decision(
+                "max_seq_len", self.max_seq_len,
+                f"the longest of the {2 * len(pairs)} prompt-and-answer sequences is {longest} tokens"
+                + (f"; the model takes at most {limit}" if limit and limit < longest else "")
+                + "; pin max_seq_len= to choose")
+        encoded = [[self.fitted(ids, labels, p.where(), truncated) for ids, labels in sides]
+                   for p, sides in zip(pairs, whole)]
         for p, sides in zip(pairs, encoded):
             if any(all(label == IGNORE for label in labels) for _, labels in sides):
                 raise DataError(f"{p.where()}: the prompt fills max_seq_len = {self.max_seq_len}, so nothing of an "

@@ -69,6 +69,26 @@ class LanguageModelExport(nn.Module):
                   "model_max_length": int(getattr(self.network.config, "max_position_embeddings", 2048))}
         (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False))
 
+    def write_generation_config(self, folder: Path) -> None:
+        """Where generation ends, as transformers and the servers built on it read it: ``generation_config.json``'s
+        ``eos_token_id`` lists every id the run stops at (the end-of-text token, the tokenizer's ``eos_token``, the
+        chat template's end of turn), with the padding id; ``config.json`` names the end-of-text id where it named
+        none."""
+        tokenizer = self.tokenizer
+        stops = list(tokenizer.stop_ids)
+        path = folder / "generation_config.json"
+        generation = json.loads(path.read_text()) if path.is_file() else {}
+        generation.update(eos_token_id=stops if len(stops) > 1 else stops[0], pad_token_id=tokenizer.pad_id)
+        path.write_text(json.dumps(generation, indent=2) + "\n")
+        config_path = folder / "config.json"
+        config = json.loads(config_path.read_text())
+        if config.get("eos_token_id") is None or config.get("pad_token_id") is None:
+            config["eos_token_id"] = config.get("eos_token_id") if config.get("eos_token_id") is not None \
+                else tokenizer.eos_id
+            config["pad_token_id"] = config.get("pad_token_id") if config.get("pad_token_id") is not None \
+                else tokenizer.pad_id
+            config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
 
 def _runner(load: Callable[[], nn.Module]) -> Callable[[np.ndarray], np.ndarray]:
     model = load().eval()
@@ -108,6 +128,7 @@ class HuggingFaceExporter(Exporter):
         folder = Path(path)
         network.save_pretrained(folder, safe_serialization=True)
         lm.write_tokenizer(folder)
+        lm.write_generation_config(folder)
         return {"merged_lora": lm.adapted, "parameters": sum(p.numel() for p in network.parameters()),
                 "architecture": type(network).__name__}
 

@@ -43,7 +43,8 @@ class CausalLM(Algorithm):
     the exponent of the validation loss per predicted token.
 
     With ``lora_rank`` the model folder's weights stay frozen and only low-rank adapters train (peft); the run's
-    checkpoints then hold the adapters alone, and ``weights`` (stored with the run) names the base.
+    checkpoints then hold the adapters alone, and ``weights`` (stored with the run) names the base. Adapters train
+    at ``LORA_LR`` unless ``lr`` is given (raw text and conversations; DPO keeps the default).
 
     Class attributes a family sets: ``family`` (the Hugging Face ``model_type``) and ``default_size``.
     """
@@ -54,6 +55,14 @@ class CausalLM(Algorithm):
     any_folder: ClassVar[bool] = False
     """Whether ``weights`` may name a folder of another supported family (``llm-tiny``: any)."""
     optimizer_defaults: ClassVar[dict[str, Any]] = {"lr": 1e-3, "weight_decay": 0.01, "scheduler": "cosine"}
+    LORA_LR: ClassVar[float] = 3e-3
+    """The default ``lr`` of LoRA adapters (raw text and instruction tuning): three times the full-weights default.
+    Adapters learn best at a higher rate than full fine-tuning (about ten times, in Thinking Machines' "LoRA Without
+    Regret", 2025); measured on ``samples.code_words`` (600 chats, rank 16, 1,020 steps), held-out exact match at
+    1e-3 0.88, 2e-3 0.89, 3e-3 0.92, 5e-3 0.14, 1e-2 0.18."""
+    INSTRUCTION_STEPS: ClassVar[int] = 1000
+    """The optimizer steps a default-length instruction tuning trains at least (``min_optimizer_steps``): on
+    ``samples.code_words`` 510 steps reached a held-out exact match of 0.44, 1,020 steps 0.92."""
 
     def __init__(self, size: str | None = None, weights: str | None = None, dropout: float = 0.0,
                  lora_rank: NonNegativeInt = 0, lora_alpha: float | None = None, lora_targets: str = LORA_ALL,
@@ -120,6 +129,8 @@ class CausalLM(Algorithm):
         self._val_prompts: list[Prompt] = []
         self._reference: list[nn.Module] = []  # DPO's frozen reference without LoRA (not a submodule: not saved)
         self.lora_alpha = float(lora_alpha) if lora_alpha is not None else 2.0 * lora_rank
+        if lora_rank and self.task != "preference_tuning":
+            self.optim.lr = self.LORA_LR  # the default; a given lr replaces it (Algorithm.from_hyperparams)
         self.lora_targets = LORA_ALL if targets == [LORA_ALL] else targets
         self.adapter = adapter
         if adapter is not None:
@@ -130,10 +141,20 @@ class CausalLM(Algorithm):
         self._test_sum = torch.zeros(5, dtype=torch.float64)
         self._split_logits = False  # the logits come split by vocabulary (tensor parallel with loss parallel)
 
+    @property
+    def min_optimizer_steps(self) -> int | None:
+        """Instruction tuning trains at least ``INSTRUCTION_STEPS`` steps by default (small chat sets learn a
+        mapping through adapters slowly); other tasks: the planner's rule."""
+        return self.INSTRUCTION_STEPS if self.task == "instruction_tuning" else None
+
     # ------------------------------------------------------------------ the model
     def model_input(self) -> ModelInput:
-        """The tokenizer the data must be encoded with: the folder's when starting from one."""
-        return ModelInput(name=self.weights or f"{self.family}-{self.size}", tokenizer=self.weights)
+        """The tokenizer the data must be encoded with (the folder's when starting from one) and the longest
+        sequence the model takes (its ``max_position_embeddings``)."""
+        config = self.folder_config or PRESETS[self.family][self.size]
+        longest = config.get("max_position_embeddings")
+        return ModelInput(name=self.weights or f"{self.family}-{self.size}", tokenizer=self.weights,
+                          max_length=int(longest) if longest else None)
 
     def build_model(self, spec: DataSpec) -> nn.Module:
         """The network: the folder's weights, or the preset's shape with the data's vocabulary, random init."""

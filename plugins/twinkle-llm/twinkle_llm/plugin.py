@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from twinkle_core import Register, hookimpl
 
+from twinkle_llm.presets import PRESETS  # plain data: the sizes of each family
+
 
 @hookimpl
 def register_tasks(register: Register) -> None:
@@ -42,10 +44,10 @@ def register_algorithms(register: Register) -> None:
     """llm-tiny and the Llama, Qwen2 and Qwen3 families by size."""
     register("llm-tiny", "twinkle_llm.model:LlmTiny", task=TASKS,
              description="a 4-layer Llama for CPU minutes (random init), or any local HF folder with weights=")
-    for family, label, sizes in (("llama", "Llama", "tiny, 60m, 1b, 3b, 8b, 13b, 70b"),
-                                 ("qwen2", "Qwen2.5", "0.5b, 1.5b, 7b"), ("qwen3", "Qwen3", "0.6b, 1.7b, 4b, 8b")):
+    for family, label in (("llama", "Llama"), ("qwen2", "Qwen2.5"), ("qwen3", "Qwen3")):
+        sizes = ", ".join(PRESETS[family])
         register(f"{family}-*", f"twinkle_llm.model:{family.capitalize()}", task=TASKS,
-                 variant_param="size",
+                 variant_param="size", variants=list(PRESETS[family]),
                  description=f"{label} by size ({sizes}), random init unless weights= names a local folder")
 
 
@@ -78,3 +80,10 @@ def register_training_backends(register: Register) -> None:
     """LoRA adapters trained step by step on shared base models (``twinkle serve --tinker``)."""
     register("llm", "twinkle_llm.backend:LoraBackend",
              description="LoRA adapters on local Hugging Face base folders, many per base (the Tinker API)")
+
+
+@hookimpl
+def register_checks(register: Register) -> None:
+    """``twinkle doctor``: transformers' model classes (and libsndfile, which they import) and peft."""
+    register("transformers", "twinkle_llm.checks:transformers_models",
+             description="transformers' Llama/Qwen2/Qwen3 classes and peft import")

@@ -7,7 +7,10 @@
 * ``write_conversations`` / ``write_preferences``: those pairs as instruction-tuning conversations, or as
   preference pairs whose rejected answer is a fixed wrong word (``wrong_answers``);
 * ``write_random_base``: a small random Llama saved as Hugging Face saves it, with a tokenizer — a base model
-  folder for LoRA mechanics and the Tinker API, no learned weights needed.
+  folder for LoRA mechanics and the Tinker API, no learned weights needed;
+* ``code_words`` and ``write_chat_base``: a checkable mapping of made-up words asked in eight phrasings, and a tiny
+  random Qwen3 folder as transformers writes it from a ``Qwen3Config`` (``eos_token_id`` null), whose tokenizer
+  ends a chat turn with ``<|im_end|>`` (ChatML) — what a new user's first LoRA run looks like.
 """
 
 from __future__ import annotations
@@ -92,3 +95,70 @@ def write_random_base(folder: Path, hidden_size: int = 32, intermediate_size: in
     model.save_pretrained(folder)
     tokenizer.backend.save(str(folder / "tokenizer.json"))
     return folder
+
+
+CODE_PHRASINGS = ["What is the code word for {w}?", "code word for {w}", "Give the code word of {w}.",
+                  "{w}: which code word?", "The code word for {w} is", "Translate {w} into code.", "code: {w}",
+                  "Tell me the code word that stands for {w}."]
+"""The eight ways a ``code_words`` prompt asks."""
+
+
+def _made_up_words(count: int, rng: random.Random) -> list[str]:
+    """``count`` different pronounceable made-up words of two or three syllables."""
+    consonants, vowels = "bdfgklmnprstvz", "aeiou"
+    found: dict[str, None] = {}
+    while len(found) < count:
+        found["".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(rng.choice((2, 3))))] = None
+    return list(found)
+
+
+def code_words(words: int = 100, trained_phrasings: int = 6, seed: int = 0) -> tuple[list[Example], list[Example]]:
+    """A fixed mapping of ``words`` made-up words onto made-up code words, each asked in ``CODE_PHRASINGS``:
+    ``trained_phrasings`` phrasings of every word to train on (600 prompts by default), the others held out (each
+    held-out prompt's word and phrasing are trained on, never together). Shuffled with ``seed``."""
+    rng = random.Random(seed)
+    made = _made_up_words(2 * words, rng)
+    mapping = list(zip(made[:words], made[words:]))
+    train, held_out = [], []
+    for number, (word, code) in enumerate(mapping):
+        order = [(number + k) % len(CODE_PHRASINGS) for k in range(len(CODE_PHRASINGS))]  # every phrasing trained
+        for rank, phrasing in enumerate(order):
+            (train if rank < trained_phrasings else held_out).append((CODE_PHRASINGS[phrasing].format(w=word), code))
+    rng.shuffle(train)
+    rng.shuffle(held_out)
+    return train, held_out
+
+
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+          "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+          "{% endif %}")
+"""The ChatML template (Qwen's, without tools and thinking): a turn ends with ``<|im_end|>``."""
+
+
+def write_chat_base(folder: Path, texts: list[str], hidden_size: int = 64, layers: int = 2, seed: int = 0) -> Path:
+    """A tiny random Qwen3 saved into ``folder`` as transformers saves it from a ``Qwen3Config`` — whose
+    ``eos_token_id`` is null, as a new user's folder has it — with a byte-level BPE trained on ``texts`` (512 ids),
+    the ChatML template and ``<|im_end|>`` as the tokenizer's ``eos_token`` (the end of a turn); returns
+    ``folder``."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    folder = Path(folder)
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=512, special_tokens=specials,
+                                                           show_progress=False,
+                                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tokenizer.chat_template = CHATML
+    tokenizer.save_pretrained(folder)
+    torch.manual_seed(seed)
+    config = Qwen3Config(vocab_size=backend.get_vocab_size(), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=hidden_size // 4, max_position_embeddings=2048, tie_word_embeddings=True)
+    Qwen3ForCausalLM(config).save_pretrained(folder)
+    return folder
+

@@ -102,14 +102,19 @@ class TextTokenizer:
 
     @classmethod
     def from_folder(cls, folder: str) -> TextTokenizer:
-        """A pretrained model folder's ``tokenizer.json``, with the end-of-text and padding ids its
-        ``config.json`` (or ``generation_config.json``) names."""
+        """A pretrained model folder's ``tokenizer.json``, with the ids where generation ends — as transformers and
+        the servers built on it end it: every ``eos_token_id`` of ``generation_config.json`` and ``config.json``
+        (one id or a list), the tokenizer's own ``eos_token`` (``tokenizer_config.json``), and the token that ends
+        an assistant's turn in the folder's chat template (``<|im_end|>``, ``<|eot_id|>``). The end-of-text id (the
+        one packing appends to every document) is the configs' first ``eos_token_id``, else the tokenizer's
+        ``eos_token``, else ``<|endoftext|>``."""
         from tokenizers import Tokenizer
 
         from twinkle_llm.folders import tokenizer_file
 
         backend = Tokenizer.from_file(str(tokenizer_file(folder)))
         ids: dict[str, Any] = {}
+        ends: list[int] = []
         for name in ("generation_config.json", "config.json"):
             path = Path(folder).expanduser() / name
             if path.is_file():
@@ -117,17 +122,60 @@ class TextTokenizer:
                 for key in ("eos_token_id", "pad_token_id"):
                     if ids.get(key) is None and found.get(key) is not None:
                         ids[key] = found[key]
+                eos_ids = found.get("eos_token_id")
+                ends += [int(i) for i in (eos_ids if isinstance(eos_ids, list) else [eos_ids]) if i is not None]
+        named = _named_token(backend, folder, "eos_token")
         eos = ids.get("eos_token_id")
-        ends = tuple(int(i) for i in eos) if isinstance(eos, list) else ()
-        eos = eos[0] if isinstance(eos, list) else eos
+        if isinstance(eos, list):  # a list of end ids: the first is the end of text
+            eos = eos[0] if eos else None
         if eos is None:
-            eos = backend.token_to_id(EOS)
+            eos = named if named is not None else backend.token_to_id(EOS)
         if eos is None:
-            raise TwinkleError(f"'{folder}' names no eos_token_id in config.json or generation_config.json")
+            raise TwinkleError(f"'{folder}' names no end-of-text token: no eos_token_id in config.json or "
+                               f"generation_config.json, no eos_token in tokenizer_config.json, no {EOS} token; "
+                               "set eos_token_id in config.json")
         pad = ids.get("pad_token_id")
-        return cls(backend, int(eos), int(pad if pad is not None else eos), source=str(folder), end_ids=ends)
+        pad = _named_token(backend, folder, "pad_token") if pad is None else pad
+        tokenizer = cls(backend, int(eos), int(pad if pad is not None else eos), source=str(folder))
+        turn_end = tokenizer.turn_end_id()
+        tokenizer.end_ids = tuple(dict.fromkeys(i for i in (*ends, named, turn_end) if i is not None and i != eos))
+        return tokenizer
+
+    def turn_end_id(self) -> int | None:
+        """The special token that ends an assistant's turn in this folder's chat template, if it has a template
+        and the text after the answer starts with one of the tokenizer's special tokens."""
+        from twinkle_llm.chat import ChatTemplate
+
+        if not self.from_folder_source:
+            return None
+        template = ChatTemplate.for_folder(self.source, self.eos_text)
+        if template.jinja is None:
+            return None
+        try:
+            closing = template.turn_end()
+        except Exception:  # noqa: BLE001 - a template that cannot render a probe: training names the problem
+            return None
+        ids = self.encode(closing) if closing else []
+        special = {int(i) for i, token in self.backend.get_added_tokens_decoder().items() if token.special}
+        return ids[0] if ids and ids[0] in special else None
 
     @classmethod
     def resolve(cls, given: str) -> TextTokenizer:
         """``ModelInput.tokenizer``: a folder holding ``tokenizer.json``, or a stored tokenizer's JSON text."""
         return cls.from_json(given) if given.lstrip().startswith("{") else cls.from_folder(given)
+
+
+def _named_token(backend: Any, folder: str, key: str) -> int | None:
+    """The id of the special token ``tokenizer_config.json`` names under ``key`` (``"eos_token"``: text, or an
+    ``AddedToken`` dict with its ``content``), if the folder names one the tokenizer knows."""
+    path = Path(folder).expanduser() / "tokenizer_config.json"
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text())
+    except ValueError:
+        return None
+    value = config.get(key) if isinstance(config, dict) else None
+    text = value.get("content") if isinstance(value, dict) else value
+    found = backend.token_to_id(text) if isinstance(text, str) and text else None
+    return int(found) if found is not None else None

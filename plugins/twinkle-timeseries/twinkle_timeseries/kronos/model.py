@@ -350,10 +350,18 @@ class KronosModel(Algorithm):
         opt = self.build_optimizer(groups)
         if s.scheduler == "none":
             return opt
-        max_epochs = max(int(self.trainer.max_epochs or 1), self.tokenizer_epochs + 1)
-        per_epoch = max(1, int(self.trainer.estimated_stepping_batches) // max_epochs)
+        total = int(self.trainer.estimated_stepping_batches)
+        if self.trainer.max_epochs is not None and self.trainer.max_epochs > 0:
+            max_epochs = max(int(self.trainer.max_epochs), self.tokenizer_epochs + 1)
+            per_epoch = max(1, total // max_epochs)
+            end = max_epochs * per_epoch
+        else:  # max_steps alone ends the run (the plan's max_epochs -1): the stages split at a real epoch's end
+            batches = self.trainer.num_training_batches
+            per_epoch = (max(1, int(batches) // max(self.trainer.accumulate_grad_batches, 1))
+                         if math.isfinite(batches) else max(1, total // (self.tokenizer_epochs + 1)))
+            end = total
         boundary = self.tokenizer_epochs * per_epoch
-        stages = [(0, boundary), (boundary, max_epochs * per_epoch)]
+        stages = [(0, boundary), (boundary, max(end, boundary + 1))]
         lambdas = [self._schedule(start, end, s.scheduler) for start, end in stages]
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambdas)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
