@@ -3,7 +3,10 @@ code block of every page runs, and its pages render in headless chromium (screen
 
 How a page's blocks run: in order, in a process and a fresh folder of their own (``TWINKLE_HOME`` and
 ``TWINKLE_USER`` set there). The page's ``python`` blocks share one interpreter, as a reader pasting them one after
-another would; a ``bash`` block runs at its place with ``.venv/bin`` first on ``PATH``. A page whose blocks define
+another would; a ``bash`` block runs at its place with ``.venv/bin`` first on ``PATH``, stopping at the first command
+that fails (``set -eo pipefail``: every command of it must succeed), and a ``pip install`` in it
+(the plugin tutorial's ``pip install -e ./twinkle-acme``) goes into a folder of the page's own that every Python the
+page starts sees (``page_environment``), never into the venv. A page whose blocks define
 pytest tests (``def test_...``) is run by pytest, so its tests run too. A block that cannot run here says why
 on the line above it, as ``<!-- not run: REASON -->``. Blocks in other languages (``text``, ``toml``, ...) are
 shown, not run.
@@ -51,8 +54,9 @@ def page_script(page: Path) -> str:
             continue
         if lang == "python":
             parts.append(code)
-        else:
-            parts.append(f"_subprocess.run({code!r}, shell=True, check=True, executable='/bin/bash')")
+        else:  # every command must succeed, not only the block's last
+            strict = "set -eo pipefail\n" + code
+            parts.append(f"_subprocess.run({strict!r}, shell=True, check=True, executable='/bin/bash')")
     return "\n".join(parts)
 
 
@@ -133,15 +137,32 @@ in a process of its own forked from a template that imported them once (``twinkl
 a fresh ``python`` — importing Lightning takes 5-10 s of CPU, most of a short page's time."""
 
 
+def page_environment(folder: Path) -> dict[str, str]:
+    """The environment a page runs in, inside ``folder``: its own run store and user, ``.venv/bin`` first on
+    ``PATH``, and ``pip install`` going to ``folder/site`` — without dependencies (the venv has them), without
+    build isolation and without an index (nothing is downloaded) — which a ``sitecustomize`` on ``PYTHONPATH``
+    adds to every Python the page starts as a site folder (so an editable install's ``.pth`` hook runs too)."""
+    site, hook = folder / "site", folder / "site-hook"
+    site.mkdir(parents=True, exist_ok=True)
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site)!r})\n")
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "TWINKLE_HOME": str(folder / "home"), "TWINKLE_USER": "me", "PYTHONWARNINGS": "ignore",
+           "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+           # pip reads PIP_NO_BUILD_ISOLATION=0 as --no-build-isolation (its environment quirk for no- options)
+           "PIP_TARGET": str(site), "PIP_NO_DEPS": "1", "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_INDEX": "1",
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)}
+    env.pop("TWINKLE_SERVER", None)
+    return env
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", [_page_param(p) for p in pages() if _runnable(p)])
 def test_the_pages_code_runs(page: Path, tmp_path: Path) -> None:
     script = tmp_path / "page.py"
     script.write_text(page_script(page))
-    bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "TWINKLE_HOME": str(tmp_path / "home"), "TWINKLE_USER": "me", "PYTHONWARNINGS": "ignore",
-           "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
-    env.pop("TWINKLE_SERVER", None)
+    env = page_environment(tmp_path)
     if re.search(r"^def test_", script.read_text(), flags=re.M):
         script = script.rename(tmp_path / "test_page.py")
         argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider", str(script)]
@@ -203,4 +224,5 @@ def test_a_page_script_keeps_order_and_skips_marked_blocks(tmp_path: Path) -> No
     assert [(lang, why) for lang, _, why in blocks(page)] == [("python", None), ("python", "needs a GPU"),
                                                              ("bash", None), ("text", None)]
     script = page_script(page)
-    assert "x = 1" in script and "x = 2" not in script and "'echo hi\\n'" in script and "output" not in script
+    assert "x = 1" in script and "x = 2" not in script and "output" not in script
+    assert "'set -eo pipefail\\necho hi\\n'" in script  # a failing command stops the block and fails the page

@@ -1,4 +1,7 @@
-"""``twinkle plugins new``: the generated project installs, lists, and passes its own tests."""
+"""``twinkle plugins new``: the generated project installs and lists. Its own tests — the contract, its processor
+on sample data, a run that trains, evaluates and predicts — run where the plugin tutorial's commands run
+(``test_docs_site.py``, docs/plugins/tutorial.md: new, ``pip install -e``, ``pytest``) and from the wheels
+(``tools/wheel_journeys.py acme``)."""
 
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ def test_existing_folder_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_generated_plugin_installs_lists_and_passes_its_tests(tmp_path: Path, run_twinkle, site_dir) -> None:
+def test_generated_plugin_installs_and_lists(tmp_path: Path, run_twinkle, site_dir) -> None:
     created = run_twinkle("plugins", "new", "acme-tab", "--directory", str(tmp_path))
     assert created.returncode == 0, created.stderr
     root = tmp_path / "twinkle-acme-tab"
@@ -63,8 +66,5 @@ def test_generated_plugin_installs_lists_and_passes_its_tests(tmp_path: Path, ru
     assert any(line.split()[:3] == ["acme-tab", "0.1.0", "twinkle-acme-tab"] for line in listed.stdout.splitlines())
     algorithms = run_twinkle("algorithms", "list", "acme-tab-*")
     assert "twinkle_acme_tab.algorithms:AcmeTabLinear" in algorithms.stdout
-    tests = run_twinkle("-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests"), python=True)
-    assert tests.returncode == 0, tests.stdout + tests.stderr
-    assert "3 passed" in tests.stdout
     tasks = run_twinkle("tasks", "list", "--json")
     assert any(t["name"] == "acme_tab_classification" and t["plugin"] == "acme-tab" for t in json.loads(tasks.stdout))

@@ -1,6 +1,7 @@
 """The dashboard in a real browser: Debian's chromium, driven by Playwright. Log in with a token, submit a job
 from the form built from the algorithm's hyperparameters, watch its curve gain points live, cancel another job
-from its page. Screenshots go to ``$TWINKLE_ARTIFACTS/browser`` (default ``.cache/artifacts/browser``)."""
+from its page, and open the API's docs (Swagger UI, from the server's own files). Screenshots go to
+``$TWINKLE_ARTIFACTS/browser`` (default ``.cache/artifacts/browser``)."""
 
 from __future__ import annotations
 
@@ -73,11 +74,18 @@ def test_log_in_submit_watch_the_curve_grow_and_cancel_in_chromium(twinkle_servi
 
             page.goto(url + "/")
             expect(page.locator(f"tr[data-job='{other.id}'] .state")).to_have_text("cancelled")
-            assert not [m for m in refused if "script" in m.lower()], refused
             page.screenshot(path=str(shots / "jobs.png"), full_page=True)
+
+            # the API's docs render: Swagger UI from the server's own files, started without an inline script
+            page.goto(url + "/docs")
+            expect(page.locator(".swagger-ui .info .title")).to_contain_text("Twinkle")
+            expect(page.locator(".opblock-summary-path").first).to_be_visible()
+            page.screenshot(path=str(shots / "api-docs.png"))
+            assert not [m for m in refused if "script" in m.lower() or "style" in m.lower()], refused
         finally:
             browser.close()
-    for name in ("jobs-empty.png", "submit-form.png", "job-live-curve.png", "job-cancelled.png", "jobs.png"):
+    for name in ("jobs-empty.png", "submit-form.png", "job-live-curve.png", "job-cancelled.png", "jobs.png",
+                 "api-docs.png"):
         assert (shots / name).stat().st_size > 5000, name
 
 

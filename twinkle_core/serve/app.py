@@ -1,5 +1,5 @@
 """``create_app``: the service's FastAPI application — the REST API under ``/api/v1`` (OpenAPI at
-``/openapi.json``, docs at ``/docs``) and the dashboard at ``/``.
+``/openapi.json``, Swagger UI at ``/docs`` from vendored files: ``apidocs``) and the dashboard at ``/``.
 
 Who asks: an ``Authorization: Bearer`` token (clients, the CLI) or a dashboard session cookie (HttpOnly,
 SameSite=Strict; the API takes the cookie for reading only, so no cross-site form can act through it). With
@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from twinkle_core.errors import TwinkleError
 from twinkle_core.serve.accounts import Accounts
 from twinkle_core.serve.api import router
+from twinkle_core.serve.apidocs import mount_api_docs
 from twinkle_core.serve.config import DataAccessError, ServerConfig
 from twinkle_core.serve.dashboard import mount_dashboard
 from twinkle_core.serve.deps import Service
@@ -40,7 +41,7 @@ class _App(FastAPI):
 def create_app(config: ServerConfig) -> FastAPI:
     """The application serving ``config`` (its database and store are created on first use)."""
     app = _App(title="Twinkle", version=_version(), summary="Training as a service: jobs, runs and models",
-                  max_body_size=config.max_body_bytes)
+                  max_body_size=config.max_body_bytes, docs_url=None, redoc_url=None)
     app.state.service = Service(config, JobQueue(config.db_path, config.max_running_per_user),
                                 Accounts(config.db_path), RunStore(config.home))
     app.include_router(router, prefix="/api/v1")
@@ -49,6 +50,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
         mount(app, config, app.state.service.store)
     mount_dashboard(app)
+    mount_api_docs(app)
 
     app.add_exception_handler(RequestValidationError, validation_error)
 
