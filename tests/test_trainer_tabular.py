@@ -435,3 +435,70 @@ def test_an_exported_onnx_file_predicts_alone_without_torch(trained, cancer_csv,
     onnx.save(bare, str(tmp_path / "bare.onnx"))
     with pytest.raises(NoInferenceCardError, match="carries no Twinkle inference card"):
         predict_export(str(tmp_path / "bare.onnx"), str(data), str(tmp_path / "bare.csv"))
+
+
+def test_export_names_its_file_by_its_format_and_its_cards_hold_no_local_path(trained, cancer_csv, tmp_path,
+                                                                              monkeypatch) -> None:
+    """``twinkle export RUN -o out/model`` (a name without a suffix) writes ``out/model.onnx``, as ultralytics
+    names its exports — so ``twinkle predict`` reads it as ONNX instead of refusing it as a pickle —, and ``-o`` a
+    folder writes ``model.onnx`` in it; the JSON card beside it gets the permissions a plain file gets (0o666 less
+    the umask, as the .onnx itself, not 0o600); neither card — the file's metadata nor the JSON — holds a path of
+    this machine (the checkpoint is named inside its run)."""
+    import os
+
+    import onnx
+    from click.testing import CliRunner
+
+    from twinkle_core.cli import main
+
+    _, result, home = trained
+    monkeypatch.setenv("TWINKLE_HOME", str(home))
+    monkeypatch.setenv("TWINKLE_USER", "tester")
+    runner = CliRunner()
+    done = runner.invoke(main, ["export", result.run_uri, "-o", str(tmp_path / "out" / "model")])
+    assert done.exit_code == 0, done.output
+    model = tmp_path / "out" / "model.onnx"
+    assert model.exists() and not (tmp_path / "out" / "model").exists() and f"to {model}" in done.output
+    umask = os.umask(0)
+    os.umask(umask)
+    beside = Path(f"{model}.json")
+    assert beside.stat().st_mode & 0o777 == model.stat().st_mode & 0o777 == 0o666 & ~umask
+    rows = _validation_rows(cancer_csv).drop(columns=["target"])
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    predicted = runner.invoke(main, ["predict", str(model), "--data", str(tmp_path / "rows.csv"), "-o",
+                                     str(tmp_path / "rows-predicted.csv")])
+    assert predicted.exit_code == 0, predicted.output
+
+    cards = [beside.read_text(), {p.key: p.value for p in onnx.load(str(model)).metadata_props}["twinkle"]]
+    for text in cards:
+        for path in (str(tmp_path), str(home), os.path.expanduser("~"), str(cancer_csv.parent)):
+            assert path not in text
+    card = json.loads(cards[1])
+    assert card["checkpoint"].startswith(f"{result.run_uri}/checkpoints/") and card["class_names"] == ["0", "1"]
+    assert json.loads(cards[0])["path"] == "model.onnx"
+
+    (tmp_path / "folder").mkdir()
+    assert runner.invoke(main, ["export", result.run_uri, "-o", str(tmp_path / "folder")]).exit_code == 0
+    assert (tmp_path / "folder" / "model.onnx").exists() and (tmp_path / "folder" / "model.onnx.json").exists()
+
+
+def test_a_card_keeps_what_inference_needs_and_no_path_of_this_machine() -> None:
+    """``portable`` (applied to every export's cards): a weights folder or file given as a local path (or a
+    ``file://`` URL, a Windows path) is cut to its name, a YOLO run's ``data_yaml`` is dropped, and what inference
+    needs — class names (even one that looks like a path: OpenImages' ``/m/01g317``), columns, sizes, thresholds,
+    prose such as ``x / 255`` — and URIs of the store or of remote storage are kept."""
+    from twinkle_core.engine.exports import portable
+
+    card = {"hyperparameters": {"weights": "/home/me/models/resnet10t-hub/", "config": "yolov8n.yaml",
+                                "pretrained": "file:///srv/w/best.pt", "other": "C:\\Users\\me\\w.safetensors",
+                                "predict_conf": 0.25},
+            "data_spec": {"extra": {"data_yaml": "/home/me/shapes/data.yaml", "imgsz": 96},
+                          "class_names": ["a", "/m/01g317"]},
+            "class_names": ["/m/01g317"], "preprocessing": {"columns": ["/x"], "scaling": "x / 255 outside the model"},
+            "run": "twinkle://me/default/run3", "source": "s3://bucket/shapes", "inputs": [{"shape": ["batch", 3]}]}
+    assert portable(card) == {
+        "hyperparameters": {"weights": "resnet10t-hub", "config": "yolov8n.yaml", "pretrained": "best.pt",
+                            "other": "w.safetensors", "predict_conf": 0.25},
+        "data_spec": {"extra": {"imgsz": 96}, "class_names": ["a", "/m/01g317"]},
+        "class_names": ["/m/01g317"], "preprocessing": {"columns": ["/x"], "scaling": "x / 255 outside the model"},
+        "run": "twinkle://me/default/run3", "source": "s3://bucket/shapes", "inputs": [{"shape": ["batch", 3]}]}

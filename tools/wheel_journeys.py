@@ -50,7 +50,7 @@ PLUGINS = {
     "timeseries": ("twinkle-timeseries", "data"),
     "llm": ("twinkle-llm", ""),
 }
-SECONDS = {"audio": 570, "edge": 500, "vision": 400, "llm": 540, "timeseries": 100, "acme": 30, "onnx": 40}
+SECONDS = {"audio": 570, "edge": 500, "vision": 400, "llm": 540, "timeseries": 100, "acme": 30, "onnx": 60}
 """What each journey with all its tests (every share of a sharded suite) took in a fresh-clone ``make test``: the
 order in which they start (a sharded one early, so that its shares are ready when a slot frees)."""
 SHARDS: dict[str, list[tuple[list[str], int]]] = {
@@ -129,6 +129,9 @@ class Journey:
                "-c", str(ROOT / "requirements" / "constraints.txt"), "--find-links", str(self.dist_dir),
                *pip_sources(), *requirements]
         self.run(label, cmd)
+        # as make does: a platform wheel that bundles its native library over a pure one (soundfile's libsndfile)
+        self.run(f"{label}_platform_wheels", [sys.executable, str(ROOT / "tools" / "platform_wheels.py"),
+                                              "--python", str(self.python), "--uv", self.uv])
 
     def copy_tests(self, tests: Path) -> None:
         """Copy ``tests`` out of the source tree (into ``suite/``), with the project's pytest settings."""
@@ -268,41 +271,83 @@ def scaffold_journey(dist_dir: Path, work: Path, uv: str, junit: Path | None = N
     return journey.record
 
 
-ONNX_RUNTIME_ONLY = ("onnxruntime", "pandas", "click", "pluggy", "fsspec")
-"""What the ONNX-only journey installs beside core's wheel (which goes in without its dependencies: no torch)."""
+ONNX_RUNTIME_ONLY = ("onnxruntime", "numpy", "pillow", "pandas", "click", "pluggy", "fsspec")
+"""What the ONNX-only journey installs beside core's wheel (which goes in without its dependencies: no torch):
+onnxruntime, NumPy and Pillow to predict images, pandas for tables, and what the CLI and the URIs need."""
+
+HEAVY = ("torch", "torchvision", "lightning", "ultralytics", "cv2", "timm", "twinkle_vision")
+"""What must not be importable in the ONNX-only venv."""
 
 
 def onnx_journey(dist_dir: Path, work: Path, uv: str, junit: Path | None = None) -> dict[str, object]:
-    """An export used where only core's wheel and onnxruntime are installed: a tabular run trained and exported in
-    a venv with core (``tools/journeys/onnx_export.py``; named so as not to shadow the onnx package), then
-    ``twinkle predict model.onnx`` in a venv holding core's wheel without its dependencies plus
-    ``ONNX_RUNTIME_ONLY`` — torch is not even installed there — whose rows must be the run's own predictions."""
-    import pandas as pd
-
-    core = wheel(dist_dir, "twinkle-core")
+    """Exports used where only core's wheel, onnxruntime, NumPy and Pillow are installed: a tabular model, a ResNet
+    classifier and a YOLO detector trained and exported in a venv with core's and twinkle-vision's wheels
+    (``tools/journeys/onnx_export.py``; named so as not to shadow the onnx package), then ``twinkle predict
+    model.onnx`` for each in a venv holding core's wheel without its dependencies plus ``ONNX_RUNTIME_ONLY`` —
+    torch, OpenCV, ultralytics and the plugin are not even installed there (``HEAVY``) — whose rows must be the
+    runs' own predictions: the same ids and classes, probabilities within 1e-5; for the detector the same boxes'
+    classes, scores within 1e-4 and corners within 0.05 px."""
+    core, vision = wheel(dist_dir, "twinkle-core"), wheel(dist_dir, "twinkle-vision")
     exporting = Journey("onnx", dist_dir, work, uv, junit)
     exporting.fresh_venv()
-    exporting.install("install", [*TORCH_PINS, str(core)])
+    exporting.install("install", [*TORCH_PINS, str(core), f"twinkle-vision[yolo] @ {vision.as_uri()}"])
     scratch = exporting.folder / "journey"
     scratch.mkdir()
     script = ROOT / "tools" / "journeys" / "onnx_export.py"
     done = exporting.run("journey", [str(exporting.python), str(script), str(scratch)], cwd=scratch)
-    say("onnx", done.stdout.strip().splitlines()[-1])
+    say("onnx", "\n".join(done.stdout.strip().splitlines()[-3:]))
     bare = Journey("onnx-runtime", dist_dir, work, uv)
     bare.fresh_venv()
     bare.install("runtime_install", list(ONNX_RUNTIME_ONLY))
     bare.run("core_install", [uv, "pip", "install", "-q", "--python", str(bare.python), "--no-deps", str(core)])
-    probe = bare.run("torch_absent", [str(bare.python), "-c", "import importlib.util as u; "
-                                      "print(u.find_spec('torch') is None)"]).stdout.strip()
-    assert probe == "True", f"torch is installed in the onnxruntime-only venv: {probe}"
-    bare.run("predict", [str(bare.venv / "bin" / "twinkle"), "predict", str(scratch / "model.onnx"), "--data",
-                         str(scratch / "rows.csv"), "-o", str(scratch / "onnx.csv")])
-    alone, reference = pd.read_csv(scratch / "onnx.csv"), pd.read_csv(scratch / "run.csv")
-    assert alone["class"].tolist() == reference["class"].tolist(), "the ONNX file's classes differ from the run's"
-    assert float((alone["probability"] - reference["probability"]).abs().max()) < 1e-5
-    say("onnx", f"twinkle predict model.onnx without torch: {len(alone)} rows, the run's classes")
+    probe = bare.run("torch_absent", [str(bare.python), "-c", "import importlib.util as u; print([m for m in "
+                                      f"{HEAVY!r} if u.find_spec(m) is not None])"]).stdout.strip()
+    assert probe == "[]", f"the onnxruntime-only venv has {probe} installed"
+    twinkle = str(bare.venv / "bin" / "twinkle")
+    for label, model, data, output in (("predict", "model.onnx", "rows.csv", "onnx.csv"),
+                                       ("predict_resnet", "resnet.onnx", "digits", "resnet-onnx.csv"),
+                                       ("predict_yolo", "yolo.onnx", "photos", "yolo-onnx.jsonl")):
+        bare.run(label, [twinkle, "predict", str(scratch / model), "--data", str(scratch / data), "-o",
+                         str(scratch / output)])
+    rows = same_classes(scratch / "onnx.csv", scratch / "run.csv")
+    images = same_classes(scratch / "resnet-onnx.csv", scratch / "resnet-run.csv")
+    boxes = same_boxes(scratch / "yolo-onnx.jsonl", scratch / "yolo-run.jsonl")
+    say("onnx", f"twinkle predict model.onnx without torch: {rows} rows, {images} images classified, {boxes} boxes "
+                "found in 6 images: the runs' own predictions")
     return {**exporting.record, **{k: v for k, v in bare.record.items() if k != "plugin"},
-            "wheels": [core.name], "rows": len(alone)}
+            "wheels": [core.name, vision.name], "rows": rows, "images": images, "boxes": boxes}
+
+
+def same_classes(alone: Path, run: Path) -> int:
+    """Check an export's classification rows against the run's (ids, classes, every probability within 1e-5);
+    returns their count."""
+    import pandas as pd
+
+    ours, theirs = pd.read_csv(alone, dtype={"class": str}), pd.read_csv(run, dtype={"class": str})
+    assert ours["id"].astype(str).tolist() == theirs["id"].astype(str).tolist(), f"{alone}: other samples than {run}"
+    assert ours["class"].tolist() == theirs["class"].tolist(), f"{alone}: other classes than the run's ({run})"
+    columns = [c for c in theirs.columns if c.startswith("p_") or c == "probability"]
+    difference = float((ours[columns] - theirs[columns]).abs().to_numpy().max())
+    assert difference < 1e-5, f"{alone}: probabilities differ from the run's by {difference}"
+    return len(ours)
+
+
+def same_boxes(alone: Path, run: Path) -> int:
+    """Check an export's detection rows against the run's (ids, sizes, each image's boxes: classes equal, scores
+    within 1e-4, corners within 0.05 px); returns the number of boxes."""
+    ours = [json.loads(line) for line in alone.read_text().splitlines()]
+    theirs = [json.loads(line) for line in run.read_text().splitlines()]
+    assert [r["id"] for r in ours] == [r["id"] for r in theirs], f"{alone}: other images than {run}"
+    found = 0
+    for mine, expected in zip(ours, theirs):
+        assert (mine["width"], mine["height"]) == (expected["width"], expected["height"]), mine["id"]
+        a, b = (sorted((box["class"], box["score"], *box["box"]) for box in row["boxes"]) for row in (mine, expected))
+        assert [x[0] for x in a] == [x[0] for x in b], f"{mine['id']}: other boxes' classes than the run's"
+        for x, y in zip(a, b):
+            assert abs(x[1] - y[1]) <= 1e-4 and max(abs(p - q) for p, q in zip(x[2:], y[2:])) <= 0.05, (x, y)
+        found += len(a)
+    assert found > 0, "the detector found no box: the comparison would prove nothing"
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

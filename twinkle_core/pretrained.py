@@ -84,7 +84,9 @@ class WeightsReport:
         renamed: model name → the file's name it was loaded from.
         fresh: model names left as initialised (under ``fresh``, shapes differ: e.g. a head for new classes).
         ignored: the file's names the model has no use for.
-        notes: what else the loader did (class names taken, statistics read from the config).
+        notes: what else the loader did (class names taken, statistics read from the config, which parts loaded).
+        reasons: each fresh name → why it starts fresh (``the file's shape (80, 64, 3, 3), the model's (64, 64, 3,
+            3)``, ``not in the file``).
     """
 
     source: str
@@ -94,6 +96,7 @@ class WeightsReport:
     fresh: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)
 
     @property
     def loaded(self) -> int:
@@ -276,6 +279,7 @@ def load_weights(module: nn.Module, source: str | Weights, *, rename: Callable[[
     taken: dict[str, torch.Tensor] = {}
     differ: list[str] = []
     reshaped: set[str] = set()
+    shapes: dict[str, str] = {}  # module name → why the file's tensor for it did not fit
     for name, tensor in weights.tensors.items():
         target = rename(name) if rename is not None else name
         if target is None or target not in own:
@@ -284,6 +288,8 @@ def load_weights(module: nn.Module, source: str | Weights, *, rename: Callable[[
         if tuple(tensor.shape) != tuple(own[target].shape):
             if partial or _under(target, fresh):
                 report.ignored.append(name)
+                shapes[target] = (f"the file's {'' if target == name else repr(name) + ' '}shape "
+                                  f"{tuple(tensor.shape)}, the model's {tuple(own[target].shape)}")
                 continue
             differ.append(f"{target}: file {tuple(tensor.shape)}, model {tuple(own[target].shape)}")
             reshaped.add(target)
@@ -295,6 +301,7 @@ def load_weights(module: nn.Module, source: str | Weights, *, rename: Callable[[
             report.renamed[target] = name
     lacking = [name for name in own if name not in taken and name not in reshaped and not _buffer_bookkeeping(name)]
     report.fresh = [name for name in own if name not in taken and (partial or _under(name, fresh))]
+    report.reasons = {name: shapes.get(name, "not in the file") for name in report.fresh}
     differ += [f"{name}: not in the file" for name in lacking if not (partial or _under(name, fresh))]
     if partial and not taken:
         differ.append(f"none of its {len(weights.tensors)} tensors has a counterpart")

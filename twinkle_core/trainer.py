@@ -176,11 +176,14 @@ class Trainer(Operations):
         the class names, how raw data becomes its input (the data processor's ``preprocessing``), what its output
         means, the data spec, its run and checkpoint — is stored in the file's own metadata (ONNX
         ``metadata_props["twinkle"]``, TorchScript's extra file ``twinkle.json``) and, with the verification, in
-        ``<output>.json`` beside it; ``twinkle predict model.onnx`` needs nothing else.
+        ``<output>.json`` beside it; ``twinkle predict model.onnx`` needs nothing else (for tables, image
+        classifiers and detectors not even torch or the plugin). Neither card holds a path of this machine.
 
         Args:
             format: an exporter's name (``"onnx"``, ``"torchscript"``, ...; see ``twinkle exporters list``).
-            output: where to write it (any URI); default ``<run>/exports/model[-int8].<suffix>``.
+            output: where to write it (any URI); default ``<run>/exports/model[-int8].<suffix>``. The format's
+                suffix is added when the name lacks it (``out/yolo3`` → ``out/yolo3.onnx``); a folder gets
+                ``model[-int8].<suffix>`` inside it.
             quantize: INT8 (static, calibrated on the run's training data) where the format supports it.
             **options: exporter options, e.g. ``opset_version=15`` for ONNX.
         """

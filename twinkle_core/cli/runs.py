@@ -85,7 +85,9 @@ def plan(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epoch
 @click.argument("run")
 @click.option("--format", "-f", "fmt", default="onnx", show_default=True, help="Exporter (twinkle exporters list).")
 @click.option("--quantize", is_flag=True, help="INT8 (static, calibrated on the run's data).")
-@click.option("--output", "-o", help="Where to write (default: the run's exports/ folder).")
+@click.option("--output", "-o", help="Where to write (default: the run's exports/ folder); the format's suffix is "
+                                     "added when the name lacks it (-o out/yolo3 writes out/yolo3.onnx), and a "
+                                     "folder gets model.onnx.")
 @click.option("--opset", type=int, help="ONNX opset version.")
 @click.option("--target", help="The device to convert for, where the exporter has several "
                                "(twinkle exporters list shows them; e.g. --format rknn --target rk3588).")
@@ -128,12 +130,22 @@ def evaluate(run: str, data: str, batch_size: int | None, output: str | None, as
     click.echo(f"Evaluated {result.checkpoint} on {result.samples} samples of {result.data_uri}")
     for name, value in result.metrics.items():
         click.echo(f"  {name:18} {value:.6g}")
-    for row in result.tables.get("per_class", []):
-        click.echo(f"  class {row['class']!s:12} precision {row['precision']:.3f}  recall {row['recall']:.3f}  "
-                   f"f1 {row['f1']:.3f}  support {row['support']}")
+    _echo_per_class(result.tables.get("per_class") or [])
     for name, count in (result.details.get("unseen_classes") or {}).items():
         click.echo(f"  not scored: {count} row(s) of class {name!r}, which the run never trained on")
     click.echo(f"Written to {result.folder}")
+
+
+def _echo_per_class(rows: list[dict[str, Any]]) -> None:
+    """The evaluation's per-class table as the task wrote it — a classifier's precision, recall, F1 and support, a
+    detector's AP50, AP50-95, precision and recall, any task's own columns — floats to three decimals."""
+    if not rows:
+        return
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    columns = ["class", *(c for c in columns if c != "class")] if "class" in columns else columns
+    shown = [{k: f"{v:.3f}" if isinstance(v, float) else v for k, v in row.items()} for row in rows]
+    click.echo("Per class:")
+    echo_table(shown, columns, "")
 
 
 @click.command()
@@ -150,15 +162,18 @@ def evaluate(run: str, data: str, batch_size: int | None, output: str | None, as
 def predict(run: str, data: str, output: str, batch_size: int | None, devices: int, overwrite: bool, draw: bool,
             as_json: bool) -> None:
     """Predict every sample of --data with RUN's best model (twinkle://user/project/runN or a .ckpt) — or with an
-    exported model.onnx alone, from the card it carries (onnxruntime; no plugin, no torch) — and write one row per
-    sample, in input order, to --output."""
-    if run.endswith(".onnx"):
+    exported model.onnx alone, from the card it carries — and write one row per sample, in input order, to --output.
+
+    An exported table model, image classifier or detector needs no plugin and no torch: onnxruntime, NumPy, Pillow
+    (and pandas for tables) read, preprocess and decode as the card says. Other exports (K-lines, speech, text) read
+    their data with the plugin that trained them."""
+    if run.lower().endswith(".onnx"):
         from twinkle_core.inference import predict_export
 
         if draw:
-            raise click.UsageError("--draw draws a detector's boxes, which ONNX-only predict does not find yet; "
-                                   "predict from the run")
-        exported = predict_export(run, data, output, batch_size=batch_size or 256, overwrite=overwrite)
+            raise click.UsageError("--draw is not offered for an exported model: predict from the run to draw "
+                                   "the boxes (twinkle predict RUN --data ... --draw)")
+        exported = predict_export(run, data, output, batch_size=batch_size, overwrite=overwrite)
         if as_json:
             echo_json(exported.to_dict())
         else:
@@ -228,6 +243,9 @@ def runs_show(run: str, as_json: bool) -> None:
     store = RunStore()
     record = store.get(run)
     data = record.to_dict()
+    weights = _weights_report(store.path(record.id, "weights.json"))
+    if weights is not None:
+        data["weights"] = weights
     if as_json:
         echo_json(data)
         return
@@ -247,6 +265,10 @@ def runs_show(run: str, as_json: bool) -> None:
         from twinkle_core.planning.plan import Plan
 
         click.echo(Plan.from_dict(record.plan).explain())
+    if weights is not None:  # what weights= loaded, name by name (weights.json)
+        click.echo(f"weights: {weights.get('summary', weights.get('source'))}")
+        for note in weights.get("notes", []):
+            click.echo(f"  {note}")
     for item in record.exports:
         click.echo(f"export {item['format']}{' int8' if item['quantized'] else ''}: {item['path']} "
                    f"(max diff {item['max_abs_diff']:.3g}, {item.get('metric')} {item.get('metric_export')})")
@@ -254,6 +276,18 @@ def runs_show(run: str, as_json: bool) -> None:
         figures = ", ".join(f"{k} {v:.4g}" for k, v in list(item.get("metrics", {}).items())[:4])
         click.echo(f"evaluation {item.get('number')}: {item.get('samples')} samples of {item.get('data_uri')} "
                    f"({figures}) in {item.get('folder')}")
+
+
+def _weights_report(path: str) -> dict[str, Any] | None:
+    """The run's ``weights.json`` (what ``weights=`` loaded), if it has one."""
+    import json
+
+    from twinkle_core.uris import filesystem
+
+    fs, local = filesystem(path)
+    if not fs.exists(local):
+        return None
+    return json.loads(fs.cat_file(local))
 
 
 @runs.command("repair")

@@ -100,7 +100,9 @@ class Samples:
         labelled: whether the source carries targets (``evaluate`` needs them; ``predict`` does not).
         fingerprint: the content fingerprint of the source (``md5:...``).
         source: the URI the samples came from.
-        ids: a name for each sample, in order (a row number, a file's path), for prediction outputs.
+        ids: a name for each sample, in order, saying where it came from: ``predict`` writes it beside the sample's
+            row. A table's data-row number (1-based, the header not counted), an image's path below the folder
+            given, a prompt's ``file:line``, a symbol (docs/plugins/data-processor.md lists each processor's).
         details: JSON-ready facts about the read: rows left out and why (``unseen_classes``: rows whose class the
             run never trained on, by class — they are reported, not scored), files skipped.
         collate_fn: how samples become a batch (default: torch's ``default_collate``).
@@ -179,9 +181,12 @@ class DataProcessor(ABC):
         """Read test or new data at ``uri`` as a run trained on ``spec`` reads it — the same columns, classes,
         vocabulary, input size and normalisation; nothing is fitted on this data — labelled or not.
 
-        ``evaluate`` scores a run on labelled samples; ``predict`` runs it on any, with ``targets=False``: every
-        sample is read, as unlabelled, whatever labels the source carries. A processor that supports them
-        overrides this (and ``samples_from`` for in-memory samples); the base refuses by name.
+        ``evaluate`` scores a run on labelled samples: ``read_samples(uri, spec, context)``, ``(input, target)``
+        items. ``predict`` runs it on any: ``read_samples(uri, spec, context, targets=False)`` reads every sample,
+        as unlabelled ``(input,)`` items, whatever labels the source carries — and data without labels is no error.
+        A processor that supports them overrides this, keeping the ``targets`` keyword (the plugin contract checks
+        it; ``twinkle_core.testing.assert_data_processor`` runs both reads on sample data), and ``samples_from`` for
+        in-memory samples; the base refuses by name.
 
         Raises:
             SamplesNotSupportedError: this processor does not read samples for a trained run.

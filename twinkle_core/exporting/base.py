@@ -82,7 +82,10 @@ class Exporter(ABC):
 
     Class attributes:
         format: the format name.
-        suffix: the artefact's file suffix (``".onnx"``).
+        suffix: the artefact's file suffix (``".onnx"``): added to an ``output`` whose name ends in none of
+            ``suffixes`` (``-o out/yolo3`` writes ``out/yolo3.onnx``).
+        suffixes: every ending an artefact of the format may have (default: ``suffix`` alone; TorchScript also
+            ``.torchscript``, as ultralytics names it).
         supports_quantize: whether ``quantize=True`` is accepted.
         int8_only: the format is INT8 by definition (``quantize`` is implied).
         float_tolerance: how far a float artefact may differ from PyTorch, absolute and relative to the
@@ -96,6 +99,7 @@ class Exporter(ABC):
 
     format: ClassVar[str] = ""
     suffix: ClassVar[str] = ""
+    suffixes: ClassVar[tuple[str, ...]] = ()
     supports_quantize: ClassVar[bool] = False
     int8_only: ClassVar[bool] = False
     float_tolerance: ClassVar[float] = 1e-4

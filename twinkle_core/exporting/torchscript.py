@@ -21,6 +21,7 @@ class TorchScriptExporter(Exporter):
 
     format = "torchscript"
     suffix = ".pt"
+    suffixes = (".pt", ".pth", ".torchscript")
 
     def export(
         self,

@@ -201,7 +201,8 @@ def _same_device(a: str, b: str) -> bool:
 
 
 def _copy_atomic(src: str, dst: str) -> None:
+    """Copy the artefact onto another disk atomically, readable as a file written with ``open`` is."""
     from twinkle_core.store.atomic import atomic_write_bytes
 
     with open(src, "rb") as handle:
-        atomic_write_bytes(dst, handle.read())
+        atomic_write_bytes(dst, handle.read(), mode=0o666)

@@ -8,12 +8,13 @@ import tempfile
 from twinkle_core.uris import filesystem, is_local
 
 
-def atomic_write_bytes(uri: str, data: bytes) -> None:
+def atomic_write_bytes(uri: str, data: bytes, mode: int | None = None) -> None:
     """Write ``data`` to ``uri`` atomically.
 
     Local files are written to a temporary file in the same folder, flushed to disk and renamed over the
     target. Object stores (s3, ...) publish an object only when its upload completes, so one ``pipe`` is
-    already atomic there.
+    already atomic there. ``mode``: the local file's permissions less the umask, as ``open`` gives them
+    (``0o666`` for a file others may read); ``None`` keeps the temporary file's owner-only ``0o600``.
     """
     fs, path = filesystem(uri)
     if not is_local(fs):
@@ -25,6 +26,8 @@ def atomic_write_bytes(uri: str, data: bytes) -> None:
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix="-" + os.path.basename(path), dir=folder)
+    if mode is not None:
+        os.fchmod(fd, mode & ~_umask())
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -37,6 +40,20 @@ def atomic_write_bytes(uri: str, data: bytes) -> None:
         raise
 
 
-def atomic_write_text(uri: str, text: str) -> None:
-    """Write UTF-8 ``text`` to ``uri`` atomically (see ``atomic_write_bytes``)."""
-    atomic_write_bytes(uri, text.encode("utf-8"))
+def atomic_write_text(uri: str, text: str, mode: int | None = None) -> None:
+    """Write UTF-8 ``text`` to ``uri`` atomically (see ``atomic_write_bytes``, and its ``mode``)."""
+    atomic_write_bytes(uri, text.encode("utf-8"), mode)
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it where Linux shows it (``/proc/self/status``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    current = os.umask(0o022)  # elsewhere: read by setting it, and put straight back
+    os.umask(current)
+    return current

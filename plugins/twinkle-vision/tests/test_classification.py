@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from click.testing import CliRunner
 
 from twinkle_core import RunStore, Trainer
+from twinkle_core.cli import main
 from twinkle_core.data import DataError, EmptyDataError, UnsupportedFormatError
 from twinkle_core.errors import TwinkleError
 from twinkle_vision.images import CorruptImageError, ImageFolderProcessor
@@ -90,6 +92,10 @@ def test_timm_family_and_weights(twinkle_home, tmp_path, digits_folder) -> None:
     assert report.fresh == [] and report.loaded == len(trainer.algorithm.model.net.state_dict())
     stored = json.loads((Path(continued.run_dir) / "weights.json").read_text())  # the report, with the run
     assert stored["source"] == str(weights) and len(stored["matched"]) == report.loaded
+    shown = CliRunner().invoke(main, ["runs", "show", continued.run_uri])  # `twinkle runs show` says it too
+    assert shown.exit_code == 0 and f"weights: {report.summary()}" in shown.output, shown.output
+    as_json = json.loads(CliRunner().invoke(main, ["runs", "show", continued.run_uri, "--json"]).output)
+    assert as_json["weights"]["summary"] == report.summary()
     evil = tmp_path / "evil.pt"
     torch.save({"conv1.weight": _Payload()}, evil)  # a pickle that would run code when loaded
     with pytest.raises(TwinkleError, match=f"weights '{evil}' would run code when loaded.*nothing ran"):
@@ -223,3 +229,37 @@ def test_evaluate_and_predict_read_images_as_the_run_did(trained, tmp_path, digi
     alone = predict_export(exported, str(held), str(tmp_path / "from-onnx.csv"))
     from_onnx = pd.read_csv(alone.output, dtype={"class": str})
     assert from_onnx["id"].tolist() == table["id"].tolist() and from_onnx["class"].tolist() == table["class"].tolist()
+
+
+def test_an_export_predicts_images_without_torch_or_this_plugin(trained, tmp_path, digits_folder,
+                                                                without_torch) -> None:
+    """``twinkle predict digits.onnx`` where torch, timm, Lightning and this plugin cannot be imported (core,
+    onnxruntime, NumPy and Pillow only) reads the images as the card says and writes the run's own predictions:
+    the same ids and classes, every probability within 1e-5 — for digit PNGs, a larger RGB JPEG and an RGBA PNG of
+    the run's grey digits. The export was asked for as ``digits`` and written as ``digits.onnx``. Before, the card's
+    reader was the plugin's processor, which imports torch."""
+    import json
+
+    import pandas as pd
+    from PIL import Image
+
+    trainer, _, _ = trained
+    held = tmp_path / "held"
+    for digit in ("3", "7"):
+        (held / digit).mkdir(parents=True)
+        for image in sorted((digits_folder / digit).iterdir())[:12]:
+            shutil.copy(image, held / digit / image.name)
+    seven = Image.open(sorted((digits_folder / "7").iterdir())[20])
+    seven.resize((40, 52), Image.BICUBIC).convert("RGB").save(held / "big-seven.jpg", quality=90)
+    seven.convert("RGBA").save(held / "alpha-seven.png")
+    reference = pd.read_csv(trainer.predict(str(held), str(tmp_path / "run.csv")).output, dtype={"class": str})
+    exported = trainer.export(format="onnx", output=str(tmp_path / "digits")).path
+    assert exported == str(tmp_path / "digits.onnx")
+    card = json.loads((tmp_path / "digits.onnx.json").read_text())["inference"]
+    assert card["preprocessing"]["reader"] == "image" and card["preprocessing"]["mode"] == "L"
+    printed = without_torch("predict", exported, "--data", str(held), "-o", str(tmp_path / "onnx.csv"))
+    assert f"Predicted {len(reference)} samples" in printed
+    alone = pd.read_csv(tmp_path / "onnx.csv", dtype={"class": str})
+    assert alone["id"].tolist() == reference["id"].tolist() and alone["class"].tolist() == reference["class"].tolist()
+    columns = [c for c in reference.columns if c.startswith("p_")]
+    assert float((alone[columns] - reference[columns]).abs().to_numpy().max()) < 1e-5

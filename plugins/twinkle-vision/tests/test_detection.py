@@ -333,3 +333,141 @@ def test_predict_finds_the_boxes_ultralytics_predictor_finds(trained, shapes, tm
     (tmp_path / "empty").mkdir()
     with pytest.raises(EmptyDataError, match="holds no image"):
         trainer.predict(str(tmp_path / "empty"), str(tmp_path / "none.jsonl"))
+
+
+def _ultralytics_layout(shapes: Path, tmp_path: Path) -> Path:
+    """The shapes as ultralytics' own dataset YAMLs lay data out: the YAML in a folder of its own (``cfg/``), its
+    splits relative to its ``path:`` (``../ds``, relative to the YAML's folder), ``val`` a list of folders and
+    ``test`` a ``.txt`` listing the test images (``./`` lines: relative to the ``.txt``). The test images are the
+    validation images, so that scores can be compared. Returns the YAML."""
+    ds = tmp_path / "ds"
+    shutil.copytree(shapes, ds, ignore=shutil.ignore_patterns("*.cache", "data.yaml"))
+    shutil.copytree(ds / "images" / "val", ds / "images" / "test")
+    shutil.copytree(ds / "labels" / "val", ds / "labels" / "test")
+    tests = sorted((ds / "images" / "test").glob("*.png"))
+    (ds / "test.txt").write_text("".join(f"./images/test/{p.name}\n" for p in tests))
+    (tmp_path / "cfg").mkdir()
+    names = (shapes / "data.yaml").read_text().split("names:", 1)[1]
+    yaml = tmp_path / "cfg" / "data.yaml"
+    yaml.write_text(f"path: ../ds\ntrain: images/train\nval: [images/val]\ntest: test.txt\nnames:{names}")
+    return yaml
+
+
+def test_evaluate_and_predict_resolve_splits_as_ultralytics_does(trained, shapes, tmp_path) -> None:
+    """One resolver serves fit, evaluate and predict: an ultralytics-style ``data.yaml`` whose splits are relative to
+    its ``path:`` (``../ds``: relative to the YAML's folder), with ``val`` a list of folders and ``test`` a ``.txt``
+    of ``./`` image lines, is read by ``prepare`` (fit's reader: 48 train, 12 val images), by ``evaluate`` (its
+    ``test`` split: the same 12 images score exactly as the plain dataset's ``val`` split) and by ``predict`` (the
+    same 12 images, ids the user's own paths). The fingerprint covers the data under ``path:``, not only the YAML's
+    folder. Before the fix ``evaluate`` failed with ``EmptyDataError: 'images/test' has no images``."""
+    import json
+
+    trainer, _ = trained
+    yaml = _ultralytics_layout(shapes, tmp_path)
+    prepared = YoloDataProcessor(image_size=96).prepare(str(yaml))
+    assert (prepared.details["train_images"], prepared.details["val_images"]) == (48, 12)
+
+    evaluation = trainer.evaluate(str(yaml), output=str(tmp_path / "evaluation"))
+    assert evaluation.details["split"] == "test" and evaluation.details["images"] == 12
+    plain = trainer.evaluate(str(shapes / "data.yaml"), output=str(tmp_path / "plain"))
+    assert evaluation.metrics["map50_95"] == pytest.approx(plain.metrics["map50_95"], abs=1e-9)
+    as_reported = yaml.parent / "strings.yaml"  # the issue's own file: every split a string under path:
+    as_reported.write_text(yaml.read_text().replace("[images/val]", "images/val").replace("test.txt", "images/test"))
+    again = trainer.evaluate(str(as_reported), output=str(tmp_path / "strings"))
+    assert again.details["images"] == 12 and again.metrics["map50_95"] == evaluation.metrics["map50_95"]
+
+    written = trainer.predict(str(yaml), str(tmp_path / "boxes.jsonl"))
+    ids = [json.loads(line)["id"] for line in (tmp_path / "boxes.jsonl").read_text().splitlines()]
+    assert written.count == 12 and written.details["split"] == "test"
+    assert ids == [str(p) for p in sorted((tmp_path / "ds" / "images" / "test").glob("*.png"))]
+
+    before = YoloDataProcessor(image_size=96).local_yaml(str(yaml))[1]
+    label = tmp_path / "ds" / "labels" / "train" / "0000.txt"
+    label.write_text(label.read_text() + "0 0.5 0.5 0.1 0.1\n")
+    assert YoloDataProcessor(image_size=96).local_yaml(str(yaml))[1] != before
+
+
+def test_split_entries_are_named_when_missing(shapes, tmp_path) -> None:
+    """A split entry that does not exist under ``path:`` is a ``DataError`` naming the entry, the YAML and where it
+    looked; a ``.txt`` line naming a missing image is named with its file and line; a YAML for ``evaluate`` needs
+    only ``names`` and ``test`` or ``val``."""
+    from twinkle_vision.yolo.data import load_yaml
+
+    yaml = _ultralytics_layout(shapes, tmp_path)
+    text = yaml.read_text()
+    yaml.write_text(text.replace("val: [images/val]", "val: [images/val, images/nowhere]"))
+    with pytest.raises(DataError, match=r"the val split entry 'images/nowhere' of '.*data.yaml' does not exist "
+                                        r"\(looked in .*ds/images/nowhere"):
+        YoloDataProcessor(image_size=96).prepare(str(yaml))
+    (tmp_path / "ds" / "test.txt").write_text("./images/test/0000.png\n./images/test/missing.png\n")
+    with pytest.raises(DataError, match=r"'.*test.txt' line 2 names '.*images/test/missing.png', which does not "
+                                        "exist"):
+        YoloDataProcessor(image_size=96).read_samples(str(yaml), DataSpec(
+            "object_detection", (3, 96, 96), 3, ("rectangle", "ellipse", "triangle"), extra={"imgsz": 96}))
+    yaml.write_text("path: ../ds\ntest: test.txt\nnames: [rectangle, ellipse, triangle]\n")
+    assert load_yaml(str(yaml), required=())["test"] == [str(tmp_path / "ds" / "test.txt")]
+
+
+def test_cli_evaluate_prints_a_detectors_metrics(trained, shapes) -> None:
+    """``twinkle evaluate RUN --data data.yaml`` for a detector, without ``--json``, prints the detector's figures
+    (mAP50, mAP50-95, precision, recall) and each class's AP50, AP50-95, precision and recall, and exits 0. Before
+    the fix it stored the evaluation, then ended in ``KeyError: 'f1'`` (the printout assumed a classifier's table)."""
+    from click.testing import CliRunner
+
+    from twinkle_core.cli import main
+
+    _, result = trained
+    shown = CliRunner().invoke(main, ["evaluate", result.run_uri, "--data", str(shapes / "data.yaml")])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    for figure in ("map50", "map50_95", "precision", "recall"):
+        assert any(line.split()[:1] == [figure] for line in lines), figure
+    header = lines.index("Per class:") + 1
+    assert lines[header].split() == ["CLASS", "AP50", "AP50_95", "PRECISION", "RECALL"]
+    assert {line.split()[0] for line in lines[header + 1:] if line.split()[0] in ("rectangle", "ellipse", "triangle")}
+    assert "Written to" in shown.output
+
+
+def test_an_export_finds_the_runs_boxes_without_torch_or_this_plugin(trained, shapes, tmp_path,
+                                                                     without_torch) -> None:
+    """``twinkle predict yolo3.onnx`` where torch, ultralytics, OpenCV, Lightning and this plugin cannot be imported
+    (core, onnxruntime, NumPy and Pillow only) letterboxes the images and decodes the boxes from the card and
+    writes the run's own rows: the same images (an unreadable one skipped), sizes and classes, scores within 1e-4
+    and boxes within 0.05 px — for crops smaller than the run's 96 px, enlarged ones and a grey one. The export was
+    asked for as ``yolo3`` and written as ``yolo3.onnx``; its cards name no path of this machine (no data.yaml).
+    Before, the card's reader and decoding were the plugin's, which import torch and ultralytics."""
+    import json
+
+    from PIL import Image
+
+    trainer, _ = trained
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for n, image in enumerate(sorted((shapes / "images" / "val").glob("*.png"))[:6]):
+        picture = Image.open(image)
+        shaped = [picture.crop((0, 0, 80, 56)), picture.resize((150, 130)), picture.convert("L")][n % 3]
+        shaped.save(photos / f"{n}.png")
+    (photos / "9-broken.png").write_bytes(b"not an image")
+    trainer.predict(str(photos), str(tmp_path / "run.jsonl"))
+    reference = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
+    exported = trainer.export(format="onnx", output=str(tmp_path / "yolo3")).path
+    assert exported == str(tmp_path / "yolo3.onnx")
+    text = (tmp_path / "yolo3.onnx.json").read_text()
+    card = json.loads(text)["inference"]
+    assert card["output"]["decoding"]["confidence"] == 0.001 and card["preprocessing"]["reader"] == "yolo-images"
+    assert "data_yaml" not in text and str(shapes) not in text and str(tmp_path) not in text
+    printed = without_torch("predict", exported, "--data", str(photos), "-o", str(tmp_path / "onnx.jsonl"))
+    assert "Predicted 6 samples" in printed
+    alone = [json.loads(line) for line in (tmp_path / "onnx.jsonl").read_text().splitlines()]
+    assert [row["id"] for row in alone] == [row["id"] for row in reference]
+    found = 0
+    for ours, theirs in zip(alone, reference):
+        assert (ours["width"], ours["height"]) == (theirs["width"], theirs["height"])
+        ordered = [sorted((b["class"], b["score"], *b["box"]) for b in row["boxes"]) for row in (ours, theirs)]
+        assert [b[0] for b in ordered[0]] == [b[0] for b in ordered[1]]
+        if ordered[0]:
+            mine, expected = torch.tensor([b[1:] for b in ordered[0]]), torch.tensor([b[1:] for b in ordered[1]])
+            assert torch.allclose(mine[:, 0], expected[:, 0], atol=1e-4)
+            assert torch.allclose(mine[:, 1:], expected[:, 1:], atol=0.05)
+        found += len(ordered[0])
+    assert found > 0

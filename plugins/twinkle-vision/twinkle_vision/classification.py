@@ -11,6 +11,7 @@ values in [0, 1]. Augmentation is the data processor's (timm's transforms, per s
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import ClassVar, Literal
 
@@ -97,20 +98,30 @@ class TimmClassifier(Algorithm):
 
     def model_input(self) -> ModelInput:
         """timm's data config for ``model_name``: input size, minimum side (its stride), mean and standard
-        deviation, interpolation, centre-crop share and whether the size is fixed (ViTs)."""
-        cfg = get_pretrained_cfg(self.model_name)
+        deviation, interpolation, centre-crop share and whether the size is fixed (ViTs).
+
+        A weights folder's ``pretrained_cfg`` comes first, as timm's ``resolve_data_config`` reads a loaded
+        checkpoint's: its ``input_size`` is then the model's configured size (the ceiling of the plan's input size;
+        ``reason`` names the folder, for the plan). The minimum side is the architecture's stride, from timm's own
+        config for ``model_name``.
+        """
+        own = get_pretrained_cfg(self.model_name)
+        cfg, reason = own, ""
         folder = self.weights_config.get("pretrained_cfg")
         if isinstance(folder, dict) and cfg is not None:  # the checkpoint's own data config comes first
             cfg = replace(cfg, **{k: v for k, v in folder.items() if k in vars(cfg)})
+            if folder.get("input_size"):
+                height, width = (int(v) for v in cfg.input_size[-2:])
+                only = ", fixed_input_size: the only size it takes" if cfg.fixed_input_size else ""
+                reason = (f"the input size of weights '{self.weights}' (its config.json's pretrained_cfg.input_size "
+                          f"{height}×{width}{only})")
         if cfg is None:
             return ModelInput(name=self.model_name, size=(224, 224), min_size=32, crop_pct=DEFAULT_CROP_PCT)
         size = tuple(int(v) for v in cfg.input_size[-2:])
-        pool = tuple(int(v) for v in cfg.pool_size or ()) if cfg.pool_size else ()
-        stride = size[0] // pool[0] if pool and pool[0] else 32
-        return ModelInput(name=self.model_name, size=(size[0], size[1]), min_size=stride,
+        return ModelInput(name=self.model_name, size=(size[0], size[1]), min_size=_stride(own),
                           fixed=bool(cfg.fixed_input_size), mean=tuple(cfg.mean), std=tuple(cfg.std),
                           interpolation=str(cfg.interpolation or "bilinear"),
-                          crop_pct=float(cfg.crop_pct or DEFAULT_CROP_PCT))
+                          crop_pct=float(cfg.crop_pct or DEFAULT_CROP_PCT), reason=reason)
 
     def build_model(self, spec: DataSpec) -> nn.Module:
         """timm's model for the data's channels and classes, behind its normalisation (see ``normalize``)."""
@@ -120,7 +131,28 @@ class TimmClassifier(Algorithm):
                                 in_chans=spec.in_channels, drop_rate=self.drop_rate)
         if self.weights:
             self.weights_report = load_timm(net, self.weights)
+            self.weights_report.notes += self._data_config_notes(spec)
         return Normalized(net, *self._normalization(spec))
+
+    def _data_config_notes(self, spec: DataSpec) -> list[str]:
+        """What of a weights folder's ``pretrained_cfg`` this run uses, and where its input size came from."""
+        folder = self.weights_config.get("pretrained_cfg")
+        if not isinstance(folder, dict):
+            return []
+        notes = []
+        used = {k: folder[k] for k in ("mean", "std", "interpolation", "crop_pct") if k in folder}
+        if used:
+            where = "normalise inside the model" if self.normalize == "model" else "are not used (normalize='data')"
+            notes.append(f"config.json's pretrained_cfg {', '.join(f'{k} {v}' for k, v in used.items())}: "
+                         f"interpolation and crop prepare the data; mean and std {where}")
+        if folder.get("input_size"):
+            height, width = (int(v) for v in folder["input_size"][-2:])
+            side = int(spec.input_shape[-1])
+            fixed = " (fixed_input_size: the only size it takes)" if folder.get("fixed_input_size") else \
+                ", the ceiling of the plan's input size (the images' own size below it; image_size= overrides)"
+            notes.append(f"config.json's pretrained_cfg.input_size {height}×{width} is this model's configured "
+                         f"size{fixed}; this run's input size is {side} (plan.json's input_size says why)")
+        return notes
 
     def _normalization(self, spec: DataSpec) -> tuple[list[float], list[float]]:
         """The mean and standard deviation the model's first layer applies, one per input channel."""
@@ -136,6 +168,16 @@ class TimmClassifier(Algorithm):
     def compute_loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Cross-entropy with optional label smoothing."""
         return F.cross_entropy(outputs, targets, label_smoothing=self.label_smoothing)
+
+
+def _stride(cfg: object) -> int:
+    """A timm architecture's total stride from its own config (input side over pooled side, rounded up to a power
+    of two: ``resnet10t``'s 176 / 6 is 32); 32 where the config does not say."""
+    size = getattr(cfg, "input_size", None)
+    pool = getattr(cfg, "pool_size", None)
+    if not size or not pool or not pool[0]:
+        return 32
+    return 2 ** math.ceil(math.log2(max(int(size[-2]) / int(pool[0]), 1)))
 
 
 def _resnet(depth: int) -> type[TimmClassifier]:

@@ -47,7 +47,7 @@ from twinkle_core.data import (
 )
 from twinkle_core.planning import Decision
 from twinkle_core.types import Fraction, NonNegativeFloat, PositiveInt
-from twinkle_vision.imagefiles import BadFiles, CorruptImageError, Survey, decode_image, survey
+from twinkle_vision.imagefiles import IMAGE_SUFFIXES, BadFiles, CorruptImageError, Survey, decode_image, survey
 from twinkle_vision.transforms import EvalTransform, TrainTransform, choose_size, store_side
 
 __all__ = ["CorruptImageError", "ImageFolderProcessor"]
@@ -478,13 +478,21 @@ class ImageFolderProcessor(IndexedProcessor):
                 "channels": int(spec.input_shape[0]), "interpolation": preprocess.get("interpolation", "bilinear")}
 
     def preprocessing(self, spec: DataSpec) -> dict[str, Any]:
-        """An image: decoded in ``mode`` (EXIF-oriented), its shorter side resized to ``resize_shorter_side``, a
-        centre crop of ``size``, pixels scaled to [0, 1] in channel-first order; the model normalises them."""
-        preprocess = spec.extra.get("preprocess", {})
-        return {"reader": "image", "size": int(spec.input_shape[-1]), "channels": int(spec.input_shape[0]),
-                "resize_shorter_side": preprocess.get("resize_shorter_side"),
-                "center_crop": preprocess.get("center_crop"), "interpolation": preprocess.get("interpolation"),
-                "mode": preprocess.get("mode"), "pixel_range": [0, 1], "layout": "CHW",
+        """How an image becomes the model's input, with every value ``twinkle predict model.onnx`` needs to do it
+        without this plugin (core's ``image`` reader): the files ``read_samples`` lists (``suffixes``; hidden files
+        and ``ignored`` names left out), decoded EXIF-oriented in ``mode`` (16-bit values scaled to 8 bits,
+        palettes expanded, transparency composited on white), the shorter side resized to ``resize_shorter_side``
+        with Pillow's ``interpolation`` filter and the centre square kept, a centre crop of ``size``, pixels scaled
+        to [0, 1] in channel-first order; the model normalises them. Files that cannot be read follow the run's
+        ``bad_files`` (``error`` or ``skip``), as ``read_samples`` does."""
+        layout = self._layout_of(spec)
+        return {"reader": "image", "size": layout["size"], "channels": layout["channels"],
+                "mode": "L" if layout["channels"] == 1 else "RGB", "orientation": "EXIF",
+                "transparency": "composited on white", "sixteen_bit": "scaled to 8 bits (by 65535, or 255)",
+                "resize_shorter_side": layout["store"], "square": "the centre square of resize_shorter_side",
+                "center_crop": layout["size"], "interpolation": layout["interpolation"],
+                "suffixes": list(IMAGE_SUFFIXES), "ignored": list(IGNORED_FILES), "bad_files": self.bad_files,
+                "pixel_range": [0, 1], "layout": "CHW", "dtype": "float32",
                 "scaling": "inside the model (mean and std buffers)"}
 
     @staticmethod

@@ -7,8 +7,11 @@
   input size, interpolation, crop) is what the data is prepared with.
 * ultralytics: ``yolov8*.pt`` / ``yolo11*.pt`` as ultralytics saves them (the model object pickled), read with
   ``weights_only=True`` and ``ultralytics_classes()`` admitted — nothing else a file names is imported or run —
-  with the class names they carry. On new classes the head's class branch starts fresh (the backbone, neck and
-  the head's box branch load), as ultralytics' own transfer does.
+  with the class names they carry. What does not fit the model Twinkle builds for the data's classes starts fresh
+  — the head's class branch on new classes, or where the file's class branch was built at another width — while the
+  backbone, neck and the head's box branch load, as ultralytics' own transfer does. The report's notes name each part
+  (backbone and neck, box branch, class branch) with what loaded, what starts fresh and why; ``reasons`` says it
+  tensor by tensor.
 """
 
 from __future__ import annotations
@@ -28,13 +31,20 @@ from twinkle_core.pretrained import (
 
 def ultralytics_classes() -> list[type]:
     """The classes an ultralytics checkpoint may pickle and Twinkle admits: ultralytics' own layers
-    (``ultralytics.nn.modules``), its model classes, the torch layers they are built of, and its argument
-    namespace — each a class whose unpickling only sets attributes."""
+    (``ultralytics.nn.modules``, with the building blocks its submodules define without exporting them, such as
+    YOLO11's ``C3k``), its model classes, the torch layers they are built of, and its argument namespace — each a
+    class whose unpickling only sets attributes."""
+    import importlib
+
     import ultralytics.nn.modules as layers
     from ultralytics.nn import tasks
     from ultralytics.utils import IterableSimpleNamespace
 
     found: list[type] = [getattr(layers, name) for name in layers.__all__ if isinstance(getattr(layers, name), type)]
+    for part in ("activation", "block", "conv", "head", "transformer"):  # nn.Module subclasses, defined there
+        module = importlib.import_module(f"ultralytics.nn.modules.{part}")
+        found += [value for value in vars(module).values() if isinstance(value, type) and issubclass(value, nn.Module)
+                  and value.__module__.startswith("ultralytics.nn.modules") and value not in found]
     found += [tasks.BaseModel, tasks.DetectionModel, IterableSimpleNamespace]
     found += [nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.Conv2d, nn.ConvTranspose2d, nn.BatchNorm2d, nn.SiLU,
               nn.ReLU, nn.Identity, nn.MaxPool2d, nn.AdaptiveAvgPool2d, nn.Upsample, nn.Linear, nn.Dropout, nn.GELU,
@@ -62,16 +72,80 @@ def read_ultralytics(uri: str) -> tuple[Weights, list[str] | None]:
 
 
 def load_ultralytics(model: nn.Module, uri: str, class_names: list[str]) -> WeightsReport:
-    """``uri``'s weights into the ``DetectionModel`` ``model`` (its head fresh where the classes differ)."""
+    """``uri``'s weights into the ``DetectionModel`` ``model``: what does not fit in its head starts fresh.
+
+    The report's notes say, first, how the file's class names (where it carries them) compare with the data's, then
+    for each part of the model — backbone and neck, the head's box branch (``cv2``, ``dfl``), its class branch
+    (``cv3``), any other head part — how many tensors loaded and how many start fresh, and why.
+    """
     weights, names = read_ultralytics(uri)
-    head = f"model.{len(model.model) - 1}"
+    last = len(model.model) - 1
+    head = f"model.{last}"
     report = load_weights(model, weights, fresh=[head])
     if names is not None:
-        same = names == list(class_names)
-        report.notes.append(f"the file's {len(names)} classes ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}) "
-                            + ("are the data's: its head loads whole" if same else
-                               f"differ from the data's {len(class_names)}: the head's class branch starts fresh"))
+        listed = f"the file's {len(names)} classes ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
+        if names != list(class_names):
+            report.notes.append(f"{listed} differ from the data's {len(class_names)}: the head is built for the "
+                                "data's classes (what of it loaded: below)")
+        elif not any(name.startswith(head + ".") for name in report.fresh):
+            report.notes.append(f"{listed} are the data's: its head loads whole")
+        else:
+            report.notes.append(f"{listed} are the data's, but parts of its head do not fit the model built for them "
+                                "(below)")
+    report.notes += _part_notes(model, weights.tensors, report, head, last)
     return report
+
+
+def _part_notes(model: nn.Module, tensors: dict, report: WeightsReport, head: str, last: int) -> list[str]:
+    """One note per part of a detection model: its tensors, how many start fresh, and why."""
+    parts = {f"backbone and neck (model.0–model.{last - 1})": lambda n: not n.startswith(head + "."),
+             f"box branch ({head}.cv2, {head}.dfl)": lambda n: n.startswith((f"{head}.cv2.", f"{head}.dfl.")),
+             f"class branch ({head}.cv3)": lambda n: n.startswith(f"{head}.cv3.")}
+    own = model.state_dict()
+    named = [name for test in parts.values() for name in own if test(name)]
+    others = sorted({name[len(head) + 1:].split(".")[0] for name in own if name.startswith(head + ".")
+                     and name not in named})
+    if others:
+        parts[f"other head parts ({', '.join(f'{head}.{o}' for o in others)})"] = \
+            lambda n: n.startswith(head + ".") and n not in named
+    fresh = set(report.fresh)
+    notes = []
+    for label, test in parts.items():
+        names = [name for name in own if test(name)]
+        if not names:
+            continue
+        left = [name for name in names if name in fresh]
+        if not left:
+            notes.append(f"{label}: {len(names)} tensors, all loaded")
+            continue
+        notes.append(f"{label}: {len(left)} of {len(names)} tensors start fresh — {_why(left, tensors, own, report)}"
+                     f"; the other {len(names) - len(left)} loaded")
+    return notes
+
+
+def _why(left: list[str], tensors: dict, own: dict, report: WeightsReport) -> str:
+    """Why ``left`` (fresh names of one part) did not load: the branch's width or output against the model's."""
+    reasons = []
+    widths = [(tuple(tensors[name].shape), tuple(own[name].shape)) for name in left
+              if ".cv3." in name and name.endswith(".conv.weight") and name in tensors]
+    for found, built in widths:
+        if found[0] != built[0]:
+            reasons.append(f"the file's class branch is {found[0]} channels wide, the model's {built[0]} (ultralytics "
+                           "sizes it max(channels, min(classes, 100)) for the classes a model is built with)")
+            break
+    outputs = [(tuple(tensors[name].shape), tuple(own[name].shape)) for name in left
+               if ".cv3." in name and name.endswith(".2.weight") and name in tensors]
+    for found, built in outputs:
+        if found[0] != built[0]:
+            reasons.append(f"its last convolution gives {found[0]} outputs, the model's {built[0]}")
+            break
+    missing = [name for name in left if report.reasons.get(name) == "not in the file"]
+    if missing:
+        reasons.append(f"{len(missing)} are not in the file (it is built of other layers there)")
+    if not reasons:
+        first = left[0]
+        reasons.append(f"{first}: {report.reasons.get(first, 'shapes differ')}")
+    return "; ".join(reasons) + " (weights.json's reasons name each tensor)"
 
 
 def load_timm(net: nn.Module, uri: str | Weights) -> WeightsReport:

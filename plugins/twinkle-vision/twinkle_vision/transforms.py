@@ -27,9 +27,12 @@ def choose_size(image_size: int | None, model: ModelInput | None, median_side: i
 
     ``image_size`` (the user's) wins; a model with a fixed size gets it; otherwise the images' median shorter
     side, raised to the network's minimum (small images are upsampled) and capped at the model's own size
-    (never upsampled past what the model was designed for, nor past the images' own detail).
+    (never upsampled past what the model was designed for, nor past the images' own detail). Where the model's
+    size comes from elsewhere than its architecture (a weights folder's ``pretrained_cfg``), ``model.reason``
+    names the source in the reason.
     """
     name = model.name if model is not None else "the model"
+    owner = f"{name}'s"
     minimum = (model.min_size if model is not None else None) or DEFAULT_MIN_SIDE
     if image_size is not None:
         note = f"; below {name}'s minimum {minimum}, features collapse" if image_size < minimum else ""
@@ -42,12 +45,13 @@ def choose_size(image_size: int | None, model: ModelInput | None, median_side: i
     if median_side < minimum:
         return Decision("input_size", minimum, f"images are {described}: upsampled to {minimum}, the smallest side "
                                                f"{name} can use")
+    source = model.reason if model is not None else ""  # where the size comes from, when not the architecture
     if own is not None and median_side > own:
-        return Decision("input_size", own, f"{name}'s own input size; images are {described}")
+        return Decision("input_size", own, f"{source or owner + ' own input size'}; images are {described}")
     reason = f"the images' own resolution: {described}"
     if own is not None:
-        reason += f"; {name}'s own size is {own}, but upsampling past the images' detail only adds cost " \
-                  f"(pass image_size={own} for it)"
+        reason += f"; {source or owner + ' own size'} is {own}, but upsampling past the images' detail only " \
+                  f"adds cost (pass image_size={own} for it)"
     return Decision("input_size", median_side, reason)
 
 

@@ -1,6 +1,8 @@
 """``YoloDataProcessor``: object-detection data in YOLO format (``data.yaml``, images, labels) at any URI.
 
-The URI names the dataset folder (holding ``data.yaml``) or the ``data.yaml`` itself. Remote data (``s3://``,
+The URI names the dataset folder (holding ``data.yaml``) or the ``data.yaml`` itself. Its splits are found as
+ultralytics finds them — relative to ``path:``, folders, lists of them, ``.txt`` lists of images — by one resolver
+that ``fit``, ``evaluate`` and ``predict`` share (``twinkle_vision.yolo.splits``). Remote data (``s3://``,
 ``nas://``, ...) is staged once into the run store's cache, keyed by its fingerprint. Every label file is
 checked before training: five columns per line (``class x_center y_center width height``), a class id within
 ``names``, coordinates in [0, 1] — each violation is a named error with the file and line. Datasets,
@@ -9,6 +11,7 @@ augmentation (mosaic, HSV, flips) and batching are ultralytics' own.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
@@ -31,8 +34,19 @@ from twinkle_core.data import (
     require_exists,
 )
 from twinkle_core import with_new_names
+from twinkle_vision.yolo.splits import (
+    IMAGE_SUFFIXES,
+    SPLITS,
+    dataset_root,
+    described,
+    label_path,
+    split_entries,
+    split_images,
+    with_outside_data,
+)
 
-IMAGE_SUFFIXES = (".bmp", ".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp")
+ULTRALYTICS_FORMATS = ("bmp", "dng", "jpeg", "jpg", "jpeg2000", "jp2", "mpo", "png", "tif", "tiff", "webp")
+"""The image formats (Pillow's names, lower case) ultralytics' datasets read; other files are skipped."""
 FINGERPRINT_EXCLUDE = ("*.cache",)
 """ultralytics writes ``labels/<split>.cache`` into the dataset: it is not part of the data's identity."""
 
@@ -41,11 +55,18 @@ class LabelError(DataError):
     """A YOLO label line that is malformed: wrong column count, class out of range, coordinates outside [0, 1]."""
 
 
-def load_yaml(path: str) -> dict[str, Any]:
-    """The dataset description with absolute split folders and ``names`` as ``{id: name}``.
+def load_yaml(path: str, required: tuple[str, ...] = ("train", "val")) -> dict[str, Any]:
+    """The dataset description with ``path`` the dataset root, each split as a list of absolute entries (folders or
+    ``.txt`` lists of images, resolved as ultralytics resolves them: ``twinkle_vision.yolo.splits``) and ``names``
+    as ``{id: name}``.
+
+    Args:
+        path: the local ``data.yaml``.
+        required: the splits that must be named and exist (``fit``: train and val; ``evaluate`` and ``predict``
+            pass none and use ``test``, else ``val``); the others are resolved without being checked.
 
     Raises:
-        MissingColumnError: no ``names`` or no ``train``/``val`` entry; DataError: a split folder is missing.
+        MissingColumnError: no ``names`` or no required split; DataError: a required split's entry is missing.
     """
     try:
         with open(path, encoding="utf-8") as handle:
@@ -61,9 +82,8 @@ def load_yaml(path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise DataError(f"'{path}' holds a {type(data).__name__}, not a mapping; a YOLO data.yaml maps train, val "
                         "and names to values")
-    base = os.path.dirname(path)
-    root = os.path.normpath(os.path.join(base, str(data.get("path", ".")))) if data.get("path") else base
-    for key in ("names", "train", "val"):
+    root = dataset_root(data, path)
+    for key in ("names", *required):
         if key not in data:
             raise MissingColumnError(f"'{path}' has no '{key}:' entry; a YOLO data.yaml needs names, train and val")
     names = data["names"]
@@ -80,41 +100,48 @@ def load_yaml(path: str) -> dict[str, Any]:
         raise DataError(f"'{path}': names must be a list or an id → name mapping, got {names!r}")
     if not names:
         raise DataError(f"'{path}' names no classes; list them under names:")
-    for split in ("train", "val"):
-        folder = os.path.normpath(os.path.join(root, str(data[split])))
-        if not os.path.isdir(folder):
-            raise DataError(f"the {split} split '{data[split]}' of '{path}' does not exist (looked in {folder})")
-        data[split] = folder
+    for split in SPLITS:
+        if data.get(split):
+            data[split] = split_entries(data, split, path, root, check=split in required)
     return {**data, "path": root, "names": names, "nc": len(names), "channels": 3}
 
 
-def label_path(image: str) -> str:
-    """YOLO's convention: ``.../images/x.png`` → ``.../labels/x.txt``."""
-    head, _, tail = image.rpartition(f"{os.sep}images{os.sep}")
-    return f"{head}{os.sep}labels{os.sep}{os.path.splitext(tail)[0]}.txt"
+def scored_split(data: dict[str, Any], path: str) -> str:
+    """The split ``evaluate`` and ``predict`` read from a ``data.yaml``: ``test``, else ``val``.
+
+    Raises:
+        MissingColumnError: the YAML names neither.
+    """
+    for split in ("test", "val"):
+        if data.get(split):
+            return split
+    raise MissingColumnError(f"'{path}' has neither a 'test:' nor a 'val:' entry; evaluate and predict read the "
+                             "test split (else val): add 'test: images/test'")
 
 
-def check_labels(images_dir: str, nc: int) -> tuple[int, int]:
-    """Validate every label of the images in ``images_dir``; returns (images, boxes).
+def check_labels(images: str | list[str], nc: int, where: str | None = None) -> tuple[int, int]:
+    """Validate every label of ``images`` (a list of image files, or a folder of them); returns (images, boxes).
+
+    Args:
+        images: the split's images (``split_images``), or a folder (its images at any depth).
+        nc: the number of classes. where: the split's entries, for messages (default: the folder).
 
     Raises:
         EmptyDataError: no images; LabelError: the first bad line, with file, line number and the fix.
     """
-    images = sorted(
-        os.path.join(folder, name)
-        for folder, _, files in os.walk(images_dir)
-        for name in files
-        if name.lower().endswith(IMAGE_SUFFIXES)
-    )
+    if isinstance(images, str):
+        where, images = where or images, split_images([images])
     if not images:
-        raise EmptyDataError(f"'{images_dir}' has no images ({', '.join(IMAGE_SUFFIXES)})")
-    if f"{os.sep}images{os.sep}" not in images[0]:
-        raise DataError(f"'{images_dir}' is not inside an 'images' folder; YOLO finds each image's labels by "
+        raise EmptyDataError(f"'{where}' has no images ({', '.join(IMAGE_SUFFIXES)})")
+    where = where or os.path.commonpath([os.path.dirname(image) for image in images])
+    stray = next((image for image in images if f"{os.sep}images{os.sep}" not in image), None)
+    if stray is not None:
+        raise DataError(f"'{where}' is not inside an 'images' folder ('{stray}'); YOLO finds each image's labels by "
                         "replacing /images/ with /labels/ in its path: lay the data out as images/<split>/ and "
                         "labels/<split>/")
     labels_dir = os.path.dirname(label_path(images[0]))
     if not any(os.path.exists(label_path(image)) for image in images):
-        raise DataError(f"none of the {len(images)} images in '{images_dir}' has a label file (looked for "
+        raise DataError(f"none of the {len(images)} images in '{where}' has a label file (looked for "
                         f"'{label_path(images[0])}'); put one .txt per image in '{labels_dir}' (the YOLO layout is "
                         "images/<split>/x.jpg with labels/<split>/x.txt)")
     boxes = 0
@@ -127,18 +154,18 @@ def check_labels(images_dir: str, nc: int) -> tuple[int, int]:
                 fields = line.split()
                 if not fields:
                     continue
-                where = f"label '{labels}' line {number}"
+                at = f"label '{labels}' line {number}"
                 if len(fields) != 5:
-                    raise LabelError(f"{where} has {len(fields)} columns; YOLO boxes need 5: class x_center "
+                    raise LabelError(f"{at} has {len(fields)} columns; YOLO boxes need 5: class x_center "
                                      "y_center width height")
                 try:
                     cls, *coords = int(float(fields[0])), *(float(v) for v in fields[1:])
                 except ValueError:
-                    raise LabelError(f"{where} holds text where numbers belong: {line.strip()!r}") from None
+                    raise LabelError(f"{at} holds text where numbers belong: {line.strip()!r}") from None
                 if not 0 <= cls < nc:
-                    raise LabelError(f"{where} has class id {cls}, but data.yaml names {nc} classes (0–{nc - 1})")
+                    raise LabelError(f"{at} has class id {cls}, but data.yaml names {nc} classes (0–{nc - 1})")
                 if not all(0.0 <= c <= 1.0 for c in coords):
-                    raise LabelError(f"{where} has coordinates outside [0, 1] ({' '.join(fields[1:])}); YOLO "
+                    raise LabelError(f"{at} has coordinates outside [0, 1] ({' '.join(fields[1:])}); YOLO "
                                      "labels are normalised by the image size")
                 boxes += 1
     return len(images), boxes
@@ -171,7 +198,9 @@ class YoloDataProcessor(DataProcessor):
 
     def local_yaml(self, uri: str, context: PrepareContext | None = None) -> tuple[str, str]:
         """A local path of the dataset's ``data.yaml`` (staging remote data into ``context``'s cache) and the
-        data's fingerprint."""
+        data's fingerprint: the YAML's folder's; when ``path:`` or a split lies outside that folder (a local
+        dataset laid out as ultralytics' own YAMLs are), the MD5 of that fingerprint and of each outside folder's
+        (``<path relative to the YAML's folder>\t<its fingerprint>`` lines)."""
         context = self.context(context)
         fs, path = require_exists(uri)
         is_dir = fs.isdir(path)
@@ -182,7 +211,8 @@ class YoloDataProcessor(DataProcessor):
             raise MissingColumnError(f"'{uri}' has no data.yaml; a YOLO dataset folder needs one")
         fingerprint = data_fingerprint(folder_uri, FINGERPRINT_EXCLUDE)
         if is_local(fs):
-            return os.path.join(folder, yaml_name), fingerprint
+            local_path = os.path.join(folder, yaml_name)
+            return local_path, with_outside_data(local_path, fingerprint, FINGERPRINT_EXCLUDE)
         staged = context.cache_dir("datasets", fingerprint.removeprefix("md5:"))
         local_fs, local = filesystem(staged)
         if not local_fs.exists(join(local, yaml_name)):
@@ -193,32 +223,45 @@ class YoloDataProcessor(DataProcessor):
                 fs.get_file(remote, target)
         return os.path.join(local, yaml_name), fingerprint
 
-    def mirror(self, data: dict[str, Any], fingerprint: str, context: PrepareContext | None = None) -> dict[str, Any]:
-        """``data`` with its splits pointing into a mirror of links in the run store's cache (``context``'s).
+    def mirror(self, data: dict[str, Any], fingerprint: str, context: PrepareContext | None = None,
+               splits: tuple[str, ...] = SPLITS) -> dict[str, Any]:
+        """``data`` with its ``splits`` pointing into a mirror of links in the run store's cache (``context``'s):
+        each split a list of image folders holding links to exactly its images (from folders and ``.txt`` lists
+        alike), each image's labels beside them where ultralytics looks.
 
         ultralytics writes a ``labels/<split>.cache`` file next to the labels; with the mirror that file lands
         in Twinkle's cache, keyed by the data's fingerprint, and the user's dataset folder is left as it was.
         """
+        mirrored = dict(data)
+        for split in splits:
+            entries = data.get(split)
+            if isinstance(entries, list) and entries and all(os.path.exists(e) for e in entries):
+                mirrored[split] = self._mirror_split(split_images(entries, split), split, fingerprint, context)[0]
+        return mirrored
+
+    def _mirror_split(self, images: list[str], split: str, fingerprint: str,
+                      context: PrepareContext | None) -> tuple[list[str], dict[str, str]]:
+        """Links to ``images`` and their labels under the cache's mirror of ``split`` (a folder per set of images,
+        so that two YAMLs of one dataset choosing different images never share one): the folders to hand
+        ultralytics, and each link's image (by normalised path)."""
         cache = self.context(context).cache_dir("datasets")
         base = cache if "://" not in cache else os.path.join(local_cache_dir(), "datasets")  # links are local
-        root = os.path.join(base, f"{fingerprint.removeprefix('md5:')}-links")
-        mirrored = dict(data)
-        for split in ("train", "val", "test"):
-            folder = data.get(split)
-            if not isinstance(folder, str) or not os.path.isdir(folder):
-                continue
-            images = [os.path.join(d, f) for d, _, files in os.walk(folder) for f in files
-                      if f.lower().endswith(IMAGE_SUFFIXES)]
-            head = images[0].rpartition(f"{os.sep}images{os.sep}")[0] if images else os.path.dirname(folder)
-            target = os.path.join(root, split)
-            for image in images:
-                for source in (image, label_path(image)):
-                    link = os.path.join(target, os.path.relpath(source, head))
-                    if os.path.exists(source) and not os.path.lexists(link):
-                        os.makedirs(os.path.dirname(link), exist_ok=True)
-                        _link(source, link)
-            mirrored[split] = os.path.join(target, os.path.relpath(folder, head))
-        return mirrored
+        chosen = hashlib.md5("\n".join(images).encode("utf-8")).hexdigest()[:10]  # two YAMLs, two subsets
+        target = os.path.join(base, f"{fingerprint.removeprefix('md5:')}-links", f"{split}-{chosen}")
+        marker = f"{os.sep}images{os.sep}"
+        heads = sorted({image.rpartition(marker)[0] for image in images})  # one mirror folder per dataset root
+        number = {head: str(n) for n, head in enumerate(heads)}
+        sources: dict[str, str] = {}
+        for image in images:
+            head, _, rest = image.rpartition(marker)
+            link = os.path.join(target, number[head], "images", rest)
+            label = os.path.join(target, number[head], "labels", os.path.splitext(rest)[0] + ".txt")
+            for source, linked in ((image, link), (label_path(image), label)):
+                if os.path.exists(source) and not os.path.lexists(linked):
+                    os.makedirs(os.path.dirname(linked), exist_ok=True)
+                    _link(source, linked)
+            sources[os.path.normpath(link)] = image
+        return [os.path.join(target, n, "images") for n in number.values()], sources
 
     def read_samples(self, uri: str, spec: DataSpec, context: PrepareContext | None = None, *,
                      targets: bool = True) -> Samples:
@@ -241,18 +284,18 @@ class YoloDataProcessor(DataProcessor):
 
         context = self.context(context)
         path, fingerprint = self.local_yaml(uri, context)
-        data = load_yaml(path)
+        data = load_yaml(path, required=())
         names = [str(data["names"][i]) for i in range(int(data["nc"]))]
         if names != list(spec.class_names):
             raise DataError(f"'{uri}' has the classes {names}, the run {list(spec.class_names)}: a YOLO label is a "
                             "class index, so the test set must list the run's classes in the run's order")
-        split = "test" if data.get("test") else "val"
-        images, boxes = check_labels(data[split], data["nc"])
-        if not path.startswith(context.cache_dir()):  # the user's own folder: ultralytics writes into a mirror
-            data = self.mirror(data, fingerprint, context)
+        split = scored_split(data, path)
+        files = split_images(data[split], split)
+        images, boxes = check_labels(files, data["nc"], described(data[split]))
+        folders, sources = self._mirror_split(files, split, fingerprint, context)  # ultralytics writes in the mirror
         offline.prepare()
-        dataset = _val_dataset(data[split], data, spec)
-        return Samples(dataset, True, fingerprint, uri, [str(p) for p in dataset.im_files],
+        dataset = _val_dataset(folders, data, spec)
+        return Samples(dataset, True, fingerprint, uri, [sources[os.path.normpath(p)] for p in dataset.im_files],
                        {"split": split, "images": images, "boxes": boxes}, collate_fn=dataset.collate_fn)
 
     def _unlabelled(self, uri: str, spec: DataSpec, context: PrepareContext | None) -> Samples:
@@ -264,14 +307,16 @@ class YoloDataProcessor(DataProcessor):
         fs, path = require_exists(uri)
         details: dict[str, Any] = {}
         if path.endswith((".yaml", ".yml")) or (fs.isdir(path) and fs.exists(join(path, "data.yaml"))):
-            yaml_path, fingerprint = self.local_yaml(uri, context)
-            data = load_yaml(yaml_path)
-            details["split"] = "test" if data.get("test") else "val"
-            fs, path = filesystem(data[details["split"]])  # local: local_yaml staged a remote dataset
+            yaml_path, fingerprint = self.local_yaml(uri, context)  # local: a remote dataset is staged
+            data = load_yaml(yaml_path, required=())
+            details["split"] = split = scored_split(data, yaml_path)
+            files = split_images(data[split], split)
+            path = os.path.commonpath([os.path.dirname(f) for f in files])
+            fs = filesystem(path)[0]
         else:
             fingerprint = data_fingerprint(uri, FINGERPRINT_EXCLUDE)
-        files = [p for p in (sorted(fs.find(path)) if fs.isdir(path) else [path])
-                 if p.lower().endswith(IMAGE_SUFFIXES)]
+            files = [p for p in (sorted(fs.find(path)) if fs.isdir(path) else [path])
+                     if p.lower().endswith(IMAGE_SUFFIXES)]
         if not files:
             raise EmptyDataError(f"'{uri}' holds no image ({', '.join(IMAGE_SUFFIXES)}); point predict at a folder "
                                  "of images, one image, or a YOLO dataset")
@@ -298,12 +343,20 @@ class YoloDataProcessor(DataProcessor):
                        collate_fn=dataset.collate_fn)
 
     def preprocessing(self, spec: DataSpec) -> dict[str, Any]:
-        """How an image becomes the exported detector's input: ultralytics' validation letterbox (the long side
-        resized to ``size``, centred on a square of grey 114), RGB, scaled by 1/255 outside the model; boxes come
-        back in the letterbox's pixels (``twinkle predict model.onnx`` undoes it)."""
+        """How an image becomes the exported detector's input, with every value ``twinkle predict model.onnx``
+        needs to do it without this plugin (core's ``yolo-images`` reader): the images ``read_samples`` lists
+        (``suffixes``; hidden files left out; files Pillow cannot verify, of other ``formats`` or with a side under
+        ``min_side`` skipped, as ultralytics skips them), EXIF-oriented RGB, the long side resized to ``size`` with
+        OpenCV's bilinear filter, ultralytics' validation letterbox (centred on a square of grey ``pad_value``),
+        scaled by 1/255 outside the model; boxes come back in the letterbox's pixels."""
         return {"reader": "yolo-images", "size": int(spec.extra.get("imgsz", spec.input_shape[-1])),
-                "letterbox": {"long_side": "resized to size", "pad_value": 114, "centred": True},
-                "channels": "RGB", "scaling": "x / 255 outside the model"}
+                "sources": "a YOLO dataset (its data.yaml's test split, else val), a folder of images (any depth) "
+                           "or one image",
+                "suffixes": [s.lstrip(".") for s in IMAGE_SUFFIXES], "formats": list(ULTRALYTICS_FORMATS),
+                "min_side": 10, "orientation": "EXIF", "channels": "RGB",
+                "resize": {"long_side": "size", "other_side": "rounded up", "interpolation": "opencv-linear"},
+                "letterbox": {"long_side": "resized to size", "pad_value": 114, "centred": True, "scaleup": False},
+                "layout": "CHW", "dtype": "float32", "scaling": "x / 255 outside the model"}
 
     def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
         """Check the labels, then build ultralytics' train (augmented) and val (rectangular) datasets."""
@@ -313,9 +366,11 @@ class YoloDataProcessor(DataProcessor):
         seed = context.seed
         path, fingerprint = self.local_yaml(uri, context)
         data = load_yaml(path)
-        counts = {split: check_labels(data[split], data["nc"]) for split in ("train", "val")}
-        if not path.startswith(context.cache_dir()):  # the user's own folder: ultralytics writes into a mirror
-            data = self.mirror(data, fingerprint, context)
+        files = {split: split_images(data[split], split) for split in ("train", "val")}
+        counts = {split: check_labels(files[split], data["nc"], described(data[split])) for split in files}
+        size = sum(os.path.getsize(f) for split in files for image in files[split]
+                   for f in (image, label_path(image)) if os.path.exists(f))
+        data = self.mirror(data, fingerprint, context, ("train", "val"))  # ultralytics writes in the mirror
         offline.prepare()
         from ultralytics.cfg import DEFAULT_CFG, get_cfg
         from ultralytics.data import build_yolo_dataset
@@ -328,14 +383,13 @@ class YoloDataProcessor(DataProcessor):
         side = self.image_size
         spec = DataSpec("object_detection", (3, side, side), num_classes=data["nc"], class_names=names,
                         extra={"data_yaml": path, "imgsz": side})
-        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs_ in os.walk(os.path.dirname(path)) for f in fs_)
         details = {"train_images": counts["train"][0], "train_boxes": counts["train"][1],
                    "val_images": counts["val"][0], "val_boxes": counts["val"][1],
                    "fingerprint_exclude": list(FINGERPRINT_EXCLUDE)}
         return PreparedData(train, val, spec, fingerprint, uri, size, details, collate_fn=train.collate_fn)
 
 
-def _val_dataset(images: str, data: dict[str, Any], spec: DataSpec) -> Any:
+def _val_dataset(images: str | list[str], data: dict[str, Any], spec: DataSpec) -> Any:
     """ultralytics' validation dataset of ``images`` at the run's image size (letterboxed, not augmented)."""
     from ultralytics.cfg import DEFAULT_CFG, get_cfg
     from ultralytics.data import build_yolo_dataset

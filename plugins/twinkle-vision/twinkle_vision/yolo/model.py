@@ -60,8 +60,9 @@ class YoloDetector(Algorithm):
             config: an ultralytics model YAML (default: this class's, e.g. ``yolov8n.yaml``).
             weights: what to start from, at any path or URI, never downloaded: a ``yolov8*.pt`` / ``yolo11*.pt``
                 as ultralytics releases it (read without running code: ``twinkle_vision.pretrained``), a
-                ``.safetensors`` file or a state dict. On other classes than the file's, the head's class branch
-                starts fresh; the report of what loaded is the run's ``weights.json``.
+                ``.safetensors`` file or a state dict. What does not fit the head built for the data's classes
+                starts fresh (the class branch on other classes than the file's, or built at another width); the
+                report of what loaded, part by part and why, is the run's ``weights.json``.
             lrf: final learning rate as a fraction of the initial one. ``lr=0`` (the default) picks
                 ultralytics' automatic ``0.002 × 5 / (4 + classes)``.
             warmup_epochs: learning-rate and momentum warm-up (at least 100 steps).
@@ -165,9 +166,22 @@ class YoloDetector(Algorithm):
                 if value.dtype.is_floating_point:
                     value.mul_(decay).add_(model_state[key].detach(), alpha=1 - decay)
 
+    def planned_epochs(self) -> int:
+        """The epochs this run trains, as ultralytics' schedules count them: ``max_epochs``, or the epochs that
+        ``max_steps`` spans when it alone ends the training (``max_epochs`` -1)."""
+        trainer = self.trainer
+        if trainer.max_epochs is not None and trainer.max_epochs > 0:
+            return int(trainer.max_epochs)
+        steps = int(trainer.estimated_stepping_batches)  # max_steps (Lightning builds the loader to count)
+        batches = trainer.num_training_batches
+        if not math.isfinite(batches):  # an iterable dataset without a length: the steps are one long epoch
+            return 1
+        per_epoch = max(int(batches) // max(trainer.accumulate_grad_batches, 1), 1)
+        return max(1, math.ceil(steps / per_epoch))
+
     def on_train_epoch_start(self) -> None:
         """Turn mosaic off for the final ``close_mosaic`` epochs, as ultralytics does."""
-        epochs = self.trainer.max_epochs or 0
+        epochs = self.planned_epochs()
         if self.close_mosaic and self.trainer.current_epoch == max(epochs - self.close_mosaic, 0):
             dataset = self.trainer.train_dataloader.dataset
             if hasattr(dataset, "close_mosaic"):
@@ -264,6 +278,17 @@ class YoloDetector(Algorithm):
         """An export's decoded outputs read as ``predict`` reads the network's (``box_rows``)."""
         return self.box_rows(outputs.float(), batch)
 
+    def export_decoding(self) -> dict[str, Any]:
+        """The card's description of ``box_rows`` for ``twinkle predict model.onnx`` without this plugin: the
+        exported head's boxes and class scores, ultralytics' NMS (one class per box, classes kept apart by a
+        7680-pixel offset, at most 30,000 boxes into it) with this run's ``predict_conf``, ``iou`` and
+        ``max_det``."""
+        return {"kind": "boxes", "layout": "batch × (4 + classes) × anchors", "box": "x_center, y_center, width, "
+                "height in input pixels", "confidence": float(self.predict_conf), "iou": float(self.iou),
+                "max_det": int(self.max_det), "max_nms": 30000, "class_offset": 7680,
+                "nms": "per class, greedy by score; each anchor keeps its best class",
+                "coordinates": "the letterboxed input's; preprocessing's letterbox is undone to the image's pixels"}
+
     def prediction_rows(self, outputs: Any, spec: DataSpec) -> list[dict[str, Any]]:
         """``predict_step``'s rows as they are: an image's ``width``, ``height`` and ``boxes`` (``class``,
         ``score``, ``box`` ``[x1, y1, x2, y2]`` in pixels)."""
@@ -299,7 +324,7 @@ class YoloDetector(Algorithm):
                   {"params": biases, "weight_decay": 0.0}]
         optimizer = torch.optim.AdamW(groups, lr=lr, betas=(self.optim.momentum, 0.999),
                                       **self.optimizer_kernel(groups))
-        epochs = max(self.trainer.max_epochs or 1, 1) if self._trainer is not None else 1
+        epochs = self.planned_epochs() if self._trainer is not None else 1
         lrf = self.lrf
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda epoch: max(1 - epoch / epochs, 0) * (1.0 - lrf) + lrf)
@@ -312,7 +337,7 @@ class YoloDetector(Algorithm):
         step = self.trainer.global_step
         if step < warmup:
             for group in optimizer.param_groups:
-                target = group["initial_lr"] * (max(1 - epoch / max(self.trainer.max_epochs or 1, 1), 0)
+                target = group["initial_lr"] * (max(1 - epoch / self.planned_epochs(), 0)
                                                 * (1.0 - self.lrf) + self.lrf)
                 group["lr"] = float(np.interp(step, [0, warmup], [0.0, target]))
                 beta = float(np.interp(step, [0, warmup], [self.warmup_momentum, self.optim.momentum]))

@@ -1,12 +1,17 @@
 """Predictions from an exported ONNX file alone: ``twinkle predict model.onnx --data URI -o OUT``.
 
 Every export carries its inference card (``Trainer.export``): the task, the graph's inputs, the class names, how
-raw data becomes the input (``preprocessing``) and what the output means. This module reads the card with
-onnxruntime, reads the data as the card says, runs the graph in batches and writes one row per sample in input
-order (``twinkle_core.predictions``). Core reads ``table`` data itself (the card's columns from a CSV or Parquet
-file) without importing torch, Lightning or any plugin. Any other reader (images, K-lines, speech, text) is the
-data processor the card names, from its plugin, which must be installed: it reads the samples with the card's
-data spec (``DataProcessor.read_samples``), as the run read its validation data.
+raw data becomes the input (``preprocessing``) and what the output means (``output``, with its ``decoding`` for a
+detector). This module reads the card with onnxruntime, reads the data as the card says, runs the graph in batches
+and writes one row per sample in input order (``twinkle_core.predictions``).
+
+Core reads three kinds of data itself, without importing torch, Lightning or any plugin: ``table`` (the card's
+columns from a CSV or Parquet file; needs pandas), ``image`` (an image classifier's images) and ``yolo-images`` (a
+detector's letterboxed images; both need NumPy and Pillow: ``twinkle_core.inference.images``); a detector's
+``boxes`` output is decoded in NumPy too (``twinkle_core.inference.detection``). Any other reader (K-lines,
+speech, text) — or a card written before it carried what core needs — is the data processor the card names, from
+its plugin, which must be installed: it reads the samples with the card's data spec
+(``DataProcessor.read_samples``), as the run read its validation data.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 from twinkle_core.errors import TwinkleError
 from twinkle_core.predictions import CARD_KEY, check_output, classification_rows, regression_rows, write_rows
 from twinkle_core.uris import require_exists, suffix
+
 
 class NoInferenceCardError(TwinkleError):
     """An ONNX file that carries no Twinkle inference card (not exported by Twinkle, or before 0.3)."""
@@ -64,30 +70,55 @@ def read_card(model: str) -> dict[str, Any]:
     return json.loads(text)
 
 
-def predict_export(model: str, data: str, output: str, *, batch_size: int = 256, overwrite: bool = False
+BATCH_SIZES = {"table": 256, "image": 64, "yolo-images": 8}
+"""Samples per forward pass when none is asked for, by reader (a detector's 640-pixel batch of 8 is already
+~40 MB of input); other readers: 32."""
+
+
+def predict_export(model: str, data: str, output: str, *, batch_size: int | None = None, overwrite: bool = False
                    ) -> ExportPredictions:
     """Predict every sample of ``data`` with the exported ONNX file ``model`` and write the rows to ``output``.
 
-    Classifiers' and regressors' outputs are read as they are; other tasks' (a detector's boxes) by the
-    algorithm that trained the model (``Algorithm.export_prediction_rows``), from its plugin.
+    Classifiers' and regressors' outputs are read as they are; a detector's by the card's ``decoding`` (in NumPy),
+    else by the algorithm that trained the model (``Algorithm.export_prediction_rows``), from its plugin. Data of
+    the readers core knows (``table``, ``image``, ``yolo-images``) is read without torch or a plugin.
+
+    ``batch_size``: samples per forward pass (default: ``BATCH_SIZES`` by the card's reader).
 
     Raises:
         TwinkleError: the output exists (unless ``overwrite``) or has another suffix; the card's reader is not
             core's and its plugin is missing; the algorithm cannot read its raw outputs (speech, text
-            generation: predict from the run); the data lacks the card's columns.
+            generation: predict from the run); the data lacks the card's columns; an image cannot be read.
     """
+    from twinkle_core.inference.detection import box_rows, decodes_itself
+    from twinkle_core.inference.images import classifier_batches, detector_batches, reads_itself
+
     check_output(output, overwrite)
     session = _session(model)
     card = read_card(model)
     kind = card.get("task_kind")
-    reader = (card.get("preprocessing") or {}).get("reader")
+    preprocessing = card.get("preprocessing") or {}
+    reader = preprocessing.get("reader")
+    decoding = (card.get("output") or {}).get("decoding")
+    class_names = card.get("class_names") or []
     input_name = session.get_inputs()[0].name
-    decoder = None if kind in ("classification", "regression") else _decoder(card, model)
+    batch_size = batch_size or BATCH_SIZES.get(str(reader), 32)
+    batches: Iterator[tuple[int, np.ndarray, Any]]
+    native = reader == "table" or (reads_itself(preprocessing) and (
+        kind in ("classification", "regression") or decodes_itself(decoding)))
+    decoder = None if native or kind in ("classification", "regression") else _decoder(card, model)
+    if native:
+        _require("pandas" if reader == "table" else "PIL", reader)
     if reader == "table":
         names, tables, ids = _table(data, card, batch_size)
         details: dict[str, Any] = {"rows": len(ids), "columns": names}
-        batches: Iterator[tuple[int, np.ndarray, Any]] = ((start, array, None) for start, array in tables)
-    else:  # images, K-lines, ...: the data processor that trained the model reads them (it imports its plugin)
+        batches = ((start, array, None) for start, array in tables)
+    elif native and reader == "image":
+        images, ids, details = classifier_batches(data, preprocessing, batch_size)
+        batches = ((start, array, None) for start, array in images)
+    elif native:  # yolo-images: each batch with its images' letterboxes, to map boxes back
+        batches, ids, details = detector_batches(data, preprocessing, batch_size)
+    else:  # K-lines, speech, ... (or an older card): the data processor that trained the model reads them
         batches, ids, details = _through_processor(card, model, data, batch_size, decoder)
 
     def rows() -> Iterator[dict[str, Any]]:
@@ -98,14 +129,29 @@ def predict_export(model: str, data: str, output: str, *, batch_size: int = 256,
 
                 predicted = decoder.export_prediction_rows(torch.from_numpy(outputs), batch)
             elif kind == "classification":
-                predicted = classification_rows(outputs, card.get("class_names") or [])
-            else:
+                predicted = classification_rows(outputs, class_names)
+            elif kind == "regression":
                 predicted = regression_rows(outputs)
+            else:
+                predicted = box_rows(outputs, batch, class_names, decoding)
             for offset, row in enumerate(predicted):
                 yield {"id": ids[start + offset], **row}
 
-    count, columns = write_rows(output, rows(), card.get("class_names") or [])
+    count, columns = write_rows(output, rows(), class_names)
     return ExportPredictions(output, count, columns, model, data, details)
+
+
+def _require(module: str, reader: Any) -> None:
+    """Refuse, naming the package to install, when ``module`` (what the card's ``reader`` needs) is missing.
+
+    Raises:
+        TwinkleError: ``module`` cannot be imported.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        package = {"PIL": "pillow"}.get(module, module)
+        raise TwinkleError(f"this export reads its data as '{reader}', which needs {package}: pip install {package}")
 
 
 def _decoder(card: dict[str, Any], model: str) -> Any:
@@ -211,4 +257,4 @@ def _table(data: str, card: dict[str, Any], batch_size: int
     return names, ((start, array[start:start + batch_size]) for start in range(0, len(array), batch_size)), ids
 
 
-__all__ = ["ExportPredictions", "NoInferenceCardError", "predict_export", "read_card"]
+__all__ = ["BATCH_SIZES", "ExportPredictions", "NoInferenceCardError", "predict_export", "read_card"]
