@@ -181,3 +181,26 @@ def test_the_memory_line_adds_up_state_a_frozen_base_and_activations_per_token()
     assert "2 × 500 B per token × 128 tokens × 32 = 4.1 MB" in memory.reason
     sharded = reasons(plan(H200, facts(7e9)))["memory"]
     assert "/ 8 shards = 14.0 GB" in sharded and "per sample" in sharded
+
+
+def test_the_training_length_gives_small_data_enough_steps_and_says_why() -> None:
+    """Without max_epochs or max_steps the plan trains 10 epochs when they give 500 optimizer steps, and lengthens a
+    small data set's run to reach them (at most 100 epochs; an algorithm's own minimum wins); max_steps alone ends
+    the run without an epoch limit, and one that ends inside the first epoch validates at its last step. A user's
+    value wins. The estimated time counts only the steps the run takes (the issue's plan said ~5.9 min for 5 steps
+    of ResNet-50, costed as 10 epochs)."""
+    big = plan(max_epochs=None)  # 10,000 samples in batches of 32: 313 steps an epoch
+    assert big.max_epochs == 10 and "10 epochs × 313 optimizer steps" in reasons(big)["max_epochs"]
+    small = plan(max_epochs=None, train_samples=455)  # the cancer table: 15 steps an epoch
+    assert small.max_epochs == 34 and small.estimates["optimizer_steps"] == 510
+    assert "at least 500 steps, at most 100 epochs" in reasons(small)["max_epochs"]
+    tiny = plan(max_epochs=None, train_samples=100, min_optimizer_steps=1000)  # 4 steps an epoch
+    assert tiny.max_epochs == 100 and "algo needs at least 1000 steps" in reasons(tiny)["max_epochs"]
+    assert plan(max_epochs=3, train_samples=455).max_epochs == 3  # the user's
+    short = plan(max_epochs=None, max_steps=5)
+    assert short.max_epochs == -1 and short.val_check_interval == 5 and short.estimates["optimizer_steps"] == 5
+    assert "validate after training batch 5" in reasons(short)["val_check_interval"]
+    ten_epochs = plan(max_epochs=None).estimates["estimated_seconds"]
+    assert short.estimates["estimated_seconds"] == pytest.approx(ten_epochs * 5 / 3130, rel=0.05)
+    assert plan(max_epochs=None, max_steps=5, val_check_interval=0.5).val_check_interval == 0.5
+    assert plan(max_epochs=None, max_steps=1000).val_check_interval is None  # several epochs: every epoch's end

@@ -502,3 +502,18 @@ def test_a_card_keeps_what_inference_needs_and_no_path_of_this_machine() -> None
         "data_spec": {"extra": {"imgsz": 96}, "class_names": ["a", "/m/01g317"]},
         "class_names": ["/m/01g317"], "preprocessing": {"columns": ["/x"], "scaling": "x / 255 outside the model"},
         "run": "twinkle://me/default/run3", "source": "s3://bucket/shapes", "inputs": [{"shape": ["batch", 3]}]}
+
+
+def test_a_run_that_max_steps_ends_inside_its_first_epoch_validates_and_has_a_best_checkpoint(cancer_csv, twinkle_home,
+                                                                                              recwarn) -> None:
+    """getting-started's 5-step fit printed ``best_metric`` None, an alert that ``val_loss`` was never logged and
+    Lightning's warning that ModelCheckpoint found no ``val_accuracy``: 3 steps of 15 now end with a validation, so
+    the run has its monitored metric and a best checkpoint, and no alert or warning says otherwise."""
+    trainer = Trainer("tabular-mlp", hyperparams={"max_steps": 3}, verbose=False, progress_bar=False)
+    trainer.monitor(metrics=["loss", "accuracy"], alert_rules={"val_loss": "stale > 3epochs"})
+    result = trainer.fit(str(cancer_csv))
+    assert result.best_metric is not None and result.best_checkpoint and "val_loss" in result.metrics
+    assert not [a for a in result.alerts if "not logged" in str(a)], result.alerts
+    assert not [w for w in recwarn if "could not find the monitored key" in str(w.message)]
+    decisions = {d.name: d.value for d in result.plan.decisions}
+    assert decisions["max_epochs"] == -1 and decisions["val_check_interval"] == 3
