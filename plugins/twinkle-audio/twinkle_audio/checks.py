@@ -29,7 +29,7 @@ def espeak_ng() -> Finding:
         return Finding("missing", "espeak-ng is not on PATH: MelOTTS spells English words the CMU dictionary lacks "
                                   "with it, and the sample voices are spoken by it", fix="apt-get install espeak-ng")
     said = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
-    version = (said.stdout.strip().splitlines() or ["(no version)"])[0]
+    version = (said.stdout.strip().splitlines() or ["(no version)"])[0].split("  Data at:")[0].strip()
     if said.returncode != 0:
         return Finding("missing", f"{path} fails: {said.stderr.strip()[-200:]}", fix="apt-get install --reinstall espeak-ng")
     return Finding("ok", f"{path}: {version}")
