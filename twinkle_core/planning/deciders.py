@@ -473,9 +473,9 @@ def steps_per_epoch(draft: PlanDraft) -> int:
 class TrainingLengthDecider(Decider):
     """How long to train and when to validate. Without ``max_epochs`` or ``max_steps``: ``DEFAULT_EPOCHS``, or as
     many more as give the data ``MIN_OPTIMIZER_STEPS`` optimizer steps (the algorithm's own minimum where it states
-    one; at most ``MAX_AUTO_EPOCHS``). With
-    ``max_steps`` alone, the steps end the training (no epoch limit). A run that ends before its first epoch does
-    validates at its last step, so it has a validation metric and a best checkpoint."""
+    one; at most ``MAX_AUTO_EPOCHS``). With ``max_steps`` alone, the steps end the training (no epoch limit). A run
+    that ends before its first epoch does validates at its last step, so it has a validation metric and a best
+    checkpoint."""
 
     concern = "training_length"
 
