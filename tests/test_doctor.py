@@ -186,3 +186,21 @@ def test_a_pure_wheel_on_one_index_is_replaced_by_the_platform_wheel_on_another(
     assert which() == "platform"
     again = subprocess.run(tool, check=True, capture_output=True, text=True, env=env)
     assert again.stdout == ""  # nothing pure is left to replace
+
+
+def test_make_demo_and_make_test_set_up_the_same_environment() -> None:
+    """The new user's machine after ``make demo`` lacked what ``make test`` installed (espeak-ng, and with it the
+    libsndfile that a pure soundfile wheel needs): both now run ``make setup`` — the venv with platform wheels
+    preferred, and Debian's espeak-ng and chromium. (``make -n``: nothing is run.)"""
+    def dry_run(target: str) -> str:
+        done = subprocess.run(["make", "-n", "-B", "--no-print-directory", target], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    setup = dry_run("setup")
+    assert "tools/platform_wheels.py --python" in setup and "apt-get install -y -qq espeak-ng chromium" in setup
+    demo = dry_run("demo")
+    assert all(line in demo for line in setup.splitlines() if line.strip()) and "examples/demo.py" in demo
+    recipe = (ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert "$(MAKE) --no-print-directory setup &&" in recipe  # make test: the same set-up, then the suite
