@@ -32,8 +32,13 @@ def readme_shell(tmp_path_factory: pytest.TempPathFactory, cancer_csv: Path) -> 
     (its ``home`` holds the run ``twinkle train`` made, 30 epochs of the tabular MLP as the README writes it) and
     what the shell printed. Then, as a new user's first hour goes on: ``twinkle doctor`` (the shell stops if it exits
     non-zero) and a LoRA run of twinkle-llm from the command line on a tiny local Qwen3 folder."""
+    from twinkle_llm.samples import code_words, write_chat_base, write_conversations
+
     folder = tmp_path_factory.mktemp("shell")
     (folder / "cancer.csv").write_bytes(cancer_csv.read_bytes())
+    train = code_words(words=4)[0]  # a tiny local Qwen3 folder and a few chats for the LoRA run
+    write_chat_base(folder / "qwen3-tiny", [f"{prompt} {answer}" for prompt, answer in train])
+    write_conversations(folder / "chats.jsonl", train)
     done = activated("""
         twinkle plugins list --json > plugins.json
         twinkle algorithms list 'resnet*' --json > resnets.json
@@ -42,12 +47,8 @@ def readme_shell(tmp_path_factory: pytest.TempPathFactory, cancer_csv: Path) -> 
         twinkle runs list --json > runs.json
         twinkle plugins new acme
         twinkle doctor > doctor.txt
-        python -c 'from pathlib import Path; from twinkle_llm.samples import code_words, write_chat_base, write_conversations
-train = code_words(words=4)[0]
-write_chat_base(Path("qwen3-tiny"), [p + " " + a for p, a in train])
-write_conversations(Path("chats.jsonl"), train)'
         twinkle train llm-tiny --task instruction_tuning --data chats.jsonl --hp weights=qwen3-tiny --hp lora_rank=4 \
-          --epochs 1 --json > lora.json
+          --epochs 1 --max-restarts 0 --json > lora.json
     """, folder)
     return folder, done
 
