@@ -84,7 +84,8 @@ def test_renamed_names_keep_working_for_a_release_with_a_warning_naming_the_new_
         deciders = DefaultStrategy.replacing(workers=mine)
     assert mine in deciders and sum(d.concern == "loader_workers" for d in deciders) == 1
     with pytest.warns(DeprecationWarning, match="'strategy' is renamed 'distribution'"):
-        assert DefaultStrategy.replacing(strategy=mine)[2] is mine  # the distribution decider's place
+        replaced = DefaultStrategy.replacing(strategy=mine)
+    assert replaced[[d.concern for d in DefaultStrategy.deciders].index("distribution")] is mine  # its place
     with pytest.warns(DeprecationWarning, match="WorkersDecider is renamed LoaderWorkersDecider"):
         from twinkle_core.planning import WorkersDecider
     assert WorkersDecider is LoaderWorkersDecider

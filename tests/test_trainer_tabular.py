@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from twinkle_core import RunStore, Trainer
 from twinkle_core.algorithms.tabular_mlp import TabularMLP
@@ -172,6 +173,12 @@ def test_finetune_and_resume_modes(trained, own_store, tmp_path, cancer_csv) -> 
         resume.fit()
     with pytest.raises(TwinkleError, match="unknown mode 'restart'"):
         Trainer.from_checkpoint(result.run_uri, mode="restart")
+    # the best checkpoint keeps the weights, not the optimizer's moments (a third of the bytes): it cannot resume
+    best, last = (torch.load(path, weights_only=True) for path in (result.best_checkpoint, result.last_checkpoint))
+    assert "optimizer_states" not in best and best["twinkle_weights_only"] and best["twinkle"] == last["twinkle"]
+    assert last["optimizer_states"] and set(best["state_dict"]) == set(last["state_dict"])
+    with pytest.raises(TwinkleError, match="best checkpoint: it keeps the weights, not the optimizer's state"):
+        Trainer.from_checkpoint(result.best_checkpoint, mode="resume")
 
 
 def test_regression_learns(twinkle_home, tmp_path) -> None:

@@ -675,6 +675,14 @@ class Algorithm(L.LightningModule):
             and t.device.type in ("cpu", "cuda") for t in tensors)
         return {"fused": True} if fused else {}
 
+    def optimizer_kernel_name(self) -> str:
+        """The kernel ``build_optimizer`` uses for this model's trainable parameters: ``"fused"``, else torch's
+        default (``"foreach"`` where a parameter is on CUDA, else ``"for-loop"``)."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        if self.optimizer_kernel(params).get("fused"):
+            return "fused"
+        return "foreach" if any(p.device.type == "cuda" for p in params) else "for-loop"
+
     def configure_optimizers(self) -> Any:
         """The optimizer and schedule named by ``optim`` (see ``OptimizerSettings``)."""
         s = self.optim

@@ -27,10 +27,11 @@ from twinkle_core.components import Component
 from twinkle_core.data.processor import DataProcessor, PrepareContext, PreparedData, prepare_data
 from twinkle_core.data.spec import DataSpec, ModelInput
 from twinkle_core.engine import continuation as cont
-from twinkle_core.engine.checkpoints import TWINKLE_KEY, load_checkpoint
+from twinkle_core.engine.checkpoints import TWINKLE_KEY, WEIGHTS_ONLY_KEY, load_checkpoint
 from twinkle_core.engine.curves import keep_history
 from twinkle_core.engine.evaluation import Evaluation
 from twinkle_core.engine.prediction import Predictions
+from twinkle_core.engine.probes import probe_for_plan
 from twinkle_core.engine.ranks import is_global_zero
 from twinkle_core.engine.record import CheckpointRecord, class_path, restore_algorithm, restore_processor
 from twinkle_core.engine.reshape import reshape_to_state
@@ -282,6 +283,8 @@ class Session:
         hardware = self.hardware()
         facts = measure_example(algorithm)
         history = self.store.history(self.choice.name, prepared.fingerprint, hardware.key)
+        probe, probe_note = probe_for_plan(self.settings, hardware, algorithm, prepared.train, prepared.collate_fn,
+                                           self.store.home)
         context = PlanContext(
             algorithm_name=self.choice.name,
             task=self.task,
@@ -303,6 +306,10 @@ class Session:
             max_steps=self.settings.max_steps,
             val_check_interval=self.settings.val_check_interval,
             min_optimizer_steps=algorithm.min_optimizer_steps,
+            probe=probe,
+            probe_note=probe_note,
+            val_samples=0 if isinstance(prepared.val, IterableDataset) or prepared.val is None else len(prepared.val),
+            optimizer_kernel=algorithm.optimizer_kernel_name(),
         )
         strategy = choose_strategy(self.task, self.resource_strategy).load()()
         plan = strategy.plan(context)
@@ -429,6 +436,10 @@ class Session:
         uri = _checkpoint_uri(store, checkpoint, mode)
         ckpt = load_checkpoint(uri, tensors=False)  # a sharded folder: its meta.pt only, until weights are needed
         record = CheckpointRecord.from_dict(ckpt.get(TWINKLE_KEY), uri)
+        if mode == "resume" and ckpt.get(WEIGHTS_ONLY_KEY):
+            raise cont.CheckpointError(f"'{uri}' is a run's best checkpoint: it keeps the weights, not the optimizer's "
+                                       "state, so it cannot resume the training exactly; resume from the run (its "
+                                       "last.ckpt), or use mode='continue' or 'finetune' with this file")
         target = restore_algorithm(record, uri, algorithm)  # nothing named in the checkpoint is imported
         processor = restore_processor(record, uri, kwargs.get("data_processor"))
         if record.run:

@@ -35,6 +35,15 @@ SHARDS_KEY = "twinkle_shards"
 """Key in ``meta.pt``: per optimizer, ``param_groups`` (parameters by name) and ``plain`` (non-tensor state)."""
 
 
+WEIGHTS_ONLY_KEY = "twinkle_weights_only"
+"""Set (``True``) in a checkpoint written without the optimizers' and schedulers' states (a run's best checkpoint)."""
+
+WEIGHTS_ONLY_NAMES = ("best.ckpt",)
+"""File names ``AtomicCheckpointIO`` writes without the optimizers' and schedulers' states: a run's best
+checkpoint serves evaluation, prediction, exports and fine-tuning, which read its weights; resuming and continuing
+read ``last.ckpt``. (ResNet-18: 45 MB instead of 135 MB, written every epoch the metric improves.)"""
+
+
 class CheckpointError(WeightsError):
     """A checkpoint that cannot be used: missing, corrupt, unsafe, or of another algorithm."""
 
@@ -47,7 +56,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning checkpoint I/O that never leaves a half-written file and loads with ``weights_only=True``."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
-        """Serialise in memory, then write to a temporary name and rename over ``path``."""
+        """Serialise in memory, then write to a temporary name and rename over ``path`` (without the optimizers'
+        and schedulers' states when its name is one of ``WEIGHTS_ONLY_NAMES``)."""
+        if str(path).replace("\\", "/").rsplit("/", 1)[-1] in WEIGHTS_ONLY_NAMES:
+            checkpoint = {**{k: v for k, v in checkpoint.items() if k not in ("optimizer_states", "lr_schedulers")},
+                          WEIGHTS_ONLY_KEY: True}
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         atomic_write_bytes(str(path), buffer.getvalue())

@@ -311,6 +311,10 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Callable[[Alert
                          details=expected))
     apply_gpu_limit(settings.memory_limit_bytes)
     torch.set_num_threads(plan.torch_threads)
+    if plan.memory_format == "channels_last":  # the plan measured it faster (MemoryFormatDecider)
+        algorithm.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    if plan.compile not in ("off", "", None):  # compiled in place: the state dict's names stay
+        algorithm.compile(mode=plan.compile)
     if record is not None and algorithm.weights_report is not None:  # what weights= loaded, name by name
         atomic_write_text(store.path(record.id, "weights.json"),
                           json.dumps(algorithm.weights_report.to_dict(), indent=2) + "\n")

@@ -40,6 +40,14 @@ class TrainerSettings:
             1F1B schedule (interleaved where the model cuts into two stages per device); the algorithm must cut
             (``Algorithm.pipeline_stages``) (default: the plan's).
         num_workers: force data-loader workers (default: the plan's).
+        torch_threads: force the torch threads per process (default: the plan's, from the CPU budget).
+        memory_format: force ``"contiguous"`` or ``"channels_last"`` weights (default: the plan's).
+        compile: ``torch.compile`` the network in this mode (``"default"``, ``"reduce-overhead"``,
+            ``"max-autotune"``), or ``"off"`` (default: the plan's).
+        probe: measure a few training steps in each configuration the planner chooses between before planning
+            (precision, memory format, loader workers; seconds, remembered in the store). ``False`` skips it (as
+            does the environment variable ``TWINKLE_PROBE=0``): the choices then follow the rules without
+            measurements.
         gradient_clip_val: clip gradients to this norm.
         checkpoint_every_n_steps: also checkpoint ``last.ckpt`` every N optimizer steps (mid-epoch).
         early_stopping_patience: stop after this many validations without improvement.
@@ -75,6 +83,10 @@ class TrainerSettings:
     tensor_parallel_size: PositiveInt | None = None
     pipeline_parallel_size: PositiveInt | None = None
     num_workers: NonNegativeInt | None = None
+    torch_threads: PositiveInt | None = None
+    memory_format: Literal["contiguous", "channels_last"] | None = None
+    compile: Literal["off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] | None = None
+    probe: bool = True
     gradient_clip_val: PositiveFloat | None = None
     checkpoint_every_n_steps: PositiveInt | None = None
     early_stopping_patience: PositiveInt | None = None
@@ -132,6 +144,9 @@ class TrainerSettings:
             "tensor_parallel_size": self.tensor_parallel_size,
             "pipeline_parallel_size": self.pipeline_parallel_size,
             "num_workers": self.num_workers,
+            "torch_threads": self.torch_threads,
+            "memory_format": self.memory_format,
+            "compile": self.compile,
             "gradient_compression": self.gradient_compression,
         }
 

@@ -7,12 +7,15 @@ from typing import Any
 from twinkle_core.planning.deciders import (
     DEFAULT_EPOCHS,
     BatchingDecider,
+    CompileDecider,
     CompressionDecider,
     DataLoadingDecider,
     Decider,
     DevicesDecider,
     DistributionDecider,
     LayoutDecider,
+    MemoryFormatDecider,
+    OptimizerKernelDecider,
     PlanContext,
     PlanDraft,
     PlanValues,
@@ -25,11 +28,13 @@ from twinkle_core.planning.hardware import Hardware
 from twinkle_core.planning.history import PastRun
 from twinkle_core.planning.layout import Layout, plan_layout
 from twinkle_core.planning.plan import Decision, Distribution, Plan, PlanEstimates, Precision
+from twinkle_core.planning.probes import ProbeRun, SpeedProbe
 from twinkle_core.planning.strategy import DefaultStrategy, ResourceStrategy
 
 __all__ = [
     "DEFAULT_EPOCHS",
     "BatchingDecider",
+    "CompileDecider",
     "CompressionDecider",
     "DataLoadingDecider",
     "Decider",
@@ -41,6 +46,8 @@ __all__ = [
     "Hardware",
     "Layout",
     "LayoutDecider",
+    "MemoryFormatDecider",
+    "OptimizerKernelDecider",
     "ModelFacts",
     "PastRun",
     "Plan",
@@ -51,7 +58,9 @@ __all__ = [
     "PlanningError",
     "Precision",
     "PrecisionDecider",
+    "ProbeRun",
     "ResourceStrategy",
+    "SpeedProbe",
     "LoaderWorkersDecider",
     "TrainingLengthDecider",
     "measure",

@@ -6,14 +6,22 @@ Each ``Decider`` looks at the ``PlanContext`` and the decisions made before it (
 ``DefaultStrategy`` decides them:
 
 - ``devices``: accelerator, devices per node, nodes;
-- ``precision``: the Lightning precision;
+- ``precision``: the Lightning precision (measured by a speed probe where the device computes 16-bit natively);
+- ``memory_format``: channels-last or contiguous weights for convolutional networks (measured);
 - ``distribution``: Lightning's ``strategy`` — ``auto``, ``ddp``, ``fsdp2``, a DeepSpeed ZeRO stage;
 - ``compression``: DDP's gradient compression;
 - ``batching``: micro-batch and gradient accumulation;
 - ``layout``: a data × tensor × pipeline layout, when the model fits no single device;
 - ``training_length``: the epochs to train (enough optimizer steps for small data) and when to validate;
 - ``data``: ``in-memory`` or ``sharded`` loading;
-- ``loader_workers``: data-loader worker processes and torch threads.
+- ``optimizer_kernel``: the optimizer's kernel (reported: the algorithm chooses the fused one where it can);
+- ``compile``: whether ``torch.compile`` runs (after the others: it weighs the expected training time);
+- ``loader_workers``: data-loader worker processes and torch threads (from the CPU budget: cgroup quota and
+  affinity; workers from the measured loading time against the step time).
+
+The speed concerns read a ``SpeedProbe`` (``PlanContext.probe``): a few real training steps of the model in each
+configuration, measured before planning (``twinkle_core.engine.probes``); without one they keep the safe default and
+say why.
 
 A plugin's resource strategy replaces or adjusts one of them (see ``DefaultStrategy.replacing``).
 """
@@ -31,6 +39,7 @@ from twinkle_core.planning.estimate import ModelFacts, PlanningError
 from twinkle_core.planning.hardware import Hardware, nbytes
 from twinkle_core.planning.history import PastRun
 from twinkle_core.planning.plan import Decision, Distribution, Precision
+from twinkle_core.planning.probes import CLEARLY_FASTER, LOSS_TOLERANCE, SpeedProbe, milliseconds
 
 SINGLE_DEVICE_PARAMS = 100_000_000
 """Below this many parameters a model trains on one device: communication would cost more than it saves."""
@@ -68,6 +77,11 @@ class PlanContext:
             if they did.
         min_optimizer_steps: the steps a default-length run of this algorithm needs at least
             (``Algorithm.min_optimizer_steps``; ``None``: ``MIN_OPTIMIZER_STEPS``).
+        probe: what a speed probe measured (``None``: no probe ran; ``probe_note`` says why).
+        probe_note: why no probe ran (``probe=False``, several processes, a probe that failed), if none did.
+        val_samples: samples in the validation split (0: not known), for the time estimate.
+        optimizer_kernel: the optimizer kernel the algorithm uses for its parameters (``"fused"``, ``"foreach"``,
+            ``"for-loop"``), if known.
     """
 
     algorithm_name: str
@@ -90,6 +104,10 @@ class PlanContext:
     max_steps: int = -1
     val_check_interval: float | None = None
     min_optimizer_steps: int | None = None
+    probe: SpeedProbe | None = None
+    probe_note: str | None = None
+    val_samples: int = 0
+    optimizer_kernel: str | None = None
 
     def __post_init__(self) -> None:
         """Take past runs given as catalogue dicts (the form before 0.3) as ``PastRun``s."""
@@ -118,6 +136,8 @@ class PlanValues(TypedDict, total=False):
     devices: int
     num_nodes: int
     precision: Precision | str
+    memory_format: str
+    compile: str
     strategy: Distribution | str
     gradient_compression: str
     micro_batch_size: int
@@ -214,7 +234,13 @@ class DevicesDecider(Decider):
 
 
 class PrecisionDecider(Decider):
-    """bf16-mixed on GPUs with bf16, 16-mixed on older GPUs, 32-true on CPU."""
+    """16-bit mixed precision where the device computes it natively and it is measured to be clearly faster.
+
+    On GPUs: bf16-mixed where the device has bf16, 16-mixed (with a gradient scaler) where it has only fp16 —
+    unless a probe measured it slower or its losses apart from fp32's. On CPUs: bf16-mixed only where the CPU computes
+    bf16 natively (``avx512_bf16``, ``amx_bf16``; Arm ``bf16``) *and* a probe of this model's training step found it
+    at least ``CLEARLY_FASTER`` (1.1×) faster with losses within ``LOSS_TOLERANCE`` of fp32's; otherwise fp32.
+    """
 
     concern = "precision"
 
@@ -226,15 +252,146 @@ class PrecisionDecider(Decider):
     def choose(c: PlanContext) -> tuple[str, str]:
         """The precision and its reason."""
         hw = c.hardware
-        if hw.accelerator == "cpu":
-            return "32-true", "CPU: 16-bit autocast is slower than fp32 on most CPUs"
         if not c.supports_mixed_precision:
             return "32-true", f"{c.algorithm_name} does not support mixed precision"
-        if hw.bf16:
-            return "bf16-mixed", f"{hw.device_name} computes bf16 natively (no loss scaling needed)"
-        if hw.fp16:
-            return "16-mixed", f"{hw.device_name} has fp16 tensor cores but no bf16"
-        return "32-true", f"{hw.device_name} has no fast 16-bit arithmetic"
+        if hw.accelerator == "cpu":
+            if not hw.bf16:
+                return "32-true", "this CPU has no native bf16 arithmetic (no avx512_bf16/amx_bf16): fp32"
+            mixed, default = "bf16-mixed", "32-true"
+        elif hw.bf16:
+            mixed, default = "bf16-mixed", "bf16-mixed"
+        elif hw.fp16:
+            mixed, default = "16-mixed", "16-mixed"
+        else:
+            return "32-true", f"{hw.device_name} has no fast 16-bit arithmetic"
+        probe = c.probe
+        run = probe.run(mixed) if probe is not None else None
+        if probe is None or run is None:
+            why = c.probe_note or "not probed"
+            if default == "32-true":
+                return default, f"the CPU computes bf16 natively, but {why}: fp32 (pin precision='bf16-mixed' to use it)"
+            native = "bf16 natively (no loss scaling needed)" if mixed == "bf16-mixed" else "fp16 (with a loss scaler)"
+            return default, f"{hw.device_name} computes {native}; {why}"
+        speed, gap = probe.speedup(run), probe.loss_gap(run)
+        figures = (f"a training step took {milliseconds(run.seconds_per_step)} in {mixed} against "
+                   f"{milliseconds(probe.baseline.seconds_per_step)} in fp32 ({speed:.2f}×), losses within "
+                   f"{gap:.1%} of fp32's" if gap != float("inf") else
+                   f"a training step took {milliseconds(run.seconds_per_step)} in {mixed} against "
+                   f"{milliseconds(probe.baseline.seconds_per_step)} in fp32 ({speed:.2f}×), but its loss was not finite")
+        measured = probe.measured
+        if gap > LOSS_TOLERANCE:
+            return "32-true", f"{measured}: {figures} (more than {LOSS_TOLERANCE:.0%}): fp32"
+        if speed >= CLEARLY_FASTER:
+            return mixed, f"{measured}: {figures}"
+        return "32-true", f"{measured}: {figures}; not {CLEARLY_FASTER}× faster: fp32"
+
+
+class MemoryFormatDecider(Decider):
+    """Channels-last weights for a convolutional network where a probe found them clearly faster at the chosen
+    precision (on some CPUs they are slower: only a measurement can choose); contiguous otherwise."""
+
+    concern = "memory_format"
+
+    def decide(self, draft: PlanDraft) -> None:
+        """Decide ``memory_format``."""
+        c, precision = draft.context, str(draft.values.get("precision", "32-true"))
+        probe = c.probe
+        last = probe.run(precision, "channels_last") if probe is not None else None
+        plain = probe.run(precision, "contiguous") if probe is not None else None
+        if probe is None or last is None or plain is None:
+            draft.decide("memory_format", "contiguous", "channels-last not measured for this model at "
+                                                        f"{precision}" if probe is not None else
+                         f"{c.probe_note or 'not probed'}: torch's default layout")
+            return
+        speed = probe.speedup(last, plain)
+        figures = (f"channels-last {milliseconds(last.seconds_per_step)} a step against "
+                   f"{milliseconds(plain.seconds_per_step)} contiguous at {precision} ({speed:.2f}×)")
+        if speed >= CLEARLY_FASTER and probe.agrees(last, plain):
+            draft.decide("memory_format", "channels_last", f"{probe.measured}: {figures}")
+        else:
+            draft.decide("memory_format", "contiguous", f"{probe.measured}: {figures}; not {CLEARLY_FASTER}× faster")
+
+
+class OptimizerKernelDecider(Decider):
+    """Reports the optimizer's kernel (the algorithm chooses it: ``Algorithm.optimizer_kernel``): torch's fused one
+    where every trainable parameter is a plain floating-point tensor on the CPU or a CUDA device."""
+
+    concern = "optimizer_kernel"
+
+    def decide(self, draft: PlanDraft) -> None:
+        """Decide ``optimizer_kernel`` (what the algorithm will use)."""
+        kernel = draft.context.optimizer_kernel
+        if kernel is None:
+            return
+        if kernel == "fused":
+            draft.decide("optimizer_kernel", kernel, "every trainable parameter is a plain tensor: one fused pass per "
+                                                     "tensor (AdamW over ResNet-18 on one CPU thread: 17.8 ms against "
+                                                     "102.8 ms in torch's default loop, bench/optimizer_step.py)")
+        else:
+            draft.decide("optimizer_kernel", kernel, "sharded or non-float parameters: torch's default kernel")
+
+
+COMPILE_WORTH_SECONDS = 1800.0
+"""``torch.compile`` is considered only for trainings expected to take longer than this: compiling a network takes
+1.5–3 minutes on a CPU (measured for ResNet-18 on this project's machine) and was slower per step there."""
+
+
+class CompileDecider(Decider):
+    """``torch.compile`` only where its gain, amortised over the planned steps, beats its compile time. Compiling
+    takes minutes, so it is not considered for a training expected to take less than ``COMPILE_WORTH_SECONDS``
+    (30 min); for a longer one the network runs eagerly unless compiling is pinned (``compile="default"`` or
+    another ``torch.compile`` mode): no probe measures a compiled step yet, and a rule without a measurement would
+    be wrong either way (compiled ResNet-18 was slower per step on this project's CPU)."""
+
+    concern = "compile"
+
+    def decide(self, draft: PlanDraft) -> None:
+        """Decide ``compile`` (``"off"`` or a ``torch.compile`` mode)."""
+        expected, _ = training_seconds(draft)
+        if expected < COMPILE_WORTH_SECONDS:
+            draft.decide("compile", "off", f"the training is expected to take ~{expected:.3g} s: compiling (minutes on "
+                                           "a CPU) would not pay back")
+            return
+        draft.decide("compile", "off", f"the training is expected to take ~{expected / 60:.0f} min, but no compiled "
+                                       "step was measured for this model: eager (pin compile='default' to compile)")
+
+
+def training_seconds(draft: PlanDraft) -> tuple[float, str]:
+    """The training's expected duration and where the figure comes from: the speed probe's step at the chosen
+    configuration (with the data's loading time when there are no loader workers, and validation as a third of a
+    training step per sample), else an earlier run's seconds per sample, else the model's FLOPs at a conservative
+    rate."""
+    c, v = draft.context, draft.values
+    replicas = max(draft.world_size // (draft.layout.model_parallel if draft.layout is not None else 1), 1)
+    micro, accumulate = int(v.get("micro_batch_size", c.batch_size)), int(v.get("accumulate_grad_batches", 1))
+    per_epoch = steps_per_epoch(draft)
+    decided = v.get("max_epochs", c.max_epochs)
+    epochs = int(decided if decided is not None else (-1 if c.max_steps > 0 else DEFAULT_EPOCHS))
+    steps = per_epoch * epochs if epochs > 0 else c.max_steps
+    if c.max_steps > 0:
+        steps = min(steps, c.max_steps)
+    samples = min(c.train_samples * epochs if epochs > 0 else math.inf, steps * micro * replicas * accumulate)
+    threads = int(v.get("torch_threads", 1))
+    probe = c.probe
+    if probe is not None:
+        run = probe.run(str(v.get("precision", "32-true")), str(v.get("memory_format", "contiguous"))) \
+            or probe.baseline
+        per_sample = run.seconds_per_step / max(probe.batch_size, 1) * probe.threads / max(threads, 1)
+        load = (probe.load_seconds_per_batch or 0.0) / max(probe.batch_size, 1) if not v.get("num_workers") else 0.0
+        validations = max(1, math.ceil(steps / per_epoch))
+        seconds = samples / replicas * (per_sample + load) + validations * c.val_samples / replicas * per_sample / 3
+        return seconds, "probe"
+    if c.history and c.history[0].seconds_per_sample:
+        return samples * c.history[0].seconds_per_sample, c.history[0].id
+    if c.hardware.accelerator == "cpu":
+        flops_per_second = CPU_FLOPS_PER_CORE * threads * draft.world_size
+    else:
+        flops_per_second = 1e14 * draft.world_size
+    return samples * c.facts.flops_per_sample / flops_per_second, "FLOPs"
+
+
+CPU_FLOPS_PER_CORE = 2e10
+"""A conservative fp32 rate per core for a time estimate with neither a probe nor history."""
 
 
 class DistributionDecider(Decider):
@@ -537,8 +694,16 @@ class DataLoadingDecider(Decider):
         return data_bytes > SHARDED_FRACTION * max(limit, 1)
 
 
+LOAD_SHARE_FOR_WORKERS = 0.25
+"""Loader workers are considered when reading a batch takes at least this share of a training step."""
+
+
 class LoaderWorkersDecider(Decider):
-    """Data-loader workers and torch threads from the cores (and ``OMP_NUM_THREADS``)."""
+    """Torch threads from the CPU budget (the cgroup's quota and the scheduler affinity, not only the core count;
+    ``OMP_NUM_THREADS`` wins) shared between the device processes; data-loader workers from the measured ratio of a
+    batch's loading time to its training step: where loading is a large share of the step and a core can be spared,
+    the split of cores (threads for the step, workers for loading) expected to be fastest; none for in-memory data
+    that loads in a small share of the step."""
 
     concern = "loader_workers"
 
@@ -546,20 +711,57 @@ class LoaderWorkersDecider(Decider):
         """Decide ``num_workers`` and ``torch_threads``."""
         c = draft.context
         cores, devices = c.hardware.cpu_count, max(int(draft.values.get("devices", 1)), 1)
+        budget = c.hardware.cpu_budget_reason
         env_threads = os.environ.get("OMP_NUM_THREADS")
         in_memory = draft.values.get("data_loading") == "in-memory"
-        if draft.values.get("accelerator", c.hardware.accelerator) == "cpu":
-            threads = int(env_threads) if env_threads else max(1, cores // devices)
-            draft.decide("num_workers", 0 if in_memory else min(2, max(cores - 1, 0)),
-                         "data is in memory: worker processes would only add overhead" if in_memory
-                         else "sharded reads overlap compute")
-            reason = "OMP_NUM_THREADS" if env_threads else "the cores shared between the processes"
+        per_process = max(1, cores // devices)
+        if draft.values.get("accelerator", c.hardware.accelerator) != "cpu":
+            draft.decide("num_workers", min(8, max(per_process - 1, 0)), "cores per device minus one for the main "
+                                                                         f"process ({budget})")
+            threads = int(env_threads) if env_threads else per_process
+            draft.decide("torch_threads", threads, "OMP_NUM_THREADS" if env_threads else
+                         f"cores shared between device processes ({budget})")
+            return
+        threads = int(env_threads) if env_threads else per_process
+        workers, why = self._workers(c, per_process, threads, in_memory, bool(env_threads))
+        workers = int(draft.decide("num_workers", workers, why))
+        if env_threads:
+            draft.decide("torch_threads", threads, "OMP_NUM_THREADS")
+        elif workers and per_process > 1 and c.overrides.get("num_workers") is None:
+            draft.decide("torch_threads", max(1, per_process - workers),
+                         f"{per_process} cores ({budget}) less {workers} for the loader workers")
         else:
-            draft.decide("num_workers", min(8, max(cores // devices - 1, 0)),
-                         "cores per device minus one for the main process")
-            threads = int(env_threads) if env_threads else max(1, cores // devices)
-            reason = "OMP_NUM_THREADS" if env_threads else "cores shared between device processes"
-        draft.decide("torch_threads", threads, reason)
+            draft.decide("torch_threads", threads, f"the cores shared between the processes ({budget})")
+
+    @staticmethod
+    def _workers(c: PlanContext, cores: int, threads: int, in_memory: bool, pinned_threads: bool) -> tuple[int, str]:
+        """Loader workers and why."""
+        probe = c.probe
+        load = probe.load_seconds_per_batch if probe is not None else None
+        if probe is None or load is None:
+            if in_memory:
+                return 0, "data is in memory: worker processes would only add overhead"
+            return min(2, max(cores - 1, 0)), "sharded reads overlap compute"
+        step = probe.baseline.seconds_per_step
+        share = load / max(load + step, 1e-9)
+        figures = f"reading a batch took {milliseconds(load)}, a training step {milliseconds(step)}"
+        if share < LOAD_SHARE_FOR_WORKERS:
+            return 0, f"{probe.measured}: {figures} ({share:.0%} of the two): loading in the training process"
+        if cores < 2:
+            return 0, f"{probe.measured}: {figures}, but one core: loading in the training process"
+        # k workers leave cores - k threads for the step (which scales about with its threads); the loading is hidden
+        # while the workers keep up
+        alone = step + load
+        best, best_time = 0, alone
+        for k in range(1, min(cores - 1, 4) + 1):
+            left = threads if pinned_threads else cores - k
+            per_step = max(step * threads / max(left, 1), load / k)
+            if per_step < best_time * 0.95:
+                best, best_time = k, per_step
+        if best == 0:
+            return 0, f"{probe.measured}: {figures}: a core taken from the step would cost more than loading hides"
+        return best, (f"{probe.measured}: {figures}: {best} worker(s) load while the step runs (~{milliseconds(best_time)} a "
+                      f"step expected, against {milliseconds(alone)} loading in the training process)")
 
 
 def human(n: float) -> str:

@@ -20,13 +20,16 @@ class Hardware:
         device_memory_bytes: memory of one accelerator (CPU: host memory).
         bf16: whether the device computes in bfloat16 natively.
         fp16: whether the device has fast float16.
-        cpu_count: usable CPU cores.
+        cpu_count: usable CPU cores: the scheduler affinity, lowered to the cgroup's CPU quota where one is set
+            (``cpu_budget``).
         memory_bytes: host memory.
         nodes: machines taking part (the launcher's, else ``TWINKLE_NUM_NODES``, default 1).
         deepspeed: whether DeepSpeed is installed (the ``twinkle-core[deepspeed]`` extra).
         launcher: the launcher that started this job's processes (``"torchrun"``, ``"slurm"``), if any.
         processes_per_node: the processes it started on each node (0 without a launcher).
         interconnect: the links between devices and nodes, as described (``"nvlink+infiniband"``), if known.
+        cpu_affinity: the cores the scheduler lets this process run on (0: not known).
+        cpu_quota: the cgroup's CPU quota in cores (``cpu.max``; ``None``: no quota).
     """
 
     accelerator: str
@@ -42,6 +45,15 @@ class Hardware:
     launcher: str | None = None
     processes_per_node: int = 0
     interconnect: str | None = None
+    cpu_affinity: int = 0
+    cpu_quota: float | None = None
+
+    @property
+    def cpu_budget_reason(self) -> str:
+        """Where ``cpu_count`` comes from, in words (``"2 cores: affinity 2, no cgroup quota"``)."""
+        quota = "no cgroup quota" if self.cpu_quota is None else f"cgroup quota {self.cpu_quota:g} cores"
+        affinity = f"affinity {self.cpu_affinity}" if self.cpu_affinity else "affinity not known"
+        return f"{self.cpu_count} core{'s' if self.cpu_count != 1 else ''}: {affinity}, {quota}"
 
     @classmethod
     def cluster(cls, devices: int, device_memory: str | int, nodes: int = 1, interconnect: str | None = None,
@@ -73,11 +85,11 @@ class Hardware:
         import torch
 
         deepspeed = importlib.util.find_spec("deepspeed") is not None
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cpus, affinity, quota = cpu_budget()
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
         launched = launched_world()
         launcher, nodes, per_node = launched or (None, int(os.environ.get("TWINKLE_NUM_NODES", "1")), 0)
-        extra = {"launcher": launcher, "processes_per_node": per_node}
+        extra = {"launcher": launcher, "processes_per_node": per_node, "cpu_affinity": affinity, "cpu_quota": quota}
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(0)
             return cls(
@@ -95,6 +107,32 @@ class Hardware:
             )
         return cls("cpu", 1, "cpu", memory, bool(cpu_description().bf16_flags), False, cpus, memory, nodes,
                    deepspeed, **extra)
+
+
+def cpu_budget(root: str = "/sys/fs/cgroup") -> tuple[int, int, float | None]:
+    """The cores this process may use: ``(cores, affinity, quota)`` — the scheduler affinity, lowered to the
+    cgroup's CPU quota (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``/``cpu.cfs_period_us``) rounded down, at least
+    one. A container limited to 2 CPUs on a 64-core host has an affinity of 64 and a quota of 2: threads sized by
+    the core count would oversubscribe it 32 times."""
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota: float | None = None
+    try:
+        with open(os.path.join(root, "cpu.max"), encoding="utf-8") as handle:
+            limit, period = (handle.read().split() + ["", ""])[:2]
+        if limit != "max" and period:
+            quota = int(limit) / int(period)
+    except (OSError, ValueError):
+        try:
+            with open(os.path.join(root, "cpu", "cpu.cfs_quota_us"), encoding="utf-8") as handle:
+                limit_us = int(handle.read().strip())
+            with open(os.path.join(root, "cpu", "cpu.cfs_period_us"), encoding="utf-8") as handle:
+                period_us = int(handle.read().strip())
+            if limit_us > 0 and period_us > 0:
+                quota = limit_us / period_us
+        except (OSError, ValueError):
+            pass
+    cores = affinity if quota is None else max(1, min(affinity, int(quota)))
+    return cores, affinity, quota
 
 
 @dataclass(frozen=True)

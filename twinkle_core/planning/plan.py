@@ -43,8 +43,10 @@ class PlanEstimates(TypedDict, total=False):
         train_samples: samples in the training split.
         optimizer_steps_per_epoch, optimizer_steps: optimizer steps per epoch and in all.
         estimated_seconds: the training's expected duration.
-        estimate_source: what that duration comes from: ``"FLOPs"`` or the id of the past run that measured it.
+        estimate_source: what that duration comes from: ``"probe"`` (the speed probe's measured step),
+            ``"FLOPs"`` or the id of the past run that measured it.
         layout: the data × tensor × pipeline layout chosen, if any (``Layout.to_dict()``).
+        probe: what the speed probe measured (``SpeedProbe.to_dict()``), if one ran or was reused.
     """
 
     hardware: str
@@ -60,6 +62,7 @@ class PlanEstimates(TypedDict, total=False):
     estimated_seconds: float
     estimate_source: str
     layout: dict[str, Any]
+    probe: dict[str, Any]
 
 
 @dataclass
@@ -92,6 +95,8 @@ class Plan:
         gradient_compression: DDP's gradient all-reduce: ``"none"``, ``"powersgd"``, ``"bf16"`` or ``"fp16"``
             (see ``twinkle_core.engine.compression``).
         torch_threads: intra-op threads per process.
+        memory_format: the weights' layout: ``"contiguous"`` or ``"channels_last"`` (convolutional networks).
+        compile: ``"off"``, or the ``torch.compile`` mode the network is compiled with.
         max_epochs: epochs to train (-1: ``max_steps`` ends the training; ``None``: the plan did not decide it — a
             strategy without ``TrainingLengthDecider``, or a plan an earlier release stored — and the trainer's
             setting applies).
@@ -114,6 +119,8 @@ class Plan:
     data_loading: str
     num_workers: int
     torch_threads: int
+    memory_format: str = "contiguous"
+    compile: str = "off"
     strategy_name: str = "default"
     gradient_compression: str = "none"
     max_epochs: int | None = None
@@ -195,8 +202,13 @@ class Plan:
                 figures.append(f"training state {nbytes(e['state_bytes'])}")
             if e.get("estimated_seconds") is not None:
                 source = e.get("estimate_source")
-                figures.append(f"~{_duration(float(e['estimated_seconds']))} to train"
-                               + (f" (measured in {source})" if source and source != "FLOPs" else " (from FLOPs)"))
+                figures.append(f"~{_duration(float(e['estimated_seconds']))} to train" + (
+                    " (from FLOPs)" if source in (None, "FLOPs") else " (from the speed probe)" if source == "probe"
+                    else f" (measured in {source})"))
+            probe = e.get("probe")
+            if probe:
+                figures.append(f"speed probe {float(probe['seconds']):.1f} s" if not probe.get("reused")
+                               else "speed probe reused")
             if figures:
                 lines.append("  estimates: " + ", ".join(figures))
         return "\n".join(lines)

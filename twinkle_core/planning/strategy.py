@@ -27,24 +27,26 @@ from twinkle_core.hyperparams import with_new_names
 from twinkle_core.planning.deciders import (
     DEFAULT_EPOCHS,
     BatchingDecider,
+    CompileDecider,
     CompressionDecider,
     DataLoadingDecider,
     Decider,
     DevicesDecider,
     DistributionDecider,
     LayoutDecider,
+    MemoryFormatDecider,
+    OptimizerKernelDecider,
     PlanContext,
     PlanDraft,
     PrecisionDecider,
     LoaderWorkersDecider,
     TrainingLengthDecider,
+    training_seconds,
 )
 from twinkle_core.planning.plan import Plan, PlanEstimates
 
 RENAMED_CONCERNS = {"workers": "loader_workers", "strategy": "distribution"}
 """Old names of concerns (old → new) that ``replacing`` still accepts for a release, with a ``DeprecationWarning``."""
-
-_CPU_FLOPS_PER_CORE = 2e10  # a conservative fp32 throughput guess for time estimates without history
 
 
 class ResourceStrategy(ABC):
@@ -66,6 +68,7 @@ class DefaultStrategy(ResourceStrategy):
     deciders: ClassVar[tuple[Decider, ...]] = (
         DevicesDecider(),
         PrecisionDecider(),
+        MemoryFormatDecider(),
         DistributionDecider(),
         CompressionDecider(),
         BatchingDecider(),
@@ -73,6 +76,8 @@ class DefaultStrategy(ResourceStrategy):
         TrainingLengthDecider(),
         DataLoadingDecider(),
         LoaderWorkersDecider(),
+        OptimizerKernelDecider(),
+        CompileDecider(),
     )
     """The deciders, in the order they run; each sees the decisions of those before it."""
 
@@ -111,10 +116,12 @@ class DefaultStrategy(ResourceStrategy):
             "train_samples": context.train_samples,
             "optimizer_steps_per_epoch": steps_per_epoch,
             "optimizer_steps": steps,
-            **self._time(context, int(v["torch_threads"]), draft.world_size,
-                         min(context.train_samples * epochs if epochs > 0 else math.inf,
-                             context.max_steps * micro * workers * accumulate if context.max_steps > 0 else math.inf)),
         }
+        seconds, source = training_seconds(draft)
+        estimates["estimated_seconds"] = float(f"{seconds:.3g}")
+        estimates["estimate_source"] = source
+        if context.probe is not None:
+            estimates["probe"] = context.probe.to_dict()
         if draft.layout is not None:
             estimates["layout"] = draft.layout.to_dict()
         return Plan(
@@ -122,6 +129,8 @@ class DefaultStrategy(ResourceStrategy):
             devices=int(v["devices"]),
             num_nodes=int(v["num_nodes"]),
             precision=str(v["precision"]),
+            memory_format=str(v.get("memory_format", "contiguous")),
+            compile=str(v.get("compile", "off")),
             strategy=str(v["strategy"]),
             micro_batch_size=micro,
             accumulate_grad_batches=accumulate,
@@ -137,19 +146,6 @@ class DefaultStrategy(ResourceStrategy):
             decisions=draft.decisions,
             history_run=context.history[0].id if context.history else None,
         )
-
-    @staticmethod
-    def _time(c: PlanContext, threads: int, workers: int, samples: float) -> PlanEstimates:
-        """The training's expected duration for ``samples`` samples seen (every optimizer step's)."""
-        if c.history and c.history[0].seconds_per_sample:
-            rate = c.history[0].seconds_per_sample
-            return {"estimated_seconds": float(f"{samples * rate:.3g}"), "estimate_source": c.history[0].id}
-        if c.hardware.accelerator == "cpu":
-            flops_per_second = _CPU_FLOPS_PER_CORE * threads * workers
-        else:
-            flops_per_second = 1e14 * workers
-        seconds = samples * c.facts.flops_per_sample / flops_per_second
-        return {"estimated_seconds": float(f"{seconds:.3g}"), "estimate_source": "FLOPs"}
 
 
 __all__ = ["DefaultStrategy", "PlanContext", "ResourceStrategy"]

@@ -7,9 +7,13 @@ RGBA, palette, 16-bit) and Pillow format, with EXIF orientation — see ``twinkl
 The input size comes from ``image_size``, else from the model's data config and the images' resolution
 (``twinkle_vision.transforms.choose_size``; the plan says why). Every image is stored square at timm's
 pre-crop size; training applies timm's transforms (random-resized-crop, flips, colour jitter or a
-RandAugment-style ``auto_augment`` policy), validation the centre crop. ``use_mmap=True`` decodes every
+RandAugment-style ``auto_augment`` policy), validation the centre crop — a whole batch at once where the
+transforms allow (``TrainTransform.batch``): the batch's stored images gathered by one index into a uint8 tensor,
+then cropped, resampled and jittered as tensors, no Python per image. ``use_mmap=True`` decodes every
 image once into an index file (cached under the run store, keyed by the data's fingerprint and the chosen
-layout, or built ahead with ``ImageFolderProcessor.build_index``) and memory-maps it. Files that cannot be
+layout, or built ahead with ``ImageFolderProcessor.build_index``) and memory-maps it; by default
+(``use_mmap=None``) that happens whenever the decoded images take at most ``DECODE_ONCE_BYTES`` (and an eighth of
+the host's memory), so that no epoch after the first decodes a file again. Files that cannot be
 decoded stop the run naming the file (``bad_files="error"``) or are left out, counted and listed in the run
 (``bad_files="skip"``).
 """
@@ -56,6 +60,15 @@ Chance = Annotated[float, Interval(ge=0, le=1)]
 Range = Annotated[tuple[Annotated[float, Interval(gt=0, le=10)], ...], MinLen(2), MaxLen(2)]
 IGNORED_FILES = ("thumbs.db", "desktop.ini")  # operating-system litter, like names starting with "."
 SPLIT_CODES = {"": 0, "train": 1, "val": 2}
+DECODE_ONCE_BYTES = 2 * 2**30
+"""With ``use_mmap=None``, images decoded to at most this many bytes (and an eighth of the host's memory) are
+decoded once into a cached index instead of from their files in every epoch."""
+
+
+def _batch_of(dataset: Any, stored: np.ndarray, labels: np.ndarray) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``(image, class)`` samples of a whole batch of ``stored`` uint8 images, transformed at once."""
+    images = dataset.transform.batch(torch.from_numpy(np.ascontiguousarray(stored)))
+    return list(zip(images.unbind(0), torch.as_tensor(labels, dtype=torch.int64).unbind(0)))
 
 
 class FileImages(Dataset):
@@ -80,6 +93,14 @@ class FileImages(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Image ``i`` as floats in [0, 1] and its class index."""
         return self.transform(self.stored(i)), torch.tensor(int(self.labels[int(self.rows[i])]))
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """A batch (what a ``DataLoader`` asks for): decoded one by one, transformed together where the transform
+        can (``transform.batch``)."""
+        if getattr(self.transform, "batch", None) is None:
+            return [self[i] for i in indices]
+        rows = self.rows[np.asarray(indices, dtype=np.int64)]
+        return _batch_of(self, np.stack([self.stored(i) for i in indices]), self.labels[rows])
 
 
 class _Inputs(Dataset):
@@ -137,6 +158,14 @@ class ArrayImages(Dataset):
         """Image ``i`` as floats in [0, 1] and its class index."""
         return self.transform(self.stored(i)), torch.tensor(int(self.labels[int(self.rows[i])]))
 
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """A batch (what a ``DataLoader`` asks for): its rows gathered by one index and transformed together where
+        the transform can (``transform.batch``)."""
+        if getattr(self.transform, "batch", None) is None:
+            return [self[i] for i in indices]
+        rows = self.rows[np.asarray(indices, dtype=np.int64)]
+        return _batch_of(self, self.images[rows], self.labels[rows])
+
 
 class ImageRow:
     """One ``(image, class)`` sample from a shard of a decoded index (picklable, for loader workers)."""
@@ -158,7 +187,7 @@ class ImageFolderProcessor(IndexedProcessor):
     index_kind = "images"
     row_arrays = ("images", "labels")
 
-    def __init__(self, image_size: PositiveInt | None = None, val_fraction: Fraction = 0.2, use_mmap: bool = False,
+    def __init__(self, image_size: PositiveInt | None = None, val_fraction: Fraction = 0.2, use_mmap: bool | None = None,
                  channels: int | None = None, shard_rows: PositiveInt = 1024, bad_files: BadFiles = "error",
                  augment: bool = True, crop_scale: Range = (0.7, 1.0), crop_ratio: Range = (0.75, 4 / 3),
                  hflip: Chance = 0.0, vflip: Chance = 0.0, color_jitter: NonNegativeFloat = 0.4,
@@ -169,7 +198,9 @@ class ImageFolderProcessor(IndexedProcessor):
             image_size: the network's input side (default: chosen from the model and the images; see
                 ``twinkle_vision.transforms.choose_size``).
             val_fraction: the share held out for validation when there is no ``val/`` folder.
-            use_mmap: decode once into a memory-mapped index (see the module docstring).
+            use_mmap: decode once into a memory-mapped index (see the module docstring); ``None`` (default):
+                when the decoded images take at most ``DECODE_ONCE_BYTES``; ``False``: decode from the files in
+                every epoch.
             channels: 1 or 3 (default: 1 when every image is greyscale, else 3).
             shard_rows: images per shard when the plan streams the data in shards (larger than memory).
             bad_files: ``"error"`` (the first undecodable file stops the run, named) or ``"skip"`` (left out,
@@ -294,9 +325,13 @@ class ImageFolderProcessor(IndexedProcessor):
                 "decisions": [vars(d) for d in decisions]}
         return write_index(dst, {"images": images, "labels": labels, "split": split}, meta)
 
+    def _index_name(self, fingerprint: str, model: ModelInput | None) -> str:
+        """The cached index's file name: the data's fingerprint and the layout's key."""
+        return f"{fingerprint.removeprefix('md5:')}-{self._layout_key(model)}.idx"
+
     def _cached_index(self, uri: str, fingerprint: str, context: PrepareContext) -> str:
         model = context.model_input
-        return self.cached_index(context, f"{fingerprint.removeprefix('md5:')}-{self._layout_key(model)}.idx",
+        return self.cached_index(context, self._index_name(fingerprint, model),
                                  lambda url: self.write_index(uri, url, model))
 
     def _from_index(self, meta: dict[str, Any], images_shape: tuple[int, ...], uri: str) -> tuple[dict[str, Any], list[Decision]]:
@@ -329,12 +364,15 @@ class ImageFolderProcessor(IndexedProcessor):
         indexed = is_index(uri)
         if context.sharded:  # larger than memory: decoded once into an index, then streamed in shards
             return self._prepare_sharded(uri, context, indexed)
-        if indexed or self.use_mmap:
-            fingerprint = index_header(uri)[0]["meta"]["fingerprint"] if indexed else data_fingerprint(uri)
+        fingerprint = index_header(uri)[0]["meta"]["fingerprint"] if indexed else data_fingerprint(uri)
+        decode_once = None if indexed or self.use_mmap is not None else self._decode_once(uri, fingerprint, context)
+        if indexed or self.use_mmap or decode_once is not None:
             index = uri if indexed else self._cached_index(uri, fingerprint, context)
             arrays, meta = read_index(index, mmap=True)
             images, labels, split = arrays["images"], np.asarray(arrays["labels"]), np.asarray(arrays["split"])
             layout, decisions = self._from_index(meta, images.shape, index)
+            if decode_once is not None:
+                decisions = [*decisions, decode_once]
             classes, skipped, described = meta["classes"], meta.get("skipped", []), meta.get("sizes", "")
             train_rows, val_rows = self._split(split, labels, seed)
             fit, evaluation = self._transforms(layout)
@@ -353,7 +391,6 @@ class ImageFolderProcessor(IndexedProcessor):
             fit, evaluation = self._transforms(layout)
             train = FileImages(tree["fs"], paths, labels, train_rows, layout, fit)
             val = FileImages(tree["fs"], paths, labels, val_rows, layout, evaluation)
-            fingerprint = data_fingerprint(uri)
             size_bytes = int(sum(tree["fs"].size(p) for p in paths))
         view = ArrayImages(images, labels, train_rows, evaluation) if isinstance(train, ArrayImages) else \
             FileImages(train.fs, train.paths, labels, train_rows, layout, evaluation)
@@ -363,6 +400,30 @@ class ImageFolderProcessor(IndexedProcessor):
                    "index": indexed, "channels": layout["channels"], "input_size": layout["size"],
                    "image_sizes": described, **_skipped_details(skipped)}
         return PreparedData(train, val, spec, fingerprint, uri, size_bytes, details, decisions=decisions)
+
+    def _decode_once(self, uri: str, fingerprint: str, context: PrepareContext) -> Decision | None:
+        """With ``use_mmap=None``: the decision to decode every image once into a cached index, when the decoded
+        images are small enough (``DECODE_ONCE_BYTES``, an eighth of the host's memory) or an earlier run of the
+        same data and layout decoded them already; ``None`` to read the files in every epoch."""
+        import os
+
+        cached = context.cache_dir(self.index_kind, self._index_name(fingerprint, context.model_input))
+        fs, path = filesystem(cached)
+        if fs.exists(path):
+            return Decision("image_path", "decoded index", "decoded once by an earlier run of the same data and input "
+                                                           "into an index cached in the store: batches gathered from "
+                                                           "it by indexing (use_mmap=False reads the files every epoch)")
+        tree, entries, found = self._survey(uri, full_decode=False)
+        layout, _ = self._layout(found, context.model_input)
+        decoded = len(entries) * int(layout["channels"]) * int(layout["store"]) ** 2
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+        limit = min(DECODE_ONCE_BYTES, memory // 8) if memory else DECODE_ONCE_BYTES
+        if decoded > limit:
+            return None
+        return Decision("image_path", "decoded index",
+                        f"{len(entries)} images decode to {decoded / 2**20:.1f} MiB (≤ {limit / 2**20:.0f} MiB): decoded "
+                        "once into an index cached in the store, batches gathered from it by indexing (use_mmap=False "
+                        "reads the files every epoch)")
 
     def _prepare_sharded(self, uri: str, context: PrepareContext, indexed: bool) -> PreparedData:
         seed = context.seed

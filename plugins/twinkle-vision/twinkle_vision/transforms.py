@@ -6,11 +6,19 @@ own resolution, and says why. Images are stored square at ``store_side(size, cro
 its centre crop); ``TrainTransform`` applies timm's training transforms (random-resized-crop, flips,
 colour jitter, RandAugment-style policies) and ``EvalTransform`` the centre crop. Both return floats in
 [0, 1]: normalisation is part of the model, so exported models take raw pixels.
+
+Both also transform a whole batch at once (``batch``: a ``B × C × S × S`` uint8 tensor gathered by indexing, no
+Python per sample): the centre crop is one slice; the training transforms draw every sample's crop box, flips and
+colour factors as tensors (timm's random-resized-crop rule: ten tries of area and log-ratio, then the whole image),
+resample every crop in one ``grid_sample`` call (the flips are the sign of its affine map) and jitter brightness,
+contrast and saturation as torchvision's ``ColorJitter`` computes them. RandAugment-style policies are PIL
+operations: with ``auto_augment`` set, ``TrainTransform.batch`` is ``None`` and images go one by one.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -75,6 +83,17 @@ class EvalTransform:
         crop = np.array(array[:, top:top + self.size, left:left + self.size])  # a writable copy (mmap rows are not)
         return torch.from_numpy(crop).float().div_(255)
 
+    @property
+    def batch(self) -> Any:
+        """``transform_batch`` (a centre crop is always one slice of the batch)."""
+        return self.transform_batch
+
+    def transform_batch(self, images: torch.Tensor) -> torch.Tensor:
+        """The centre crops of a ``B × C × S × S`` uint8 batch, as floats in [0, 1]."""
+        top = (images.shape[-2] - self.size) // 2
+        left = (images.shape[-1] - self.size) // 2
+        return images[..., top:top + self.size, left:left + self.size].float().div_(255)
+
 
 class TrainTransform:
     """timm's training transforms on a stored ``C × S × S`` uint8 array, as floats in [0, 1] of ``size``.
@@ -95,7 +114,9 @@ class TrainTransform:
         """Build the timm transform now, so a bad policy string is refused before training."""
         from timm.data import create_transform
 
-        self.channels = channels
+        self.channels, self.size, self.scale, self.ratio = channels, size, tuple(scale), tuple(ratio)
+        self.hflip, self.vflip, self.color_jitter, self.interpolation = hflip, vflip, color_jitter, interpolation
+        self.auto_augment = auto_augment
         try:
             self.transform = create_transform(
                 (channels, size, size), is_training=True, scale=scale, ratio=ratio, hflip=hflip, vflip=vflip,
@@ -117,3 +138,89 @@ class TrainTransform:
         if not isinstance(out, torch.Tensor):
             out = torch.from_numpy(np.asarray(out))
         return out.float().div_(255)
+
+    @property
+    def batch(self) -> Any:
+        """``transform_batch`` where the whole batch can be transformed at once (no ``auto_augment`` policy, a
+        filter ``grid_sample`` has), else ``None``."""
+        if self.auto_augment is not None or self.interpolation not in GRID_MODES:
+            return None
+        return self.transform_batch
+
+    def transform_batch(self, images: torch.Tensor) -> torch.Tensor:
+        """Randomly augmented views of a ``B × C × S × S`` uint8 batch, as floats in [0, 1] of ``size``."""
+        import torch.nn.functional as F
+
+        count, side = images.shape[0], images.shape[-1]
+        top, left, height, width = crop_boxes(count, images.shape[-2], side, self.scale, self.ratio)
+        theta = torch.zeros(count, 2, 3)
+        flip_x = torch.where(torch.rand(count) < self.hflip, -1.0, 1.0)
+        flip_y = torch.where(torch.rand(count) < self.vflip, -1.0, 1.0)
+        theta[:, 0, 0] = width / side * flip_x
+        theta[:, 0, 2] = (2 * left + width) / side - 1
+        theta[:, 1, 1] = height / images.shape[-2] * flip_y
+        theta[:, 1, 2] = (2 * top + height) / images.shape[-2] - 1
+        grid = F.affine_grid(theta, [count, images.shape[1], self.size, self.size], align_corners=False)
+        out = F.grid_sample(images.float(), grid, mode=GRID_MODES[self.interpolation], padding_mode="border",
+                            align_corners=False).clamp_(0, 255).div_(255)
+        if self.color_jitter:
+            out = jitter(out, self.color_jitter)
+        return out
+
+
+GRID_MODES = {"bilinear": "bilinear", "bicubic": "bicubic", "nearest": "nearest"}
+"""PIL's filters that ``grid_sample`` has (the others take the per-image path)."""
+
+
+def crop_boxes(count: int, height: int, width: int, scale: tuple[float, float], ratio: tuple[float, float],
+               tries: int = 10) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """timm's ``RandomResizedCropAndInterpolation.get_params`` for ``count`` images at once: ``(top, left, height,
+    width)`` tensors — the first of ``tries`` draws of area (``scale`` × the image's) and log aspect ratio that fits,
+    at a uniformly random place; where none fits, the central crop of the image clamped to ``ratio``."""
+    area = float(height * width)
+    target = torch.empty(count, tries).uniform_(*scale) * area
+    aspect = torch.exp(torch.empty(count, tries).uniform_(math.log(ratio[0]), math.log(ratio[1])))
+    w = torch.round(torch.sqrt(target * aspect))
+    h = torch.round(torch.sqrt(target / aspect))
+    fits = (w <= width) & (h <= height) & (w > 0) & (h > 0)
+    first = torch.where(fits.any(1), fits.float().argmax(1), torch.full((count,), -1))
+    rows = torch.arange(count)
+    chosen = first >= 0
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        fallback_w, fallback_h = float(width), float(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        fallback_w, fallback_h = float(round(height * max(ratio))), float(height)
+    else:
+        fallback_w, fallback_h = float(width), float(height)
+    cw = torch.where(chosen, w[rows, first.clamp(min=0)], torch.tensor(fallback_w))
+    ch = torch.where(chosen, h[rows, first.clamp(min=0)], torch.tensor(fallback_h))
+    top = torch.where(chosen, torch.floor(torch.rand(count) * (height - ch + 1)), torch.floor((height - ch) / 2))
+    left = torch.where(chosen, torch.floor(torch.rand(count) * (width - cw + 1)), torch.floor((width - cw) / 2))
+    return top, left, ch, cw
+
+
+def jitter(images: torch.Tensor, strength: float) -> torch.Tensor:
+    """torchvision's ``ColorJitter(strength, strength, strength)`` on a float batch in [0, 1]: each image's
+    brightness, contrast and saturation factors drawn from ``[1 - strength, 1 + strength]``, applied in a random
+    order (one order per batch); saturation leaves grey images as they are."""
+    count = images.shape[0]
+    factors = torch.empty(3, count, 1, 1, 1).uniform_(max(0.0, 1 - strength), 1 + strength)
+    for op in torch.randperm(3).tolist():
+        f = factors[op]
+        if op == 0:  # brightness: blend with black
+            images = (images * f).clamp_(0, 1)
+        elif op == 1:  # contrast: blend with the mean of the grey image
+            mean = _grey(images).mean(dim=(-3, -2, -1), keepdim=True)
+            images = (f * images + (1 - f) * mean).clamp_(0, 1)
+        elif images.shape[1] == 3:  # saturation: blend with the grey image
+            images = (f * images + (1 - f) * _grey(images)).clamp_(0, 1)
+    return images
+
+
+def _grey(images: torch.Tensor) -> torch.Tensor:
+    """ITU-R 601-2 luma, as torchvision's ``rgb_to_grayscale`` (the image itself when it has one channel)."""
+    if images.shape[1] == 1:
+        return images
+    r, g, b = images.unbind(1)
+    return (0.299 * r + 0.587 * g + 0.114 * b).unsqueeze(1)

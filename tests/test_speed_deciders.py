@@ -1,0 +1,215 @@
+"""The speed deciders (issue 51): each choice given a probe result (no timing is asserted), a pinned choice never
+overridden, the CPU budget read from the cgroup, the time estimate from the probe, and a real probe that measures
+once, is stored and is reused by the next run of the same kind without touching the model it measured."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from twinkle_core import Trainer
+from twinkle_core.planning import DefaultStrategy, Hardware, ModelFacts, PlanContext, ProbeRun, SpeedProbe
+from twinkle_core.planning.hardware import cpu_budget
+
+GB = 10**9
+BF16_CPU = Hardware("cpu", 1, "cpu", 24 * GB, True, False, 4, 24 * GB, cpu_affinity=4)
+PLAIN_CPU = Hardware("cpu", 1, "cpu", 24 * GB, False, False, 4, 24 * GB)
+V100 = Hardware("cuda", 1, "Tesla V100", 32 * GB, False, True, 8, 500 * GB)
+H100 = Hardware("cuda", 1, "NVIDIA H100", 80 * GB, True, True, 8, 500 * GB)
+
+
+def run(precision: str, step: float, losses: tuple[float, ...] = (2.0, 1.8, 1.6), memory_format: str = "contiguous"
+        ) -> ProbeRun:
+    """A configuration's probe with every step taking ``step`` seconds."""
+    return ProbeRun(precision, memory_format, (step,) * 3, (2 * step,) * 3, losses)
+
+
+def probe(*runs: ProbeRun, load: float | None = 0.001, batch: int = 32, threads: int = 4) -> SpeedProbe:
+    return SpeedProbe(list(runs), "32×3×32×32 float32", batch, threads, load, 1.5, "key")
+
+
+def plan(hardware: Hardware = BF16_CPU, speed: SpeedProbe | None = None, note: str | None = None, **kwargs):
+    p = int(1e6)
+    values = dict(algorithm_name="algo", task="image_classification", facts=ModelFacts(p, p, 6 * p, 10_000, 16 * p),
+                  data_bytes=10**6, train_samples=3200, batch_size=32, effective_batch_size=None, max_epochs=10,
+                  hardware=hardware, probe=speed, probe_note=note)
+    values.update(kwargs)
+    return DefaultStrategy().plan(PlanContext(**values))
+
+
+def reason(p, name: str) -> str:
+    return next(d.reason for d in p.decisions if d.name == name)
+
+
+def test_precision_is_bf16_only_where_the_probe_measured_it_clearly_faster_with_agreeing_losses() -> None:
+    """bf16-mixed on a bf16 CPU needs a probe ≥ 1.1× faster with losses within 5 % of fp32's; the reason quotes the
+    figures; anything else keeps fp32 and says why."""
+    faster = plan(speed=probe(run("32-true", 0.100), run("bf16-mixed", 0.075, (2.0, 1.81, 1.62))))
+    assert faster.precision == "bf16-mixed"
+    assert "75 ms in bf16-mixed against 100 ms in fp32 (1.33×)" in reason(faster, "precision")
+    slightly = plan(speed=probe(run("32-true", 0.100), run("bf16-mixed", 0.095)))
+    assert slightly.precision == "32-true" and "not 1.1× faster" in reason(slightly, "precision")
+    apart = plan(speed=probe(run("32-true", 0.100), run("bf16-mixed", 0.050, (2.0, 2.4, 2.6))))
+    assert apart.precision == "32-true" and "more than 5%" in reason(apart, "precision")
+    diverged = plan(speed=probe(run("32-true", 0.100), run("bf16-mixed", 0.050, (2.0, math.nan, 1.0))))
+    assert diverged.precision == "32-true" and "not finite" in reason(diverged, "precision")
+    unprobed = plan(note="not probed (probe=False)")
+    assert unprobed.precision == "32-true" and "probe=False" in reason(unprobed, "precision")
+    no_bf16 = plan(PLAIN_CPU, speed=probe(run("32-true", 0.100), run("bf16-mixed", 0.050)))
+    assert no_bf16.precision == "32-true" and "no native bf16" in reason(no_bf16, "precision")
+
+
+def test_gpus_keep_16_bit_unless_a_probe_measured_it_slower() -> None:
+    """On GPUs the device's 16-bit type is the default (fp16 with a scaler where there is no bf16); a probe that
+    measured it slower keeps fp32."""
+    assert plan(H100, note="not probed").precision == "bf16-mixed"
+    assert plan(V100, note="not probed").precision == "16-mixed"
+    slower = plan(V100, speed=probe(run("32-true", 0.010), run("16-mixed", 0.012)))
+    assert slower.precision == "32-true" and "(0.83×)" in reason(slower, "precision")
+
+
+def test_a_pinned_choice_is_never_overridden_by_a_probe() -> None:
+    """precision, memory_format, num_workers, torch_threads and compile given by the user win over every
+    measurement, and the plan says so."""
+    speed = probe(run("32-true", 0.100), run("bf16-mixed", 0.050), run("bf16-mixed", 0.030,
+                                                                          memory_format="channels_last"), load=0.5)
+    pinned = plan(speed=speed, overrides={"precision": "32-true", "memory_format": "contiguous", "num_workers": 0,
+                                          "torch_threads": 3, "compile": "default"})
+    assert (pinned.precision, pinned.memory_format, pinned.num_workers, pinned.torch_threads, pinned.compile) == \
+        ("32-true", "contiguous", 0, 3, "default")
+    assert all(reason(pinned, name) == "set by the user"
+               for name in ("precision", "memory_format", "num_workers", "torch_threads", "compile"))
+
+
+def test_channels_last_only_where_measured_faster_at_the_chosen_precision() -> None:
+    """The memory format compares the two layouts at the precision chosen; slower or unmeasured keeps contiguous."""
+    speed = probe(run("32-true", 0.100), run("bf16-mixed", 0.070), run("bf16-mixed", 0.050,
+                                                                          memory_format="channels_last"))
+    assert plan(speed=speed).memory_format == "channels_last"
+    slower = plan(speed=probe(run("32-true", 0.100), run("bf16-mixed", 0.070),
+                              run("bf16-mixed", 0.076, memory_format="channels_last")))
+    assert slower.memory_format == "contiguous" and "(0.92×)" in reason(slower, "memory_format")
+    other = plan(PLAIN_CPU, speed=probe(run("32-true", 0.100), run("bf16-mixed", 0.05, memory_format="channels_last")))
+    assert other.memory_format == "contiguous" and "not measured" in reason(other, "memory_format")
+
+
+def test_loader_workers_and_threads_from_the_measured_loading_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading that is a small share of the step stays in the training process; loading as slow as the step takes
+    a worker and leaves the other cores to the step's threads; OMP_NUM_THREADS and a pinned value win."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    quick = plan(speed=probe(run("32-true", 0.100), load=0.002))
+    assert (quick.num_workers, quick.torch_threads) == (0, 4) and "2% of the two" in reason(quick, "num_workers")
+    slow = plan(speed=probe(run("32-true", 0.100), load=0.100))
+    assert slow.num_workers >= 1 and slow.torch_threads == 4 - slow.num_workers
+    assert "worker(s) load while the step runs" in reason(slow, "num_workers")
+    assert "4 cores: affinity 4, no cgroup quota" in reason(slow, "torch_threads")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    fixed = plan(speed=probe(run("32-true", 0.100), load=0.100))
+    assert fixed.torch_threads == 2 and reason(fixed, "torch_threads") == "OMP_NUM_THREADS"
+
+
+def test_the_cpu_budget_is_the_cgroup_quota_not_the_core_count(tmp_path: Path) -> None:
+    """A container limited to 1.5 CPUs (cgroup v2 cpu.max, or v1's quota and period) gets one core's threads,
+    whatever the affinity says; no quota leaves the affinity."""
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "v2" / "cpu.max").write_text("150000 100000\n")
+    affinity = cpu_budget(str(tmp_path / "none"))[1]
+    assert cpu_budget(str(tmp_path / "v2")) == (1, affinity, 1.5)
+    (tmp_path / "v1" / "cpu").mkdir(parents=True)
+    (tmp_path / "v1" / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    (tmp_path / "v1" / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cpu_budget(str(tmp_path / "v1")) == (affinity, affinity, None)
+    (tmp_path / "v2" / "cpu.max").write_text("max 100000\n")
+    assert cpu_budget(str(tmp_path / "v2"))[2] is None
+
+
+def test_the_time_estimate_comes_from_the_probe_and_compile_stays_off_for_short_trainings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a probe the estimate is the measured step of the chosen configuration over the planned samples (plus
+    loading, and validation at a third of a step per sample; the step scaled by the threads it will have against
+    the probe's); a training of seconds is never compiled."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    speed = probe(run("32-true", 0.100), run("bf16-mixed", 0.064), load=0.016)
+    p = plan(speed=speed, val_samples=800)
+    # 3,200 samples × 10 epochs at (64 + 16) ms per 32 samples, and 10 validations of 800 samples at 64/3 ms per 32
+    expected = 32_000 * (0.064 + 0.016) / 32 + 10 * 800 * 0.064 / 32 / 3
+    assert p.estimates["estimate_source"] == "probe" and p.estimates["estimated_seconds"] == pytest.approx(expected, 0.01)
+    assert p.estimates["probe"]["runs"][1]["seconds_per_step"] == pytest.approx(0.064)
+    assert p.compile == "off" and "would not pay back" in reason(p, "compile")
+    assert "from the speed probe" in p.explain()
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # half the probe's threads: each step twice as long, loading as it was
+    halved = 32_000 * (0.128 + 0.016) / 32 + 10 * 800 * 0.128 / 32 / 3
+    assert plan(speed=speed, val_samples=800).estimates["estimated_seconds"] == pytest.approx(halved, 0.01)
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.conv(x).mean(dim=(2, 3)))
+
+
+def test_a_probe_measures_every_configuration_from_the_same_weights_and_leaves_the_model_untouched(
+        tmp_path: Path) -> None:
+    """probe_speed copies the model for each configuration (fp32, bf16 where the device has it, channels-last for a
+    convolutional network on images), trains each on the same batch, stores the result and reads it back next
+    time; the model it measured keeps its weights."""
+    from torch.utils.data import TensorDataset
+
+    from twinkle_core.algorithm import Algorithm
+    from twinkle_core.engine.probes import probe_speed
+
+    class Tiny(Algorithm):
+        def build_model(self, spec):  # type: ignore[override]
+            return Net()
+
+        def compute_loss(self, outputs, targets):  # type: ignore[override]
+            return nn.functional.cross_entropy(outputs, targets)
+
+    algorithm = Tiny(task="image_classification")
+    algorithm.model = Net()
+    before = copy.deepcopy(algorithm.state_dict())
+    data = TensorDataset(torch.randn(64, 3, 8, 8), torch.randint(0, 4, (64,)))
+    hardware = BF16_CPU
+    first = probe_speed(algorithm, data, None, 16, hardware, 1, str(tmp_path))
+    assert isinstance(first, SpeedProbe), first
+    assert [(r.precision, r.memory_format) for r in first.runs] == [
+        ("32-true", "contiguous"), ("bf16-mixed", "contiguous"), ("bf16-mixed", "channels_last")]
+    assert all(len(r.step_seconds) >= 2 and r.finite for r in first.runs)
+    assert first.runs[0].losses[0] == pytest.approx(first.runs[1].losses[0], rel=0.05)  # the same weights and batch
+    assert first.batch_size == 16 and first.load_seconds_per_batch is not None and first.reused is None
+    assert all(torch.equal(before[k], v) for k, v in algorithm.state_dict().items())
+    again = probe_speed(algorithm, data, None, 16, hardware, 1, str(tmp_path))
+    assert isinstance(again, SpeedProbe) and again.reused and again.reused.endswith(f"{first.key}.json")
+    assert again.runs == first.runs
+    other = probe_speed(algorithm, data, None, 8, hardware, 1, str(tmp_path))  # another batch shape: measured anew
+    assert isinstance(other, SpeedProbe) and other.reused is None and other.key != first.key
+
+
+def test_a_default_fit_probes_once_stores_it_and_says_so_in_plan_json(tmp_path: Path, cancer_csv: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """With probing on (TWINKLE_PROBE unset), the plan of a default fit carries the probe's figures and every speed
+    decision names them; the next run of the same kind reuses the stored probe; probe=False measures nothing."""
+    import json
+
+    monkeypatch.delenv("TWINKLE_PROBE", raising=False)
+    home = str(tmp_path / "home")
+    result = Trainer("tabular-mlp", home=home, verbose=False, hyperparams={"max_epochs": 1}).fit(cancer_csv)
+    stored = json.loads((Path(result.run_dir) / "plan.json").read_text())
+    assert stored["estimates"]["probe"]["runs"][0]["precision"] == "32-true"
+    assert stored["estimates"]["probe"]["reused"] is None and stored["estimates"]["estimate_source"] == "probe"
+    decisions = {d["name"]: d["reason"] for d in stored["decisions"]}
+    assert decisions["precision"].startswith("measured") or "no native bf16" in decisions["precision"]
+    assert decisions["num_workers"].startswith("measured")
+    again = Trainer("tabular-mlp", home=home, verbose=False, hyperparams={"max_epochs": 1}).plan(cancer_csv)
+    assert again.estimates["probe"]["reused"] and "measured earlier" in reason(again, "num_workers")
+    off = Trainer("tabular-mlp", home=home, verbose=False, hyperparams={"max_epochs": 1, "probe": False}).plan(cancer_csv)
+    assert "probe" not in off.estimates and "probe=False" in reason(off, "memory_format")

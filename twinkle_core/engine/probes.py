@@ -1,0 +1,281 @@
+"""Speed probes: a few real training steps of the run's model on one of its batches, in each configuration the speed
+deciders choose between, before the plan is made (``twinkle_core.planning.probes`` holds the figures and the rules).
+
+* **What runs.** Each configuration (fp32; bf16-mixed where the device computes bf16 natively, fp16 with a scaler on
+  GPUs without it; channels-last for convolutional networks on images) gets its own copy of the model and
+  optimizer, starting from the same weights, and trains on the same batch: one warm-up step, then steps in
+  interleaved rounds (one step of each configuration per round, so a change of load hits them alike), until
+  ``PROBE_STEPS`` rounds or the ``PROBE_SECONDS`` budget. The steps are Lightning's (``batch_loss`` under the
+  precision's autocast, backward, the algorithm's own optimizer with its fused kernel); the original model is not
+  touched. The data's loading time is measured on three batches read and collated in this process.
+* **What it costs.** Seconds: ResNet-18 on 32-px digits, three configurations, about 2 s on this project's 2-core
+  CPU. A probe is not run when the copies would not fit in a fifth of the memory, for an algorithm that steps its own
+  optimizers, or in a run of several processes (each would measure something else; pin the choices there).
+* **Remembered.** The result is stored under ``<home>/probes/<key>.json``, keyed by the machine (device, CPU,
+  threads, torch version), the model's signature (class, parameter names and shapes) and the batch's shape: the
+  next run of the same kind reads it (``SpeedProbe.reused``) instead of measuring again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import statistics
+import time
+import warnings
+from typing import Any, Iterator
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from twinkle_core.algorithm import Algorithm, batch_size_of
+from twinkle_core.planning.hardware import Hardware, cpu_description
+from twinkle_core.planning.probes import ProbeRun, SpeedProbe
+from twinkle_core.store.atomic import atomic_write_text
+from twinkle_core.uris import filesystem, join
+
+PROBE_STEPS = 5
+"""Measured rounds at most (after one warm-up step per configuration)."""
+
+MIN_PROBE_STEPS = 2
+"""Measured rounds at least, whatever the budget."""
+
+PROBE_SECONDS = 6.0
+"""The measured rounds stop once they have taken this long (after ``MIN_PROBE_STEPS``)."""
+
+MEMORY_SHARE = 0.2
+"""A probe runs only when its copies of the training state fit in this share of the device's memory."""
+
+LOAD_BATCHES = 3
+"""Batches read to time the data's loading."""
+
+
+def candidates(algorithm: Algorithm, hardware: Hardware, example: Any) -> list[tuple[str, str]]:
+    """The configurations to probe, baseline first: ``(precision, memory_format)`` pairs."""
+    runs = [("32-true", "contiguous")]
+    mixed = None
+    if algorithm.supports_mixed_precision:
+        if hardware.bf16:
+            mixed = "bf16-mixed"
+        elif hardware.accelerator == "cuda" and hardware.fp16:
+            mixed = "16-mixed"
+    if mixed:
+        runs.append((mixed, "contiguous"))
+    inputs = _first_tensor(example)
+    if inputs is not None and inputs.dim() == 4 and inputs.is_floating_point() and any(
+            isinstance(m, torch.nn.Conv2d) for m in algorithm.modules()):
+        runs.append((mixed or "32-true", "channels_last"))
+    return runs
+
+
+def probe_key(algorithm: Algorithm, hardware: Hardware, threads: int, batch: str,
+              runs: list[tuple[str, str]], data: str = "") -> str:
+    """The probe's identity: machine, torch, threads, the model's signature, the batch's shape, the configurations
+    and how the data is read (``data``: the dataset's and its transform's classes)."""
+    signature = hashlib.sha256()
+    for name, parameter in algorithm.named_parameters():
+        signature.update(f"{name}:{tuple(parameter.shape)}:{parameter.dtype}:{parameter.requires_grad};".encode())
+    identity = {"hardware": hardware.key, "device": hardware.device_name, "cpu": cpu_description().name,
+                "torch": torch.__version__, "threads": threads, "model": type(algorithm).__qualname__,
+                "parameters": signature.hexdigest(), "batch": batch, "runs": runs, "data": data}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def cached_probe(home: str, key: str) -> SpeedProbe | None:
+    """The stored probe of ``key`` under ``home``, if there is one that reads."""
+    uri = join(home, "probes", f"{key}.json")
+    fs, path = filesystem(uri)
+    try:
+        with fs.open(path, "r") as handle:
+            probe = SpeedProbe.from_dict(json.load(handle))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    probe.reused = uri
+    return probe
+
+
+PROBE_OFF_VALUES = ("0", "off", "false", "no")
+"""Values of ``TWINKLE_PROBE`` that turn probing off."""
+
+
+def probe_for_plan(settings: Any, hardware: Hardware, algorithm: Algorithm, train: Dataset, collate_fn: Any,
+                   home: str | None) -> tuple[SpeedProbe | None, str | None]:
+    """The probe a plan reads, or why there is none: probing is off (``probe=False``, ``TWINKLE_PROBE=0``), the run
+    has several processes (each would measure something else: pin the choices), or every choice it informs is
+    pinned. ``settings`` is the run's ``TrainerSettings``."""
+    import os
+
+    if not settings.probe:
+        return None, "not probed (probe=False)"
+    if os.environ.get("TWINKLE_PROBE", "").strip().lower() in PROBE_OFF_VALUES:
+        return None, "not probed (TWINKLE_PROBE=0)"
+    several = (hardware.launcher is not None or int(os.environ.get("WORLD_SIZE", "1")) > 1
+               or settings.backend == "ray" or (settings.devices or 1) > 1 or (settings.num_nodes or 1) > 1)
+    if several:
+        return None, "not probed: a run of several processes (pin precision= to choose)"
+    if settings.precision is not None and settings.memory_format is not None and settings.num_workers is not None:
+        return None, "not probed: precision, memory_format and num_workers are pinned"
+    env = os.environ.get("OMP_NUM_THREADS")
+    threads = settings.torch_threads or (int(env) if env and env.isdigit() else hardware.cpu_count)
+    result = probe_speed(algorithm, train, collate_fn, settings.batch_size, hardware, max(1, threads), home)
+    return (result, None) if isinstance(result, SpeedProbe) else (None, f"not probed: {result}")
+
+
+def probe_speed(algorithm: Algorithm, dataset: Dataset, collate_fn: Any, batch_size: int, hardware: Hardware,
+                threads: int, home: str | None = None, *, steps: int = PROBE_STEPS,
+                seconds: float = PROBE_SECONDS) -> SpeedProbe | str:
+    """Probe ``algorithm`` on a batch of ``dataset`` (see the module docstring); the stored result when there is one.
+
+    Returns:
+        The probe, or why none was run (a sentence for the plan).
+    """
+    if not algorithm.automatic_optimization:
+        return f"{type(algorithm).__name__} steps its own optimizers"
+    started = time.perf_counter()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        batch, load = _first_batch(dataset, collate_fn, batch_size)
+        if batch is None:
+            return "the training split gave no batch"
+        runs = candidates(algorithm, hardware, batch)
+        described = _describe(batch)
+        reader = f"{type(dataset).__qualname__}/{type(getattr(dataset, 'transform', None)).__qualname__}"
+        key = probe_key(algorithm, hardware, threads, described, runs, reader)
+        if home is not None and (stored := cached_probe(home, key)) is not None:
+            return stored
+        state = sum(p.numel() * p.element_size() * (4 if p.requires_grad else 1) for p in algorithm.parameters())
+        if state * len(runs) > MEMORY_SHARE * max(hardware.device_memory_bytes, 1):
+            return f"{len(runs)} copies of the training state ({state * len(runs) / 2**30:.1f} GiB) would not fit " \
+                   f"in {MEMORY_SHARE:.0%} of the device's memory"
+        measured = _measure(algorithm, batch, runs, hardware.accelerator, steps, seconds)
+        probe = SpeedProbe(measured, described, batch_size_of(batch), threads, load, time.perf_counter() - started,
+                           key)
+        if home is not None:
+            atomic_write_text(join(home, "probes", f"{key}.json"), json.dumps(probe.to_dict(), indent=2) + "\n")
+        return probe
+    except Exception as err:  # a probe that cannot run leaves the choices to the rules, never fails the training
+        return f"the probe failed ({type(err).__name__}: {str(err)[:200]})"
+    finally:
+        torch.set_num_threads(before)
+
+
+def _first_batch(dataset: Dataset, collate_fn: Any, batch_size: int) -> tuple[Any, float | None]:
+    """The first of ``LOAD_BATCHES`` batches (a seeded random sample) and the median time to read one."""
+    if isinstance(dataset, IterableDataset):
+        loader = DataLoader(dataset, batch_size=batch_size, collate_fn=collate_fn, num_workers=0)
+    else:
+        sampler = torch.utils.data.RandomSampler(dataset, generator=torch.Generator().manual_seed(0))  # type: ignore[arg-type]
+        loader = DataLoader(dataset, batch_size=min(batch_size, len(dataset)), sampler=sampler,  # type: ignore[arg-type]
+                            collate_fn=collate_fn, num_workers=0, drop_last=False)
+    first, times = None, []
+    iterator = iter(loader)
+    for _ in range(LOAD_BATCHES):
+        start = time.perf_counter()
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            break
+        times.append(time.perf_counter() - start)
+        first = batch if first is None else first
+    return first, (statistics.median(times) if times else None)
+
+
+def _measure(algorithm: Algorithm, batch: Any, runs: list[tuple[str, str]], accelerator: str, steps: int,
+             budget: float) -> list[ProbeRun]:
+    device = torch.device("cuda" if accelerator == "cuda" else "cpu")
+    workers = [_Copy(algorithm, precision, memory_format, device, batch) for precision, memory_format in runs]
+    for worker in workers:  # warm-up (kernels chosen, buffers allocated)
+        worker.step(0, timed=False)
+    spent, rounds = 0.0, 0
+    while rounds < steps and (rounds < MIN_PROBE_STEPS or spent < budget):
+        for worker in workers:
+            spent += worker.step(rounds + 1)
+        rounds += 1
+    return [ProbeRun(w.precision, w.memory_format, tuple(w.wall), tuple(w.cpu), tuple(w.losses)) for w in workers]
+
+
+class _Copy:
+    """One configuration's model and optimizer."""
+
+    def __init__(self, algorithm: Algorithm, precision: str, memory_format: str, device: torch.device,
+                 batch: Any) -> None:
+        self.precision, self.memory_format, self.device = precision, memory_format, device
+        trainer, algorithm._trainer = algorithm._trainer, None  # type: ignore[attr-defined]
+        try:
+            self.model = copy.deepcopy(algorithm).to(device)
+        finally:
+            algorithm._trainer = trainer  # type: ignore[attr-defined]
+        self.model.train()
+        if memory_format == "channels_last":
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.optimizer = self.model.build_optimizer([p for p in self.model.parameters() if p.requires_grad])
+        self.scaler = torch.amp.GradScaler(device.type) if precision == "16-mixed" else None
+        self.batch = self.model.on_after_batch_transfer(self.model.transfer_batch_to_device(batch, device, 0), 0)
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+        self.losses: list[float] = []
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.precision == "bf16-mixed":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        if self.precision == "16-mixed":
+            return torch.autocast(self.device.type, dtype=torch.float16)
+        return contextlib.nullcontext()
+
+    def step(self, index: int, timed: bool = True) -> float:
+        """One training step; returns its wall seconds."""
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.manual_seed(index)  # the same dropout and augmentation draws in every configuration
+            _sync(self.device)
+            wall, cpu = time.perf_counter(), time.process_time()
+            with self._autocast():
+                loss = self.model.batch_loss(self.batch)
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                loss.backward()
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            _sync(self.device)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        self.losses.append(float(loss.detach().float()))
+        if timed:
+            self.wall.append(wall)
+            self.cpu.append(cpu)
+        return wall
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _first_tensor(value: Any) -> torch.Tensor | None:
+    for tensor in _tensors(value):
+        return tensor
+    return None
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+
+
+def _describe(batch: Any) -> str:
+    return ", ".join(f"{'×'.join(str(s) for s in t.shape)} {str(t.dtype).replace('torch.', '')}"
+                     for t in _tensors(batch))
+
+
+__all__ = ["candidates", "cached_probe", "probe_for_plan", "probe_key", "probe_speed"]

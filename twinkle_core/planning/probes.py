@@ -1,0 +1,152 @@
+"""What a speed probe measured: a few real training steps of the run's model on one of its batches, in each
+configuration a speed decider chooses between (precision, memory format), and the time its data takes to load.
+
+The measuring is the engine's (``twinkle_core.engine.probes``); this module holds the figures the deciders read
+(``PlanContext.probe``) and the rules that compare them, so that a decider's choice given a probe result is a
+pure function (tested without timing anything).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+LOSS_TOLERANCE = 0.05
+"""How far a configuration's loss may lie from fp32's at the same probe step (relative) and still agree."""
+
+CLEARLY_FASTER = 1.1
+"""A configuration other than the default is chosen only when it is at least this much faster (the issue's rule:
+a gain within the probe's noise is no gain)."""
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """One configuration's steps.
+
+    Attributes:
+        precision: the Lightning precision it ran in (``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``).
+        memory_format: ``"contiguous"`` or ``"channels_last"``.
+        step_seconds: wall-clock seconds of each measured step (forward, backward, optimizer step).
+        cpu_seconds: CPU seconds of each measured step (every thread of the process).
+        losses: the loss of each step, warm-up included (each configuration starts from the same weights and
+            trains on the same batch).
+    """
+
+    precision: str
+    memory_format: str
+    step_seconds: tuple[float, ...]
+    cpu_seconds: tuple[float, ...]
+    losses: tuple[float, ...]
+
+    @property
+    def seconds_per_step(self) -> float:
+        """The median wall-clock step (robust to one step another process slowed)."""
+        return statistics.median(self.step_seconds) if self.step_seconds else math.inf
+
+    @property
+    def cpu_seconds_per_step(self) -> float:
+        """The median CPU time of a step."""
+        return statistics.median(self.cpu_seconds) if self.cpu_seconds else math.inf
+
+    @property
+    def finite(self) -> bool:
+        """Whether every loss was a finite number."""
+        return all(math.isfinite(loss) for loss in self.losses)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values, with the medians."""
+        return {**asdict(self), "seconds_per_step": round(self.seconds_per_step, 6),
+                "cpu_seconds_per_step": round(self.cpu_seconds_per_step, 6)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProbeRun:
+        """Read ``to_dict``'s form."""
+        return cls(str(data["precision"]), str(data["memory_format"]), tuple(data["step_seconds"]),
+                   tuple(data["cpu_seconds"]), tuple(data["losses"]))
+
+
+@dataclass
+class SpeedProbe:
+    """A probe's result.
+
+    Attributes:
+        runs: each configuration's measurement (the first is the baseline: fp32, contiguous).
+        batch: the probed batch, described (``"64×3×32×32 float32"``).
+        batch_size: samples in it.
+        threads: the torch threads the steps ran with.
+        load_seconds_per_batch: the median time to read and collate one batch in this process (``None``: not
+            measured).
+        seconds: what the probe itself took.
+        key: the probe's identity in the store (machine, model signature, batch shape, configurations).
+        reused: where the result came from when it was not measured now (the store's file), else ``None``.
+    """
+
+    runs: list[ProbeRun]
+    batch: str
+    batch_size: int
+    threads: int
+    load_seconds_per_batch: float | None = None
+    seconds: float = 0.0
+    key: str = ""
+    reused: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def measured(self) -> str:
+        """How a decision names its figures: ``"measured"``, or ``"measured earlier"`` for a stored probe."""
+        return "measured" if self.reused is None else "measured earlier"
+
+    def run(self, precision: str, memory_format: str = "contiguous") -> ProbeRun | None:
+        """The run of that configuration, if probed."""
+        return next((r for r in self.runs if r.precision == precision and r.memory_format == memory_format), None)
+
+    @property
+    def baseline(self) -> ProbeRun:
+        """The first run (fp32, contiguous)."""
+        return self.runs[0]
+
+    def speedup(self, run: ProbeRun, over: ProbeRun | None = None) -> float:
+        """How many times faster ``run``'s step is than ``over``'s (default: the baseline's)."""
+        other = over or self.baseline
+        return other.seconds_per_step / run.seconds_per_step if run.seconds_per_step > 0 else 0.0
+
+    def loss_gap(self, run: ProbeRun, over: ProbeRun | None = None) -> float:
+        """The largest relative difference between ``run``'s losses and ``over``'s (default: the baseline's) at
+        the same step; infinite when a loss is not finite."""
+        other = over or self.baseline
+        if not (run.finite and other.finite):
+            return math.inf
+        gaps = [abs(a - b) / max(abs(b), 1e-3) for a, b in zip(run.losses, other.losses)]
+        return max(gaps, default=0.0)
+
+    def agrees(self, run: ProbeRun, over: ProbeRun | None = None) -> bool:
+        """Whether ``run``'s losses agree with ``over``'s within ``LOSS_TOLERANCE``."""
+        return self.loss_gap(run, over) <= LOSS_TOLERANCE
+
+    def step_seconds(self, precision: str, memory_format: str = "contiguous") -> float | None:
+        """The median step of a configuration, if probed."""
+        run = self.run(precision, memory_format)
+        return run.seconds_per_step if run is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values (what ``plan.json`` and the store keep)."""
+        return {"runs": [r.to_dict() for r in self.runs], "batch": self.batch, "batch_size": self.batch_size,
+                "threads": self.threads, "load_seconds_per_batch": self.load_seconds_per_batch,
+                "seconds": round(self.seconds, 3), "key": self.key, "reused": self.reused, "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpeedProbe:
+        """Read ``to_dict``'s form."""
+        return cls([ProbeRun.from_dict(r) for r in data["runs"]], str(data["batch"]), int(data["batch_size"]),
+                   int(data["threads"]), data.get("load_seconds_per_batch"), float(data.get("seconds", 0.0)),
+                   str(data.get("key", "")), data.get("reused"), list(data.get("notes", [])))
+
+
+def milliseconds(seconds: float) -> str:
+    """``0.0123`` → ``"12.3 ms"``."""
+    return f"{seconds * 1e3:.3g} ms"
+
+
+__all__ = ["CLEARLY_FASTER", "LOSS_TOLERANCE", "ProbeRun", "SpeedProbe"]
