@@ -67,7 +67,8 @@ class CausalLM(Algorithm):
     def __init__(self, size: str | None = None, weights: str | None = None, dropout: float = 0.0,
                  lora_rank: NonNegativeInt = 0, lora_alpha: float | None = None, lora_targets: str = LORA_ALL,
                  lora_dropout: float = 0.0, adapter: str | None = None, beta: PositiveFloat = 0.1,
-                 val_generations: NonNegativeInt = 2, task: Literal["causal_lm", "instruction_tuning", "preference_tuning"] = "causal_lm") -> None:
+                 val_generations: NonNegativeInt = 2, fused_loss: bool = True,
+                 task: Literal["causal_lm", "instruction_tuning", "preference_tuning"] = "causal_lm") -> None:
         """Choose the model.
 
         Args:
@@ -91,6 +92,10 @@ class CausalLM(Algorithm):
                 default.
             val_generations: held-out prompts the model answers (greedily, up to 32 tokens) at every validation,
                 written to ``generations/step-<N>.jsonl`` in the run beside the data's own answer; 0: none.
+            fused_loss: compute the next-token loss through the LM head chunk by chunk, its gradients in the same
+                pass, never materialising the whole vocabulary's logits (``twinkle_llm.fused_loss``); ``False``:
+                the head's logits, then the loss. Where the head is not a plain linear layer (adapted by LoRA, logit
+                soft-capping, split by tensor parallelism, pipelined) the logits path is used whatever this says.
             task: ``causal_lm`` (raw text), ``instruction_tuning`` (conversations) or ``preference_tuning``
                 (DPO on chosen and rejected answers, against the starting model as the reference).
         """
@@ -125,7 +130,7 @@ class CausalLM(Algorithm):
                                       "with): give weights='/path/to/hf-folder' (an instruction-tuned model, or one "
                                       "exported with format='hf')")
         self.lora_rank, self.lora_dropout, self.beta = lora_rank, lora_dropout, beta
-        self.val_generations = val_generations
+        self.val_generations, self.fused_loss = val_generations, fused_loss
         self._val_prompts: list[Prompt] = []
         self._reference: list[nn.Module] = []  # DPO's frozen reference without LoRA (not a submodule: not saved)
         self.lora_alpha = float(lora_alpha) if lora_alpha is not None else 2.0 * lora_rank
@@ -362,9 +367,30 @@ class CausalLM(Algorithm):
 
     # ------------------------------------------------------------- loss and metrics
     def _token_loss(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """The summed next-token cross-entropy of a batch and the number of predicted tokens."""
+        """The summed next-token cross-entropy of a batch and the number of predicted tokens (through the fused,
+        chunked head where it applies: ``fused_loss``)."""
         x, labels, positions = batch[0], batch[1], batch[2] if len(batch) > 2 else None
-        return self._summed_loss(self._logits(x, positions), labels), (labels[:, 1:] != -100).sum()
+        count = (labels[:, 1:] != -100).sum()
+        head = self.fused_head()
+        if head is None:
+            return self._summed_loss(self._logits(x, positions), labels), count
+        from twinkle_llm.fused_loss import fused_linear_cross_entropy
+
+        hidden = self.model.get_decoder()(input_ids=x, position_ids=positions, use_cache=False).last_hidden_state
+        return fused_linear_cross_entropy(hidden[:, :-1].reshape(-1, hidden.size(-1)), head,
+                                          labels[:, 1:].reshape(-1)), count
+
+    def fused_head(self) -> nn.Linear | None:
+        """The LM head the fused loss goes through, or ``None`` where the logits path must be used: ``fused_loss``
+        off, logits split by vocabulary or pipelined, a head that is not a plain ``nn.Linear`` (LoRA on it), or a
+        model that scales or soft-caps its logits."""
+        if not self.fused_loss or self._split_logits or self.pipeline is not None or getattr(self, "model", None) is None:
+            return None
+        head = self.model.get_output_embeddings()
+        config = getattr(self.model, "config", None)
+        scaled = any(getattr(config, name, None) not in (None, 1.0, 1)
+                     for name in ("final_logit_softcapping", "logit_scale", "logits_scaling"))
+        return head if type(head) is nn.Linear and not scaled else None
 
     def _summed_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The next-token cross-entropy of ``logits`` against ``labels``, summed over the labelled tokens (on
