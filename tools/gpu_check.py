@@ -1,7 +1,8 @@
 """GPU smoke checks for a machine with CUDA: the engine's mixed precision and measured MFU, Kronos, the
 distribution strategies (FSDP2, DDP over NCCL with and without bf16/PowerSGD gradient compression, DeepSpeed
 when installed) on the GPU, llama-60m pre-training (bf16, tokens/s, MFU), twinkle-llm's tensor-parallel plan on a
-one-device mesh and llama-60m under FSDP2, and MelOTTS's quality curve on the GPU
+one-device mesh and llama-60m under FSDP2, the speed probes of issue 51 (``check_speed``: the planner's probe and
+choices, SDPA's kernels, torch.compile's cost and gain, the fused LM-head loss), and MelOTTS's quality curve on the GPU
 (``TTS_STEPS``, default 3000; the same probe as ``bench/tts_quality.py``: MCD-DTW, closed-set identification,
 Whisper WER every ``TTS_EVERY`` steps).
 
@@ -49,6 +50,80 @@ def check_resnet(work: Path) -> dict:
             "fit_seconds": round(seconds, 1), "export": str(exported)[:300],
             "utilisation": {k: measured.get(k) for k in ("samples_per_second", "achieved_flops_per_second", "mfu",
                                                          "peak_source", "data_wait_fraction")}}
+
+
+def _timed_cuda(step, repeats: int = 10) -> float:
+    """Median seconds of ``step()`` on the GPU (after two warm-up calls)."""
+    for _ in range(2):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def check_speed(work: Path) -> dict:
+    """Issue 51's probes on the GPU: the planner's speed probe and choices for ResNet-18 on digits; SDPA's kernels
+    (flash, memory-efficient, math) forward + backward; torch.compile's compile time and step gain on ResNet-18;
+    the fused chunked LM-head loss against the logits path (time and peak memory)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from twinkle_llm.fused_loss import fused_linear_cross_entropy
+    from twinkle_vision.samples import write_digits
+
+    out: dict = {}
+    os.environ.pop("TWINKLE_PROBE", None)
+    data = write_digits(work / "speed-digits")
+    plan = Trainer("resnet18", verbose=False, hyperparams={"max_epochs": 2}).plan(str(data))
+    out["probe"] = plan.estimates.get("probe")
+    out["choices"] = {d.name: (d.value, d.reason) for d in plan.decisions
+                      if d.name in ("precision", "memory_format", "num_workers", "torch_threads", "compile")}
+    q, k, v = (torch.randn(8, 16, 1024, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
+                          ("math", SDPBackend.MATH)):
+        try:
+            with sdpa_kernel(backend):
+                out[f"sdpa_{name}_ms"] = round(1e3 * _timed_cuda(
+                    lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()), 3)
+        except RuntimeError as err:
+            out[f"sdpa_{name}_ms"] = f"unavailable: {str(err)[:120]}"
+    import timm
+
+    model = timm.create_model("resnet18", num_classes=10).cuda()
+    opt = torch.optim.AdamW(model.parameters(), fused=True)
+    x, y = torch.randn(128, 3, 64, 64, device="cuda"), torch.randint(0, 10, (128,), device="cuda")
+
+    def step(m):
+        def run():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = F.cross_entropy(m(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return run
+
+    out["resnet18_eager_ms"] = round(1e3 * _timed_cuda(step(model)), 3)
+    start = time.perf_counter()
+    compiled = torch.compile(model)
+    step(compiled)()
+    torch.cuda.synchronize()
+    out["resnet18_compile_seconds"] = round(time.perf_counter() - start, 1)
+    out["resnet18_compiled_ms"] = round(1e3 * _timed_cuda(step(compiled)), 3)
+    head = torch.nn.Linear(1024, 151_936, bias=False, device="cuda", dtype=torch.bfloat16)
+    hidden = torch.randn(8 * 1024, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    targets = torch.randint(0, 151_936, (8 * 1024,), device="cuda")
+    for name, loss_of in (("fused", lambda: fused_linear_cross_entropy(hidden, head, targets)),
+                          ("logits", lambda: F.cross_entropy(head(hidden).float(), targets, reduction="sum"))):
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        out[f"lm_loss_{name}_ms"] = round(1e3 * _timed_cuda(lambda: loss_of().backward(), 5), 3)
+        out[f"lm_loss_{name}_peak_mib"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
+    return out
 
 
 def check_tts(work: Path) -> dict:
@@ -221,8 +296,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="twinkle-gpu-"))
     os.environ.setdefault("TWINKLE_HOME", str(work / "home"))
     failed = 0
-    chosen = set(os.environ.get("CHECKS", "kronos,resnet18,llm,layouts,strategies,tts").split(","))
-    for name, check in (("kronos", lambda: check_kronos(Path(os.environ["BARS"]))),
+    chosen = set(os.environ.get("CHECKS", "speed,kronos,resnet18,llm,layouts,strategies,tts").split(","))
+    for name, check in (("speed", lambda: check_speed(work)),
+                        ("kronos", lambda: check_kronos(Path(os.environ["BARS"]))),
                         ("resnet18", lambda: check_resnet(work)),
                         ("llm", lambda: check_llm(work)),
                         ("layouts", lambda: check_layouts(work)),

@@ -382,11 +382,14 @@ class CausalLM(Algorithm):
 
     def fused_head(self) -> nn.Linear | None:
         """The LM head the fused loss goes through, or ``None`` where the logits path must be used: ``fused_loss``
-        off, logits split by vocabulary or pipelined, a head that is not a plain ``nn.Linear`` (LoRA on it), or a
-        model that scales or soft-caps its logits."""
+        off, logits split by vocabulary or pipelined, parameters sharded (FSDP2's or DeepSpeed's: the head's weight
+        is whole only inside the root module's forward), a head that is not a plain ``nn.Linear`` (LoRA on it), or
+        a model that scales or soft-caps its logits."""
         if not self.fused_loss or self._split_logits or self.pipeline is not None or getattr(self, "model", None) is None:
             return None
         head = self.model.get_output_embeddings()
+        if type(getattr(head, "weight", None)) is not nn.Parameter or hasattr(head.weight, "ds_id"):
+            return None  # a DTensor (FSDP2, tensor parallel) or a ZeRO-3 partition
         config = getattr(self.model, "config", None)
         scaled = any(getattr(config, name, None) not in (None, 1.0, 1)
                      for name in ("final_logit_softcapping", "logit_scale", "logits_scaling"))
