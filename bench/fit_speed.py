@@ -133,7 +133,7 @@ def twinkle(folder: Path, epochs: int, home: Path) -> dict[str, Any]:
     result = trainer.fit(data=str(folder))
     seconds = time.perf_counter() - start
     measured = RunStore(str(home)).get(result.run_uri).measured
-    choices = {d.name: d.value for d in result.plan.decisions
+    choices = {d.name: f"{d.value}: {d.reason}" for d in result.plan.decisions
                if d.name in ("precision", "memory_format", "num_workers", "torch_threads", "compile", "image_path")}
     probe = result.plan.estimates.get("probe") or {}
     return {"val_accuracy": round(float(result.metrics.get("val_accuracy", float("nan"))), 4), "choices": choices,

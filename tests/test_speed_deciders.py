@@ -71,6 +71,8 @@ def test_gpus_keep_16_bit_unless_a_probe_measured_it_slower() -> None:
     assert plan(V100, note="not probed").precision == "16-mixed"
     slower = plan(V100, speed=probe(run("32-true", 0.010), run("16-mixed", 0.012)))
     assert slower.precision == "32-true" and "(0.83×)" in reason(slower, "precision")
+    barely = plan(H100, speed=probe(run("32-true", 0.010), run("bf16-mixed", 0.0097)))  # half the memory all the same
+    assert barely.precision == "bf16-mixed" and "(1.03×)" in reason(barely, "precision")
 
 
 def test_a_pinned_choice_is_never_overridden_by_a_probe() -> None:

@@ -36,13 +36,13 @@ from twinkle_core.planning.probes import ProbeRun, SpeedProbe
 from twinkle_core.store.atomic import atomic_write_text
 from twinkle_core.uris import filesystem, join
 
-PROBE_STEPS = 5
+PROBE_STEPS = 8
 """Measured rounds at most (after one warm-up step per configuration)."""
 
 MIN_PROBE_STEPS = 2
 """Measured rounds at least, whatever the budget."""
 
-PROBE_SECONDS = 6.0
+PROBE_SECONDS = 8.0
 """The measured rounds stop once they have taken this long (after ``MIN_PROBE_STEPS``)."""
 
 MEMORY_SHARE = 0.2

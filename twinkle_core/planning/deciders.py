@@ -281,9 +281,10 @@ class PrecisionDecider(Decider):
         measured = probe.measured
         if gap > LOSS_TOLERANCE:
             return "32-true", f"{measured}: {figures} (more than {LOSS_TOLERANCE:.0%}): fp32"
-        if speed >= CLEARLY_FASTER:
+        needed = CLEARLY_FASTER if default == "32-true" else 1.0  # a GPU keeps 16-bit (half the memory) unless slower
+        if speed >= needed:
             return mixed, f"{measured}: {figures}"
-        return "32-true", f"{measured}: {figures}; not {CLEARLY_FASTER}× faster: fp32"
+        return "32-true", f"{measured}: {figures}; not {needed}× faster: fp32"
 
 
 class MemoryFormatDecider(Decider):
@@ -376,7 +377,8 @@ def training_seconds(draft: PlanDraft) -> tuple[float, str]:
     if probe is not None:
         run = probe.run(str(v.get("precision", "32-true")), str(v.get("memory_format", "contiguous"))) \
             or probe.baseline
-        per_sample = run.seconds_per_step / max(probe.batch_size, 1) * probe.threads / max(threads, 1)
+        # the median step (a machine's usual load included), not the fastest the decisions compare
+        per_sample = run.median_seconds_per_step / max(probe.batch_size, 1) * probe.threads / max(threads, 1)
         load = (probe.load_seconds_per_batch or 0.0) / max(probe.batch_size, 1) if not v.get("num_workers") else 0.0
         validations = max(1, math.ceil(steps / per_epoch))
         seconds = samples / replicas * (per_sample + load) + validations * c.val_samples / replicas * per_sample / 3
