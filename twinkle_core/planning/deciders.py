@@ -743,7 +743,7 @@ class LoaderWorkersDecider(Decider):
         if probe is None or load is None:
             if in_memory:
                 return 0, "data is in memory: worker processes would only add overhead"
-            return min(2, max(cores - 1, 0)), "sharded reads overlap compute"
+            return min(2, max(c.hardware.cpu_count - 1, 0)), "sharded reads overlap compute"
         step = probe.baseline.seconds_per_step
         share = load / max(load + step, 1e-9)
         figures = f"reading a batch took {milliseconds(load)}, a training step {milliseconds(step)}"
