@@ -181,7 +181,18 @@ def test_a_probe_measures_every_configuration_from_the_same_weights_and_leaves_t
     before = copy.deepcopy(algorithm.state_dict())
     data = TensorDataset(torch.randn(64, 3, 8, 8), torch.randint(0, 4, (64,)))
     hardware = BF16_CPU
+    import random
+
+    import numpy as np
+
+    def draws() -> tuple[float, float, float]:
+        return float(torch.rand(())), random.random(), float(np.random.rand())
+
+    torch.manual_seed(5), random.seed(5), np.random.seed(5)
+    expected = draws()
+    torch.manual_seed(5), random.seed(5), np.random.seed(5)
     first = probe_speed(algorithm, data, None, 16, hardware, 1, str(tmp_path))
+    assert draws() == expected  # the training after a probe draws what it would have drawn without one
     assert isinstance(first, SpeedProbe), first
     assert [(r.precision, r.memory_format) for r in first.runs] == [
         ("32-true", "contiguous"), ("bf16-mixed", "contiguous"), ("bf16-mixed", "channels_last")]
@@ -194,6 +205,23 @@ def test_a_probe_measures_every_configuration_from_the_same_weights_and_leaves_t
     assert again.runs == first.runs
     other = probe_speed(algorithm, data, None, 8, hardware, 1, str(tmp_path))  # another batch shape: measured anew
     assert isinstance(other, SpeedProbe) and other.reused is None and other.key != first.key
+
+
+def test_no_probe_where_the_plan_will_start_a_process_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model large enough for every GPU of an 8-GPU machine, pinned devices, or a launched world is not probed
+    (each rank would measure something else and plan apart); the reason says so."""
+    from twinkle_core.engine.probes import probe_for_plan
+    from twinkle_core.engine.settings import TrainerSettings
+
+    monkeypatch.delenv("TWINKLE_PROBE", raising=False)
+    big = nn.Linear(1, 1)
+    big.extra = nn.Parameter(torch.empty(100_000_000, device="meta"))  # counted, never allocated
+    eight = Hardware("cuda", 8, "NVIDIA H100", 80 * GB, True, True, 64, 1000 * GB)
+    for hardware, settings, model in ((eight, TrainerSettings(), big), (BF16_CPU, TrainerSettings(devices=2), Net())):
+        probe, note = probe_for_plan(settings, hardware, model, None, None, None)  # type: ignore[arg-type]
+        assert probe is None and "several processes" in note
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert "several processes" in probe_for_plan(TrainerSettings(), BF16_CPU, Net(), None, None, None)[1]  # type: ignore[arg-type,operator]
 
 
 def test_a_default_fit_probes_once_stores_it_and_says_so_in_plan_json(tmp_path: Path, cancer_csv: str,

@@ -31,6 +31,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from twinkle_core.algorithm import Algorithm, batch_size_of
+from twinkle_core.planning.deciders import SINGLE_DEVICE_PARAMS
 from twinkle_core.planning.hardware import Hardware, cpu_description
 from twinkle_core.planning.probes import ProbeRun, SpeedProbe
 from twinkle_core.store.atomic import atomic_write_text
@@ -111,8 +112,11 @@ def probe_for_plan(settings: Any, hardware: Hardware, algorithm: Algorithm, trai
         return None, "not probed (probe=False)"
     if os.environ.get("TWINKLE_PROBE", "").strip().lower() in PROBE_OFF_VALUES:
         return None, "not probed (TWINKLE_PROBE=0)"
+    parameters = sum(p.numel() for p in algorithm.parameters())
     several = (hardware.launcher is not None or int(os.environ.get("WORLD_SIZE", "1")) > 1
-               or settings.backend == "ray" or (settings.devices or 1) > 1 or (settings.num_nodes or 1) > 1)
+               or settings.backend == "ray" or (settings.devices or 1) > 1 or (settings.num_nodes or 1) > 1
+               or (hardware.accelerator != "cpu" and hardware.devices > 1 and settings.devices is None
+                   and parameters >= SINGLE_DEVICE_PARAMS))  # the plan will use every device: one process each
     if several:
         return None, "not probed: a run of several processes (pin precision= to choose)"
     if settings.precision is not None and settings.memory_format is not None and settings.num_workers is not None:
@@ -137,29 +141,53 @@ def probe_speed(algorithm: Algorithm, dataset: Dataset, collate_fn: Any, batch_s
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        batch, load = _first_batch(dataset, collate_fn, batch_size)
-        if batch is None:
-            return "the training split gave no batch"
-        runs = candidates(algorithm, hardware, batch)
-        described = _describe(batch)
-        reader = f"{type(dataset).__qualname__}/{type(getattr(dataset, 'transform', None)).__qualname__}"
-        key = probe_key(algorithm, hardware, threads, described, runs, reader)
-        if home is not None and (stored := cached_probe(home, key)) is not None:
-            return stored
-        state = sum(p.numel() * p.element_size() * (4 if p.requires_grad else 1) for p in algorithm.parameters())
-        if state * len(runs) > MEMORY_SHARE * max(hardware.device_memory_bytes, 1):
-            return f"{len(runs)} copies of the training state ({state * len(runs) / 2**30:.1f} GiB) would not fit " \
-                   f"in {MEMORY_SHARE:.0%} of the device's memory"
-        measured = _measure(algorithm, batch, runs, hardware.accelerator, steps, seconds)
-        probe = SpeedProbe(measured, described, batch_size_of(batch), threads, load, time.perf_counter() - started,
-                           key)
-        if home is not None:
-            atomic_write_text(join(home, "probes", f"{key}.json"), json.dumps(probe.to_dict(), indent=2) + "\n")
-        return probe
+        with _random_state_kept(hardware.accelerator):  # the training draws as it would without the probe
+            return _probe(algorithm, dataset, collate_fn, batch_size, hardware, threads, home, steps, seconds, started)
     except Exception as err:  # a probe that cannot run leaves the choices to the rules, never fails the training
         return f"the probe failed ({type(err).__name__}: {str(err)[:200]})"
     finally:
         torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def _random_state_kept(accelerator: str) -> Iterator[None]:
+    """torch's (CPU and the current CUDA device's), NumPy's and Python's random states as they were on entry."""
+    import random
+
+    import numpy as np
+
+    python, numpy_state = random.getstate(), np.random.get_state()
+    devices = [torch.cuda.current_device()] if accelerator == "cuda" and torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            yield
+        finally:
+            random.setstate(python)
+            np.random.set_state(numpy_state)
+
+
+def _probe(algorithm: Algorithm, dataset: Dataset, collate_fn: Any, batch_size: int, hardware: Hardware,
+           threads: int, home: str | None, steps: int, seconds: float, started: float) -> SpeedProbe | str:
+    """``probe_speed``'s work, with the random states kept and the threads set."""
+    batch, load = _first_batch(dataset, collate_fn, batch_size)
+    if batch is None:
+        return "the training split gave no batch"
+    runs = candidates(algorithm, hardware, batch)
+    described = _describe(batch)
+    reader = f"{type(dataset).__qualname__}/{type(getattr(dataset, 'transform', None)).__qualname__}"
+    key = probe_key(algorithm, hardware, threads, described, runs, reader)
+    if home is not None and (stored := cached_probe(home, key)) is not None:
+        return stored
+    state = sum(p.numel() * p.element_size() * (4 if p.requires_grad else 1) for p in algorithm.parameters())
+    if state * len(runs) > MEMORY_SHARE * max(hardware.device_memory_bytes, 1):
+        return f"{len(runs)} copies of the training state ({state * len(runs) / 2**30:.1f} GiB) would not fit " \
+               f"in {MEMORY_SHARE:.0%} of the device's memory"
+    measured = _measure(algorithm, batch, runs, hardware.accelerator, steps, seconds)
+    probe = SpeedProbe(measured, described, batch_size_of(batch), threads, load, time.perf_counter() - started,
+                       key)
+    if home is not None:
+        atomic_write_text(join(home, "probes", f"{key}.json"), json.dumps(probe.to_dict(), indent=2) + "\n")
+    return probe
 
 
 def _first_batch(dataset: Dataset, collate_fn: Any, batch_size: int) -> tuple[Any, float | None]:
