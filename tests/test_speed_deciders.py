@@ -25,7 +25,7 @@ H100 = Hardware("cuda", 1, "NVIDIA H100", 80 * GB, True, True, 8, 500 * GB)
 
 def run(precision: str, step: float, losses: tuple[float, ...] = (2.0, 1.8, 1.6), memory_format: str = "contiguous"
         ) -> ProbeRun:
-    """A configuration's probe with every step taking ``step`` seconds."""
+    """A made-up probe result (nothing is timed): a configuration whose every step took ``step`` seconds."""
     return ProbeRun(precision, memory_format, (step,) * 3, (2 * step,) * 3, losses)
 
 
@@ -196,7 +196,7 @@ def test_a_probe_measures_every_configuration_from_the_same_weights_and_leaves_t
     assert isinstance(first, SpeedProbe), first
     assert [(r.precision, r.memory_format) for r in first.runs] == [
         ("32-true", "contiguous"), ("bf16-mixed", "contiguous"), ("bf16-mixed", "channels_last")]
-    assert all(len(r.step_seconds) >= 2 and r.finite for r in first.runs)
+    assert all(len(r.step_seconds) >= 2 and r.finite for r in first.runs)  # a count (MIN_PROBE_STEPS), not a time
     assert first.runs[0].losses[0] == pytest.approx(first.runs[1].losses[0], rel=0.05)  # the same weights and batch
     assert first.batch_size == 16 and first.load_seconds_per_batch is not None and first.reused is None
     assert all(torch.equal(before[k], v) for k, v in algorithm.state_dict().items())

@@ -22,6 +22,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import os
 import statistics
 import time
 import warnings
@@ -32,6 +33,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from twinkle_core.algorithm import Algorithm, batch_size_of
 from twinkle_core.planning.deciders import SINGLE_DEVICE_PARAMS
+from twinkle_core.planning.estimate import describe_tensors, tensors_in
 from twinkle_core.planning.hardware import Hardware, cpu_description
 from twinkle_core.planning.probes import ProbeRun, SpeedProbe
 from twinkle_core.store.atomic import atomic_write_text
@@ -64,7 +66,7 @@ def candidates(algorithm: Algorithm, hardware: Hardware, example: Any) -> list[t
             mixed = "16-mixed"
     if mixed:
         runs.append((mixed, "contiguous"))
-    inputs = _first_tensor(example)
+    inputs = next(iter(tensors_in(example)), None)
     if inputs is not None and inputs.dim() == 4 and inputs.is_floating_point() and any(
             isinstance(m, torch.nn.Conv2d) for m in algorithm.modules()):
         runs.append((mixed or "32-true", "channels_last"))
@@ -106,8 +108,6 @@ def probe_for_plan(settings: Any, hardware: Hardware, algorithm: Algorithm, trai
     """The probe a plan reads, or why there is none: probing is off (``probe=False``, ``TWINKLE_PROBE=0``), the run
     has several processes (each would measure something else: pin the choices), or every choice it informs is
     pinned. ``settings`` is the run's ``TrainerSettings``."""
-    import os
-
     if not settings.probe:
         return None, "not probed (probe=False)"
     if os.environ.get("TWINKLE_PROBE", "").strip().lower() in PROBE_OFF_VALUES:
@@ -173,7 +173,7 @@ def _probe(algorithm: Algorithm, dataset: Dataset, collate_fn: Any, batch_size: 
     if batch is None:
         return "the training split gave no batch"
     runs = candidates(algorithm, hardware, batch)
-    described = _describe(batch)
+    described = describe_tensors(batch)
     reader = f"{type(dataset).__qualname__}/{type(getattr(dataset, 'transform', None)).__qualname__}"
     key = probe_key(algorithm, hardware, threads, described, runs, reader)
     if home is not None and (stored := cached_probe(home, key)) is not None:
@@ -282,28 +282,6 @@ class _Copy:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _first_tensor(value: Any) -> torch.Tensor | None:
-    for tensor in _tensors(value):
-        return tensor
-    return None
-
-
-def _tensors(value: Any) -> Iterator[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors(item)
-
-
-def _describe(batch: Any) -> str:
-    return ", ".join(f"{'×'.join(str(s) for s in t.shape)} {str(t.dtype).replace('torch.', '')}"
-                     for t in _tensors(batch))
 
 
 __all__ = ["candidates", "cached_probe", "probe_for_plan", "probe_key", "probe_speed"]

@@ -274,10 +274,8 @@ class PrecisionDecider(Decider):
             return default, f"{hw.device_name} computes {native}; {why}"
         speed, gap = probe.speedup(run), probe.loss_gap(run)
         figures = (f"a training step took {milliseconds(run.seconds_per_step)} in {mixed} against "
-                   f"{milliseconds(probe.baseline.seconds_per_step)} in fp32 ({speed:.2f}×), losses within "
-                   f"{gap:.1%} of fp32's" if gap != float("inf") else
-                   f"a training step took {milliseconds(run.seconds_per_step)} in {mixed} against "
-                   f"{milliseconds(probe.baseline.seconds_per_step)} in fp32 ({speed:.2f}×), but its loss was not finite")
+                   f"{milliseconds(probe.baseline.seconds_per_step)} in fp32 ({speed:.2f}×), "
+                   + (f"losses within {gap:.1%} of fp32's" if math.isfinite(gap) else "but its loss was not finite"))
         measured = probe.measured
         if gap > LOSS_TOLERANCE:
             return "32-true", f"{measured}: {figures} (more than {LOSS_TOLERANCE:.0%}): fp32"
@@ -357,6 +355,20 @@ class CompileDecider(Decider):
                                        "step was measured for this model: eager (pin compile='default' to compile)")
 
 
+def planned_length(draft: PlanDraft) -> tuple[int, int, int]:
+    """``(optimizer steps per epoch, epochs, optimizer steps in all)`` of the draft: the decided ``max_epochs`` (for a
+    strategy without ``TrainingLengthDecider``: the user's, else no limit with ``max_steps``, else
+    ``DEFAULT_EPOCHS``; -1: no epoch limit), its steps cut at ``max_steps``."""
+    c = draft.context
+    per_epoch = steps_per_epoch(draft)
+    decided = draft.values.get("max_epochs", c.max_epochs)
+    epochs = int(decided if decided is not None else (-1 if c.max_steps > 0 else DEFAULT_EPOCHS))
+    steps = per_epoch * epochs if epochs > 0 else c.max_steps
+    if c.max_steps > 0:
+        steps = min(steps, c.max_steps)
+    return per_epoch, epochs, steps
+
+
 def training_seconds(draft: PlanDraft) -> tuple[float, str]:
     """The training's expected duration and where the figure comes from: the speed probe's step at the chosen
     configuration (with the data's loading time when there are no loader workers, and validation as a third of a
@@ -365,12 +377,7 @@ def training_seconds(draft: PlanDraft) -> tuple[float, str]:
     c, v = draft.context, draft.values
     replicas = max(draft.world_size // (draft.layout.model_parallel if draft.layout is not None else 1), 1)
     micro, accumulate = int(v.get("micro_batch_size", c.batch_size)), int(v.get("accumulate_grad_batches", 1))
-    per_epoch = steps_per_epoch(draft)
-    decided = v.get("max_epochs", c.max_epochs)
-    epochs = int(decided if decided is not None else (-1 if c.max_steps > 0 else DEFAULT_EPOCHS))
-    steps = per_epoch * epochs if epochs > 0 else c.max_steps
-    if c.max_steps > 0:
-        steps = min(steps, c.max_steps)
+    per_epoch, epochs, steps = planned_length(draft)
     samples = min(c.train_samples * epochs if epochs > 0 else math.inf, steps * micro * replicas * accumulate)
     threads = int(v.get("torch_threads", 1))
     probe = c.probe

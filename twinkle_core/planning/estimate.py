@@ -69,10 +69,10 @@ def measure(model: nn.Module, example: Any, row_wise: Iterable[nn.Module] = (), 
 
     def count(_module: nn.Module, _inputs: Any, output: Any) -> None:
         nonlocal activations
-        activations += sum(t.numel() * 4 for t in _tensors(output))
+        activations += sum(t.numel() * 4 for t in tensors_in(output))
 
     def count_reduced(_module: nn.Module, _inputs: Any, output: Any) -> None:
-        reduced.append(sum(t.numel() * 4 for t in _tensors(output)))
+        reduced.append(sum(t.numel() * 4 for t in tensors_in(output)))
 
     leaves = [m for m in model.modules() if not list(m.children())]
     handles = [m.register_forward_hook(count) for m in leaves]
@@ -82,7 +82,7 @@ def measure(model: nn.Module, example: Any, row_wise: Iterable[nn.Module] = (), 
     try:
         with FlopCounterMode(display=False) as counter:
             out = model(example)
-            loss = sum(t.float().sum() for t in _tensors(out))
+            loss = sum(t.float().sum() for t in tensors_in(out))
             if loss.requires_grad:
                 loss.backward()
         flops = counter.get_total_flops()
@@ -125,7 +125,7 @@ def measure_example(model: nn.Module) -> ModelFacts:
         return measure(model, example, row_wise, sequence_parallel, len(units) or 1)
     except Exception as err:
         raise PlanningError(
-            f"the planner's test forward of {name} failed on example_input(2) — {_describe(example)}: "
+            f"the planner's test forward of {name} failed on example_input(2) — {describe_tensors(example)}: "
             f"{type(err).__name__}: {err}. Override {name}.example_input(batch_size) to return what the model "
             "takes (for token ids give the DataSpec input_dtype='int64' and vocab_size=N)"
         ) from err
@@ -161,19 +161,20 @@ def _row_wise(algorithm: nn.Module) -> tuple[list[nn.Module], bool]:
     return modules, any(isinstance(style, SequenceParallel) for style in plan.values())
 
 
-def _describe(example: Any) -> str:
-    tensors = _tensors(example)
+def describe_tensors(example: Any) -> str:
+    """The tensors inside ``example``, described (``"float32 [32, 3, 32, 32], int64 [32]"``)."""
+    tensors = tensors_in(example)
     return ", ".join(f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)}" for t in tensors) or repr(example)[:80]
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
+def tensors_in(value: Any) -> list[torch.Tensor]:
     """Every tensor inside ``value`` (a tensor, or tuples, lists and dicts of them)."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, dict):
         value = list(value.values())
     if isinstance(value, (tuple, list)):
-        return [t for item in value for t in _tensors(item)]
+        return [t for item in value for t in tensors_in(item)]
     return []
 
 

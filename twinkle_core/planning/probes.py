@@ -81,7 +81,7 @@ class SpeedProbe:
 
     Attributes:
         runs: each configuration's measurement (the first is the baseline: fp32, contiguous).
-        batch: the probed batch, described (``"64×3×32×32 float32"``).
+        batch: the probed batch, described (``"float32 [64, 3, 32, 32], int64 [64]"``).
         batch_size: samples in it.
         threads: the torch threads the steps ran with.
         load_seconds_per_batch: the median time to read and collate one batch in this process (``None``: not

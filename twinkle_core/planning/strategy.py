@@ -18,14 +18,12 @@ class DetectionStrategy(DefaultStrategy):
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
 from twinkle_core.hyperparams import with_new_names
 
 from twinkle_core.planning.deciders import (
-    DEFAULT_EPOCHS,
     BatchingDecider,
     CompileDecider,
     CompressionDecider,
@@ -41,6 +39,7 @@ from twinkle_core.planning.deciders import (
     PrecisionDecider,
     LoaderWorkersDecider,
     TrainingLengthDecider,
+    planned_length,
     training_seconds,
 )
 from twinkle_core.planning.plan import Plan, PlanEstimates
@@ -103,12 +102,8 @@ class DefaultStrategy(ResourceStrategy):
         v = draft.values
         workers = draft.world_size // (draft.layout.model_parallel if draft.layout is not None else 1)  # replicas
         micro, accumulate = int(v["micro_batch_size"]), int(v["accumulate_grad_batches"])
-        steps_per_epoch = math.ceil(context.train_samples / max(micro * workers, 1) / accumulate)
         decided = v.get("max_epochs", context.max_epochs)  # None: a strategy without TrainingLengthDecider
-        epochs = int(decided if decided is not None else (-1 if context.max_steps > 0 else DEFAULT_EPOCHS))
-        steps = steps_per_epoch * epochs if epochs > 0 else context.max_steps
-        if context.max_steps > 0:
-            steps = min(steps, context.max_steps)
+        steps_per_epoch, epochs, steps = planned_length(draft)
         estimates: PlanEstimates = {
             "hardware": context.hardware.key,
             **context.facts.to_dict(),  # type: ignore[typeddict-item]  (ModelFacts' fields, as PlanEstimates names them)

@@ -65,9 +65,10 @@ DECODE_ONCE_BYTES = 2 * 2**30
 decoded once into a cached index instead of from their files in every epoch."""
 
 
-def _batch_of(dataset: Any, stored: np.ndarray, labels: np.ndarray) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """``(image, class)`` samples of a whole batch of ``stored`` uint8 images, transformed at once."""
-    images = dataset.transform.batch(torch.from_numpy(np.ascontiguousarray(stored)))
+def _batch_of(transform: Any, stored: np.ndarray, labels: np.ndarray) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``(image, class)`` samples of a whole batch of ``stored`` uint8 images, transformed at once by
+    ``transform.batch``."""
+    images = transform.batch(torch.from_numpy(np.ascontiguousarray(stored)))
     return list(zip(images.unbind(0), torch.as_tensor(labels, dtype=torch.int64).unbind(0)))
 
 
@@ -100,7 +101,7 @@ class FileImages(Dataset):
         if getattr(self.transform, "batch", None) is None:
             return [self[i] for i in indices]
         rows = self.rows[np.asarray(indices, dtype=np.int64)]
-        return _batch_of(self, np.stack([self.stored(i) for i in indices]), self.labels[rows])
+        return _batch_of(self.transform, np.stack([self.stored(i) for i in indices]), self.labels[rows])
 
 
 class _Inputs(Dataset):
@@ -164,7 +165,7 @@ class ArrayImages(Dataset):
         if getattr(self.transform, "batch", None) is None:
             return [self[i] for i in indices]
         rows = self.rows[np.asarray(indices, dtype=np.int64)]
-        return _batch_of(self, self.images[rows], self.labels[rows])
+        return _batch_of(self.transform, self.images[rows], self.labels[rows])
 
 
 class ImageRow:
