@@ -197,6 +197,10 @@ def test_a_probe_measures_every_configuration_from_the_same_weights_and_leaves_t
     assert [(r.precision, r.memory_format) for r in first.runs] == [
         ("32-true", "contiguous"), ("bf16-mixed", "contiguous"), ("bf16-mixed", "channels_last")]
     assert all(len(r.step_seconds) >= 2 and r.finite for r in first.runs)  # a count (MIN_PROBE_STEPS), not a time
+    # a checkpoint of the state was written with the run's writer (weights and AdamW's two moments), then removed
+    assert first.checkpoint_seconds and first.checkpoint_bytes and first.checkpoint_bytes > 3 * 4 * sum(
+        p.numel() for p in algorithm.parameters())
+    assert not [p for p in (tmp_path / "probes").iterdir() if p.suffix != ".json"]
     assert first.runs[0].losses[0] == pytest.approx(first.runs[1].losses[0], rel=0.05)  # the same weights and batch
     assert first.batch_size == 16 and first.load_seconds_per_batch is not None and first.reused is None
     assert all(torch.equal(before[k], v) for k, v in algorithm.state_dict().items())
@@ -243,3 +247,53 @@ def test_a_default_fit_probes_once_stores_it_and_says_so_in_plan_json(tmp_path: 
     assert again.estimates["probe"]["reused"] and "measured earlier" in reason(again, "num_workers")
     off = Trainer("tabular-mlp", home=home, verbose=False, hyperparams={"max_epochs": 1, "probe": False}).plan(cancer_csv)
     assert "probe" not in off.estimates and "probe=False" in reason(off, "memory_format")
+
+
+def test_last_ckpt_is_written_every_few_epochs_where_the_measured_write_would_cost_more_than_2_percent(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkpoint interval: a write that is a small share of an epoch keeps last.ckpt after every epoch; a costly
+    one spreads the writes (k as small as keeps them under 2 % of the training, the crash's loss capped at 300 s of
+    training); the time estimate counts the writes; without a measurement, with validation inside epochs or pinned,
+    the rule or the user's value holds."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the probe's 4 threads: its step as measured
+
+    def measured(write: float) -> SpeedProbe:  # made-up figures: 100 steps of 0.1 s + 1 ms loading an epoch
+        speed = probe(run("32-true", 0.100))
+        speed.checkpoint_seconds, speed.checkpoint_bytes = write, 134 * 10**6
+        return speed
+
+    cheap = plan(speed=measured(0.06))
+    assert cheap.checkpoint_every_n_epochs == 1 and "0.6% of an epoch (~10.1 s)" in reason(cheap, "checkpoint_every_n_epochs")
+    costly = plan(speed=measured(1.0))  # 1 s against 2 % of 10.1 s: every ceil(4.95) = 5 epochs
+    assert costly.checkpoint_every_n_epochs == 5
+    assert "134.0 MB" in reason(costly, "checkpoint_every_n_epochs") and "at most 4 epoch(s)" in reason(costly, "checkpoint_every_n_epochs")
+    base = plan(speed=probe(run("32-true", 0.100))).estimates["estimated_seconds"]
+    assert costly.estimates["estimated_seconds"] == pytest.approx(base + 2 * 1.0, abs=0.1)  # two writes in 10 epochs
+    capped = plan(speed=measured(10.0), max_epochs=100)  # every 50 would be 2 %; 300 s of training is 29 epochs
+    assert capped.checkpoint_every_n_epochs == 29
+    assert plan(note="not probed (TWINKLE_PROBE=0)").checkpoint_every_n_epochs == 1
+    assert plan(speed=measured(1.0), val_check_interval=0.5).checkpoint_every_n_epochs == 1
+    pinned = plan(speed=measured(1.0), overrides={"checkpoint_every_n_epochs": 2})
+    assert pinned.checkpoint_every_n_epochs == 2 and reason(pinned, "checkpoint_every_n_epochs") == "set by the user"
+
+
+def test_an_interval_of_epochs_writes_last_ckpt_on_its_epochs_and_always_after_the_last(tmp_path: Path,
+                                                                                      cancer_csv: str) -> None:
+    """checkpoint_every_n_epochs=2 over 3 epochs: no last.ckpt after the first epoch, the second epoch's state after
+    the second, and the third (not a multiple of 2) after the training ends — a finished run holds its final state."""
+    import lightning as L
+
+    from twinkle_core.engine.checkpoints import load_checkpoint
+
+    seen: dict[int, int | None] = {}
+
+    class Look(L.Callback):
+        def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            path = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt"  # type: ignore[union-attr]
+            seen[trainer.current_epoch] = load_checkpoint(str(path))["epoch"] if path.exists() else None
+
+    result = Trainer("tabular-mlp", home=str(tmp_path), verbose=False, callbacks=[Look()],
+                     hyperparams={"max_epochs": 3, "checkpoint_every_n_epochs": 2}).fit(cancer_csv)
+    assert seen == {0: None, 1: None, 2: 1}
+    assert load_checkpoint(str(Path(result.run_dir) / "checkpoints" / "last.ckpt"))["epoch"] == 2
+    assert reason(result.plan, "checkpoint_every_n_epochs") == "set by the user"

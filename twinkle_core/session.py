@@ -310,6 +310,7 @@ class Session:
             probe_note=probe_note,
             val_samples=0 if isinstance(prepared.val, IterableDataset) or prepared.val is None else len(prepared.val),
             optimizer_kernel=algorithm.optimizer_kernel_name(),
+            checkpoint_every_n_steps=self.settings.checkpoint_every_n_steps,
         )
         strategy = choose_strategy(self.task, self.resource_strategy).load()()
         plan = strategy.plan(context)

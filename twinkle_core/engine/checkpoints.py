@@ -10,18 +10,21 @@ DCP stores as pickled bytes is ever loaded.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
 import warnings
-from typing import Any
+from typing import Any, Iterator
 
+import lightning as L
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
 
 from twinkle_core.pretrained import UnsafeWeightsError, WeightsError, torch_load
-from twinkle_core.store.atomic import atomic_write_bytes
+from twinkle_core.store.atomic import atomic_writer
 from twinkle_core.uris import filesystem, is_local, require_exists
 
 TWINKLE_KEY = "twinkle"
@@ -61,13 +64,52 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if str(path).replace("\\", "/").rsplit("/", 1)[-1] in WEIGHTS_ONLY_NAMES:
             checkpoint = {**{k: v for k, v in checkpoint.items() if k not in ("optimizer_states", "lr_schedulers")},
                           WEIGHTS_ONLY_KEY: True}
-        buffer = io.BytesIO()
-        torch.save(checkpoint, buffer)
-        atomic_write_bytes(str(path), buffer.getvalue())
+        with atomic_writer(str(path)) as handle:  # streamed: no second copy of the state in memory
+            torch.save(checkpoint, handle)
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
         """Load with ``load_checkpoint`` (safe, with named errors; a sharded folder as a whole dict)."""
         return load_checkpoint(str(path))
+
+
+class LastCheckpoint(ModelCheckpoint):
+    """Lightning's checkpoint of the newest state (no monitor, top-1: ``last.ckpt``) written every
+    ``every_n_epochs`` epochs (the plan's ``checkpoint_every_n_epochs``) — and always after the training's last
+    epoch (the planned last, or one after which the run stops: early stopping, ``max_steps``), so that a finished
+    run's ``last.ckpt`` holds its final state whatever the interval."""
+
+    def __init__(self, dirpath: str, every_n_epochs: int = 1) -> None:
+        """``last.ckpt`` in ``dirpath``, every ``every_n_epochs`` epochs."""
+        super().__init__(dirpath=dirpath, filename="last", save_top_k=1, enable_version_counter=False,
+                         every_n_epochs=every_n_epochs)
+
+    @staticmethod
+    def is_final_epoch(trainer: L.Trainer) -> bool:
+        """Whether the epoch now ending is the training's last."""
+        planned = trainer.max_epochs is not None and trainer.max_epochs >= 0 \
+            and trainer.current_epoch + 1 >= trainer.max_epochs
+        steps = trainer.max_steps is not None and trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps
+        return bool(trainer.should_stop or planned or steps)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Lightning's save after validation, every epoch when it is the last."""
+        with self._every_epoch_if_final(trainer):
+            super().on_validation_end(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Lightning's save at an epoch's end (a run without validation), every epoch when it is the last."""
+        with self._every_epoch_if_final(trainer):
+            super().on_train_epoch_end(trainer, pl_module)
+
+    @contextlib.contextmanager
+    def _every_epoch_if_final(self, trainer: L.Trainer) -> Iterator[None]:
+        every = self._every_n_epochs
+        if every > 1 and self.is_final_epoch(trainer):
+            self._every_n_epochs = 1
+        try:
+            yield
+        finally:
+            self._every_n_epochs = every
 
 
 def load_torch_file(uri: str, what: str = "checkpoint") -> Any:

@@ -7,7 +7,9 @@ deciders choose between, before the plan is made (``twinkle_core.planning.probes
   interleaved rounds (one step of each configuration per round, so a change of load hits them alike), until
   ``PROBE_STEPS`` rounds or the ``PROBE_SECONDS`` budget. The steps are Lightning's (``batch_loss`` under the
   precision's autocast, backward, the algorithm's own optimizer with its fused kernel); the original model is not
-  touched. The data's loading time is measured on three batches read and collated in this process.
+  touched. The data's loading time is measured on three batches read and collated in this process; the cost of a
+  checkpoint by writing the baseline's weights and optimizer state into the store twice with the run's own
+  writer (``CheckpointIntervalDecider`` weighs it against an epoch).
 * **What it costs.** Seconds: ResNet-18 on 32-px digits, three configurations, about 2 s on this project's 2-core
   CPU. A probe is not run when the copies would not fit in a fifth of the memory, for an algorithm that steps its own
   optimizers, or in a run of several processes (each would measure something else; pin the choices there).
@@ -32,6 +34,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from twinkle_core.algorithm import Algorithm, batch_size_of
+from twinkle_core.engine.checkpoints import AtomicCheckpointIO
 from twinkle_core.planning.deciders import SINGLE_DEVICE_PARAMS
 from twinkle_core.planning.estimate import describe_tensors, tensors_in
 from twinkle_core.planning.hardware import Hardware, cpu_description
@@ -39,7 +42,7 @@ from twinkle_core.planning.probes import ProbeRun, SpeedProbe
 from twinkle_core.store.atomic import atomic_write_text
 from twinkle_core.uris import filesystem, join
 
-PROBE_STEPS = 8
+PROBE_STEPS = 12
 """Measured rounds at most (after one warm-up step per configuration)."""
 
 MIN_PROBE_STEPS = 2
@@ -182,9 +185,11 @@ def _probe(algorithm: Algorithm, dataset: Dataset, collate_fn: Any, batch_size: 
     if state * len(runs) > MEMORY_SHARE * max(hardware.device_memory_bytes, 1):
         return f"{len(runs)} copies of the training state ({state * len(runs) / 2**30:.1f} GiB) would not fit " \
                f"in {MEMORY_SHARE:.0%} of the device's memory"
-    measured = _measure(algorithm, batch, runs, hardware.accelerator, steps, seconds)
+    scratch = join(home, "probes", f".{key}.ckpt") if home is not None else None
+    measured, written = _measure(algorithm, batch, runs, hardware.accelerator, steps, seconds, scratch)
     probe = SpeedProbe(measured, described, batch_size_of(batch), threads, load, time.perf_counter() - started,
-                       key)
+                       key, checkpoint_seconds=written[0] if written else None,
+                       checkpoint_bytes=written[1] if written else None)
     if home is not None:
         atomic_write_text(join(home, "probes", f"{key}.json"), json.dumps(probe.to_dict(), indent=2) + "\n")
     return probe
@@ -212,7 +217,10 @@ def _first_batch(dataset: Dataset, collate_fn: Any, batch_size: int) -> tuple[An
 
 
 def _measure(algorithm: Algorithm, batch: Any, runs: list[tuple[str, str]], accelerator: str, steps: int,
-             budget: float) -> list[ProbeRun]:
+             budget: float, checkpoint_uri: str | None = None
+             ) -> tuple[list[ProbeRun], tuple[float, int] | None]:
+    """Each configuration's steps, and (with ``checkpoint_uri``) the seconds and bytes of writing the baseline's
+    training state there as a checkpoint is written (``_checkpoint_write``)."""
     device = torch.device("cuda" if accelerator == "cuda" else "cpu")
     workers = [_Copy(algorithm, precision, memory_format, device, batch) for precision, memory_format in runs]
     for worker in workers:  # warm-up (kernels chosen, buffers allocated)
@@ -222,7 +230,32 @@ def _measure(algorithm: Algorithm, batch: Any, runs: list[tuple[str, str]], acce
         for worker in workers:
             spent += worker.step(rounds + 1)
         rounds += 1
-    return [ProbeRun(w.precision, w.memory_format, tuple(w.wall), tuple(w.cpu), tuple(w.losses)) for w in workers]
+    written = _checkpoint_write(workers[0], checkpoint_uri) if checkpoint_uri is not None else None
+    return [ProbeRun(w.precision, w.memory_format, tuple(w.wall), tuple(w.cpu), tuple(w.losses))
+            for w in workers], written
+
+
+CHECKPOINT_WRITES = 2
+"""Times the probe writes the training state to measure a checkpoint's cost (the mean is kept: a disk's flush
+varies from one write to the next)."""
+
+
+def _checkpoint_write(worker: _Copy, uri: str) -> tuple[float, int]:
+    """Seconds (the mean of ``CHECKPOINT_WRITES``) and bytes of writing ``worker``'s weights and optimizer state to
+    ``uri`` with the run's own checkpoint writer (serialised, flushed, renamed); the file is removed after."""
+    state = {"state_dict": worker.model.state_dict(), "optimizer_states": [worker.optimizer.state_dict()]}
+    writer, times = AtomicCheckpointIO(), []
+    fs, path = filesystem(uri)
+    try:
+        for _ in range(CHECKPOINT_WRITES):
+            start = time.perf_counter()
+            writer.save_checkpoint(state, uri)
+            times.append(time.perf_counter() - start)
+        size = int(fs.size(path))
+    finally:
+        with contextlib.suppress(OSError):
+            fs.rm(path)
+    return statistics.mean(times), size
 
 
 class _Copy:

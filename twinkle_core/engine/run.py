@@ -27,7 +27,7 @@ from torch.utils.data import IterableDataset
 
 from twinkle_core.algorithm import Algorithm
 from twinkle_core.data.processor import PreparedData
-from twinkle_core.engine.checkpoints import TWINKLE_KEY, AtomicCheckpointIO
+from twinkle_core.engine.checkpoints import TWINKLE_KEY, AtomicCheckpointIO, LastCheckpoint
 from twinkle_core.engine.compression import ddp_strategy, measured_bytes
 from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
 from twinkle_core.engine.curves import last_logged, merge_history, plot_curves
@@ -103,7 +103,7 @@ class RunCallbacks:
 
     Attributes:
         best: the best checkpoint (``best.ckpt``, by the algorithm's monitored metric).
-        last: the newest state (``last.ckpt``) after every validation.
+        last: the newest state (``last.ckpt``) after every validation, or every few epochs as the plan says.
         resume: the exact data position and RNG state in every checkpoint.
         record: Twinkle's record (algorithm, hyperparameters, data spec, run) in every checkpoint.
         utilisation: step times, throughput and MFU, for the plan's history and the run's figures.
@@ -145,9 +145,9 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Callable[[Alert], None]) 
     roles = RunCallbacks(
         best=ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=metric, mode=mode, save_top_k=1,
                              save_last=False, enable_version_counter=False, auto_insert_metric_name=False),
-        # no monitor + top-1: the newest state, as last.ckpt, after every validation (Lightning's save_last
-        # alone writes last.ckpt only when another checkpoint was saved in the same step)
-        last=ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1, enable_version_counter=False),
+        # no monitor + top-1: the newest state, as last.ckpt, after validation (Lightning's save_last alone writes
+        # last.ckpt only when another checkpoint was saved in the same step), every epoch or as the plan says
+        last=LastCheckpoint(ckpt_dir, setup.plan.checkpoint_every_n_epochs),
         resume=ExactResume(),
         record=TwinkleRecord(setup.checkpoint_record),
         utilisation=Utilisation(),

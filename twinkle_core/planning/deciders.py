@@ -16,6 +16,7 @@ Each ``Decider`` looks at the ``PlanContext`` and the decisions made before it (
 - ``data``: ``in-memory`` or ``sharded`` loading;
 - ``optimizer_kernel``: the optimizer's kernel (reported: the algorithm chooses the fused one where it can);
 - ``compile``: whether ``torch.compile`` runs (after the others: it weighs the expected training time);
+- ``checkpoint_interval``: how often ``last.ckpt`` is written (from the measured cost of a write against an epoch);
 - ``loader_workers``: data-loader worker processes and torch threads (from the CPU budget: cgroup quota and
   affinity; workers from the measured loading time against the step time).
 
@@ -82,6 +83,7 @@ class PlanContext:
         val_samples: samples in the validation split (0: not known), for the time estimate.
         optimizer_kernel: the optimizer kernel the algorithm uses for its parameters (``"fused"``, ``"foreach"``,
             ``"for-loop"``), if known.
+        checkpoint_every_n_steps: the user's mid-epoch checkpoint interval in optimizer steps, if set.
     """
 
     algorithm_name: str
@@ -108,6 +110,7 @@ class PlanContext:
     probe_note: str | None = None
     val_samples: int = 0
     optimizer_kernel: str | None = None
+    checkpoint_every_n_steps: int | None = None
 
     def __post_init__(self) -> None:
         """Take past runs given as catalogue dicts (the form before 0.3) as ``PastRun``s."""
@@ -148,6 +151,7 @@ class PlanValues(TypedDict, total=False):
     data_loading: str
     num_workers: int
     torch_threads: int
+    checkpoint_every_n_epochs: int
 
 
 @dataclass
@@ -355,6 +359,60 @@ class CompileDecider(Decider):
                                        "step was measured for this model: eager (pin compile='default' to compile)")
 
 
+CHECKPOINT_SHARE = 0.02
+"""Writing ``last.ckpt`` may take at most this share of the training time: where one write costs more than this
+share of an epoch, the state is written every few epochs instead of after each."""
+
+CHECKPOINT_MAX_INTERVAL_SECONDS = 300.0
+"""However cheap an epoch, ``last.ckpt`` is written at least this often (in expected training seconds): a crash
+loses at most this much training (an exact resume replays it)."""
+
+
+class CheckpointIntervalDecider(Decider):
+    """How often ``last.ckpt`` (the full state a run resumes from) is written, from the measured cost of one write
+    (``SpeedProbe.checkpoint_seconds``) against the expected epoch: after every epoch, unless writing would take more
+    than ``CHECKPOINT_SHARE`` of the training; then every k epochs, k as small as keeps the share (and at most
+    ``CHECKPOINT_MAX_INTERVAL_SECONDS`` of training between two writes). The last epoch's state is always written,
+    and an early stop, a budget or monitor stop and SIGTERM write their own; ``best.ckpt`` (weights only) is written
+    whenever the monitored metric improves, whatever the interval. Without a measurement, with validation inside
+    epochs or mid-epoch checkpoints: after every epoch."""
+
+    concern = "checkpoint_interval"
+
+    def decide(self, draft: PlanDraft) -> None:
+        """Decide ``checkpoint_every_n_epochs``."""
+        c = draft.context
+        probe = c.probe
+        _, epochs, _ = planned_length(draft)
+        if probe is None or probe.checkpoint_seconds is None:
+            why = c.probe_note or "not probed" if probe is None else "no checkpoint write was measured"
+            draft.decide("checkpoint_every_n_epochs", 1, f"{why}: the state after every epoch")
+            return
+        if c.val_check_interval is not None or c.checkpoint_every_n_steps:
+            draft.decide("checkpoint_every_n_epochs", 1, "validation or checkpoints within epochs: the state after "
+                                                         "every epoch as well")
+            return
+        expected, _ = training_seconds(draft)
+        write = probe.checkpoint_seconds
+        size = nbytes(probe.checkpoint_bytes or 0)
+        if epochs <= 1 or expected <= 0:
+            draft.decide("checkpoint_every_n_epochs", 1, "one epoch: the state after it" if epochs == 1 else
+                         "the training ends at max_steps, not after a count of epochs: the state after every epoch")
+            return
+        epoch = expected / epochs
+        every = max(1, math.ceil(write / (CHECKPOINT_SHARE * epoch)))
+        every = min(every, max(1, int(CHECKPOINT_MAX_INTERVAL_SECONDS // epoch)), epochs)
+        figures = (f"{probe.measured}: writing the state ({size}) took {milliseconds(write)}, "
+                   f"{write / epoch:.1%} of an epoch (~{epoch:.3g} s)")
+        if every == 1:
+            draft.decide("checkpoint_every_n_epochs", 1, f"{figures}: after every epoch")
+        else:
+            draft.decide("checkpoint_every_n_epochs", every,
+                         f"{figures}: every {every} epochs keeps writing under {CHECKPOINT_SHARE:.0%} of the training "
+                         f"(a crash loses at most {every - 1} epoch(s), ~{(every - 1) * epoch:.3g} s, which the exact "
+                         "resume replays); the last epoch's state is always written")
+
+
 def planned_length(draft: PlanDraft) -> tuple[int, int, int]:
     """``(optimizer steps per epoch, epochs, optimizer steps in all)`` of the draft: the decided ``max_epochs`` (for a
     strategy without ``TrainingLengthDecider``: the user's, else no limit with ``max_steps``, else
@@ -389,6 +447,8 @@ def training_seconds(draft: PlanDraft) -> tuple[float, str]:
         load = (probe.load_seconds_per_batch or 0.0) / max(probe.batch_size, 1) if not v.get("num_workers") else 0.0
         validations = max(1, math.ceil(steps / per_epoch))
         seconds = samples / replicas * (per_sample + load) + validations * c.val_samples / replicas * per_sample / 3
+        if probe.checkpoint_seconds and "checkpoint_every_n_epochs" in v:  # the writes of last.ckpt, once decided
+            seconds += math.ceil(validations / max(int(v["checkpoint_every_n_epochs"]), 1)) * probe.checkpoint_seconds
         return seconds, "probe"
     if c.history and c.history[0].seconds_per_sample:
         return samples * c.history[0].seconds_per_sample, c.history[0].id

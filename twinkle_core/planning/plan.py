@@ -97,6 +97,7 @@ class Plan:
         torch_threads: intra-op threads per process.
         memory_format: the weights' layout: ``"contiguous"`` or ``"channels_last"`` (convolutional networks).
         compile: ``"off"``, or the ``torch.compile`` mode the network is compiled with.
+        checkpoint_every_n_epochs: write ``last.ckpt`` after every this many epochs (and always after the last).
         max_epochs: epochs to train (-1: ``max_steps`` ends the training; ``None``: the plan did not decide it — a
             strategy without ``TrainingLengthDecider``, or a plan an earlier release stored — and the trainer's
             setting applies).
@@ -121,6 +122,7 @@ class Plan:
     torch_threads: int
     memory_format: str = "contiguous"
     compile: str = "off"
+    checkpoint_every_n_epochs: int = 1
     strategy_name: str = "default"
     gradient_compression: str = "none"
     max_epochs: int | None = None

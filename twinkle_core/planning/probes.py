@@ -89,6 +89,10 @@ class SpeedProbe:
         seconds: what the probe itself took.
         key: the probe's identity in the store (machine, model signature, batch shape, configurations).
         reused: where the result came from when it was not measured now (the store's file), else ``None``.
+        checkpoint_seconds: the time to write the training state (the weights and the optimizer's state, as a
+            checkpoint is written: serialised, flushed to disk, renamed) into the store, the mean of two writes
+            (``None``: not measured — a probe without a store).
+        checkpoint_bytes: the size of that state on disk.
     """
 
     runs: list[ProbeRun]
@@ -100,6 +104,8 @@ class SpeedProbe:
     key: str = ""
     reused: str | None = None
     notes: list[str] = field(default_factory=list)
+    checkpoint_seconds: float | None = None
+    checkpoint_bytes: int | None = None
 
     @property
     def measured(self) -> str:
@@ -142,14 +148,17 @@ class SpeedProbe:
         """JSON-ready values (what ``plan.json`` and the store keep)."""
         return {"runs": [r.to_dict() for r in self.runs], "batch": self.batch, "batch_size": self.batch_size,
                 "threads": self.threads, "load_seconds_per_batch": self.load_seconds_per_batch,
-                "seconds": round(self.seconds, 3), "key": self.key, "reused": self.reused, "notes": list(self.notes)}
+                "seconds": round(self.seconds, 3), "key": self.key, "reused": self.reused, "notes": list(self.notes),
+                "checkpoint_seconds": None if self.checkpoint_seconds is None else round(self.checkpoint_seconds, 4),
+                "checkpoint_bytes": self.checkpoint_bytes}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SpeedProbe:
         """Read ``to_dict``'s form."""
         return cls([ProbeRun.from_dict(r) for r in data["runs"]], str(data["batch"]), int(data["batch_size"]),
                    int(data["threads"]), data.get("load_seconds_per_batch"), float(data.get("seconds", 0.0)),
-                   str(data.get("key", "")), data.get("reused"), list(data.get("notes", [])))
+                   str(data.get("key", "")), data.get("reused"), list(data.get("notes", [])),
+                   data.get("checkpoint_seconds"), data.get("checkpoint_bytes"))
 
 
 def milliseconds(seconds: float) -> str:

@@ -25,6 +25,7 @@ from twinkle_core.hyperparams import with_new_names
 
 from twinkle_core.planning.deciders import (
     BatchingDecider,
+    CheckpointIntervalDecider,
     CompileDecider,
     CompressionDecider,
     DataLoadingDecider,
@@ -77,6 +78,7 @@ class DefaultStrategy(ResourceStrategy):
         LoaderWorkersDecider(),
         OptimizerKernelDecider(),
         CompileDecider(),
+        CheckpointIntervalDecider(),
     )
     """The deciders, in the order they run; each sees the decisions of those before it."""
 
@@ -126,6 +128,7 @@ class DefaultStrategy(ResourceStrategy):
             precision=str(v["precision"]),
             memory_format=str(v.get("memory_format", "contiguous")),
             compile=str(v.get("compile", "off")),
+            checkpoint_every_n_epochs=int(v.get("checkpoint_every_n_epochs", 1)),
             strategy=str(v["strategy"]),
             micro_batch_size=micro,
             accumulate_grad_batches=accumulate,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import tempfile
+from typing import BinaryIO, Iterator
 
 from twinkle_core.uris import filesystem, is_local
 
@@ -16,12 +19,23 @@ def atomic_write_bytes(uri: str, data: bytes, mode: int | None = None) -> None:
     already atomic there. ``mode``: the local file's permissions less the umask, as ``open`` gives them
     (``0o666`` for a file others may read); ``None`` keeps the temporary file's owner-only ``0o600``.
     """
+    with atomic_writer(uri, mode) as handle:
+        handle.write(data)
+
+
+@contextlib.contextmanager
+def atomic_writer(uri: str, mode: int | None = None) -> Iterator[BinaryIO]:
+    """A binary handle whose contents replace ``uri`` atomically when the block ends without an error (see
+    ``atomic_write_bytes``): for a writer that streams (``torch.save(state, handle)``), so that a large file is
+    not first built whole in memory. An error inside the block leaves ``uri`` as it was."""
     fs, path = filesystem(uri)
     if not is_local(fs):
+        buffer = io.BytesIO()
+        yield buffer
         parent = path.rsplit("/", 1)[0]
         if parent and parent != path:
             fs.makedirs(parent, exist_ok=True)
-        fs.pipe_file(path, data)
+        fs.pipe_file(path, buffer.getvalue())
         return
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
@@ -30,7 +44,7 @@ def atomic_write_bytes(uri: str, data: bytes, mode: int | None = None) -> None:
         os.fchmod(fd, mode & ~_umask())
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

@@ -58,6 +58,40 @@ def test_under_bf16_autocast_it_computes_the_logits_as_the_head_would() -> None:
     assert torch.allclose(grad, hidden.grad, atol=2e-2 * float(hidden.grad.abs().max()))
 
 
+def test_only_labelled_positions_are_computed() -> None:
+    """The head's products run over the labelled positions alone (counted by torch's FLOP counter, not timed): with
+    three of four targets ignored — a prompt's tokens in instruction tuning — a quarter of the work; without
+    gradients (validation) a third; and the same loss and hidden-state gradient as the logits path, zero at the
+    ignored positions."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(2)
+    head = nn.Linear(16, 50, bias=False)
+    hidden = torch.randn(40, 16, requires_grad=True)
+    every = torch.randint(0, 50, (40,))
+    some = every.clone()
+    some[torch.arange(40) % 4 != 0] = -100
+
+    def flops(targets: torch.Tensor) -> int:
+        with FlopCounterMode(display=False) as counter:
+            fused_linear_cross_entropy(hidden, head, targets, chunk=8).backward()
+        hidden.grad, head.weight.grad = None, None
+        return counter.get_total_flops()
+
+    assert flops(some) * 4 == flops(every)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():  # validation: the loss's products alone
+        fused_linear_cross_entropy(hidden, head, every, chunk=8)
+    assert counter.get_total_flops() * 3 == flops(every)  # logits; and in training the two gradients
+    fused = fused_linear_cross_entropy(hidden, head, some)
+    fused.backward()
+    grad = hidden.grad.clone()
+    hidden.grad, head.weight.grad = None, None
+    expected = _reference(hidden, head, some)
+    expected.backward()
+    assert torch.allclose(fused, expected, rtol=1e-5) and torch.allclose(grad, hidden.grad, atol=1e-6)
+    assert not grad[torch.arange(40) % 4 != 0].any()
+
+
 def test_chunks_hold_a_bounded_share_of_the_vocabulary() -> None:
     """A chunk's fp32 logits take at most 128 MiB (Qwen3's 151,936 words: 220 tokens), 64 tokens at least."""
     assert chunk_tokens(151_936) == 220 and chunk_tokens(10**9) == 64 and chunk_tokens(256) == 131_072
