@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from twinkle_core import Trainer
+from twinkle_core import RunStore, Trainer
 from twinkle_core.planning import DefaultStrategy, Hardware, ModelFacts, PlanContext, ProbeRun, SpeedProbe
 from twinkle_core.planning.hardware import cpu_budget
 
@@ -130,6 +130,23 @@ def test_the_cpu_budget_is_the_cgroup_quota_not_the_core_count(tmp_path: Path) -
     assert cpu_budget(str(tmp_path / "v2"))[2] is None
 
 
+def test_the_estimate_adds_what_the_last_run_of_the_kind_spent_beyond_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An earlier run of the same algorithm, data and hardware whose Lightning fit took 2 s more than its plan's
+    estimate of the training adds 2 s to the next estimate (the fixed costs a step's time does not show), named in
+    the explanation; a run that took less adds nothing."""
+    from twinkle_core.planning import PastRun
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    speed = probe(run("32-true", 0.100))
+    base = plan(speed=speed).estimates["estimated_seconds"]
+    slower = PastRun("u/p/run3", measured={"fit_seconds": 12.0, "estimated_train_seconds": 10.0})
+    p = plan(speed=speed, history=[slower])
+    assert p.estimates["estimated_seconds"] == pytest.approx(base + 2.0, abs=0.1)
+    assert p.estimates["overhead_run"] == "u/p/run3" and "2 s of it beyond the training as in u/p/run3" in p.explain()
+    faster = PastRun("u/p/run4", measured={"fit_seconds": 9.0, "estimated_train_seconds": 10.0})
+    assert plan(speed=speed, history=[faster]).estimates["estimated_seconds"] == base
+
+
 def test_the_time_estimate_comes_from_the_probe_and_compile_stays_off_for_short_trainings(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """With a probe the estimate is the measured step of the chosen configuration over the planned samples (plus
@@ -245,6 +262,12 @@ def test_a_default_fit_probes_once_stores_it_and_says_so_in_plan_json(tmp_path: 
     assert decisions["num_workers"].startswith("measured")
     again = Trainer("tabular-mlp", home=home, verbose=False, hyperparams={"max_epochs": 1}).plan(cancer_csv)
     assert again.estimates["probe"]["reused"] and "measured earlier" in reason(again, "num_workers")
+    # the run recorded Lightning's fit against its estimate; the next plan of the kind adds what it spent beyond
+    measured = RunStore(home).get(result.run_uri).measured
+    assert measured["fit_seconds"] > 0
+    assert measured["estimated_train_seconds"] == pytest.approx(stored["estimates"]["estimated_seconds"])
+    beyond = max(0.0, measured["fit_seconds"] - measured["estimated_train_seconds"])
+    assert again.estimates.get("estimated_overhead_seconds", 0.0) == pytest.approx(beyond, rel=0.01, abs=1e-3)
     off = Trainer("tabular-mlp", home=home, verbose=False, hyperparams={"max_epochs": 1, "probe": False}).plan(cancer_csv)
     assert "probe" not in off.estimates and "probe=False" in reason(off, "memory_format")
 
@@ -297,3 +320,40 @@ def test_an_interval_of_epochs_writes_last_ckpt_on_its_epochs_and_always_after_t
     assert seen == {0: None, 1: None, 2: 1}
     assert load_checkpoint(str(Path(result.run_dir) / "checkpoints" / "last.ckpt"))["epoch"] == 2
     assert reason(result.plan, "checkpoint_every_n_epochs") == "set by the user"
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+def test_gradients_of_a_fused_optimizer_are_clipped_in_16_bit_precision(precision: str) -> None:
+    """Lightning's mixed precision refuses to clip a fused optimizer's gradients; Twinkle's plugin clips them — as
+    they are under bf16, unscaled first under fp16's loss scaler — and the fused step then applies the clipped
+    gradients once (the same update as an unscaled, clipped, plain step)."""
+    from twinkle_core.engine.precision import ClippingMixedPrecision
+
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4)
+    reference = copy.deepcopy(model)
+    x, y = torch.randn(16, 8), torch.randn(16, 4)
+    plugin = ClippingMixedPrecision(precision, "cpu")  # type: ignore[arg-type]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, fused=True)
+    loss = nn.functional.mse_loss(model(x), y) * 100
+    (plugin.scaler.scale(loss) if plugin.scaler is not None else loss).backward()
+    plugin.clip_gradients(optimizer, 1e-2)
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in model.parameters()]))
+    assert float(norm) == pytest.approx(1e-2, rel=1e-3)
+    if plugin.scaler is not None:
+        plugin.scaler.step(optimizer)
+        plugin.scaler.update()
+    else:
+        optimizer.step()
+    (nn.functional.mse_loss(reference(x), y) * 100).backward()
+    torch.nn.utils.clip_grad_norm_(reference.parameters(), 1e-2)
+    torch.optim.SGD(reference.parameters(), lr=0.1).step()
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(model.parameters(), reference.parameters()))
+
+
+def test_a_bf16_fit_with_gradient_clipping_trains(tmp_path: Path, cancer_csv: str) -> None:
+    """bf16-mixed (what the probe chooses on a bf16 CPU, and the GPUs' default) with gradient clipping and the
+    fused AdamW: the fit finishes and learns (Lightning's own plugin stopped it at the first step)."""
+    result = Trainer("tabular-mlp", home=str(tmp_path), verbose=False, hyperparams={
+        "max_epochs": 3, "precision": "bf16-mixed", "gradient_clip_val": 0.5}).fit(cancer_csv)
+    assert result.status == "finished" and result.metrics["val_accuracy"] > 0.9

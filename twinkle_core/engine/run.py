@@ -33,6 +33,7 @@ from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
 from twinkle_core.engine.curves import last_logged, merge_history, plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
 from twinkle_core.engine.pipelined import PipelineGradients, PipelineParallelStrategy
+from twinkle_core.engine.precision import precision_plugin
 from twinkle_core.engine.ranks import broadcast, close_group, init_elastic_group
 from twinkle_core.engine.record import CheckpointRecord
 from twinkle_core.engine.isolation import distributed_environment_kept, quiet_lightning
@@ -194,6 +195,11 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
                                "cannot apply: leave it unset")
     log_every = max(1, min(50, plan.estimates.get("optimizer_steps_per_epoch", 50)))
     plugins: list[Any] = [AtomicCheckpointIO()]
+    mixed = precision_plugin(str(plan.precision), plan.accelerator, str(plan.strategy)) \
+        if plan.pipeline_parallel_size == 1 else None
+    if mixed is not None:  # clips the gradients of torch's fused optimizers, which Lightning's own refuses
+        plugins.append(mixed)
+        kwargs.pop("precision")
     if inside_ray_worker() and plan.strategy == "ddp":  # inside Ray Train's workers
         from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment
 
@@ -406,6 +412,10 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: RunCallbacks) -> FitResu
         **({"pipeline_stages": plan.pipeline_parallel_size} if plan.pipeline_parallel_size > 1 else {}),
         "seconds_per_sample": meter.compute_seconds / meter.samples if meter.samples else None,
         "train_seconds": round(meter.compute_seconds, 3),
+        # Lightning's fit against the plan's estimate of it (the next plan of the kind adds the difference)
+        "fit_seconds": round(meter.fit_seconds, 3) if meter.fit_seconds else None,
+        "estimated_train_seconds": _estimated_train_seconds(
+            plan, setup.continuation is not None and setup.continuation.mode == "resume"),
         "peak_memory_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
         **measured_bytes(trainer.strategy),
         **meter.figures(
@@ -427,6 +437,15 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: RunCallbacks) -> FitResu
         run_dir=store.run_dir(record.id), parent=run_uri(record.parent) if record.parent else None,
         alerts=final.alerts, stop_reason=stopped.message if stopped else None,
     )
+
+
+def _estimated_train_seconds(plan: Plan, resumed: bool) -> float | None:
+    """The plan's estimate of the training alone (without the overhead an earlier run measured), if it made one;
+    ``None`` for a resumed run, whose fit trains only what was left."""
+    seconds = plan.estimates.get("estimated_seconds")
+    if seconds is None or resumed:
+        return None
+    return round(float(seconds) - float(plan.estimates.get("estimated_overhead_seconds") or 0.0), 6)
 
 
 def _uri(path: str, folder: str) -> str | None:

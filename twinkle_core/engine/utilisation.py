@@ -86,8 +86,20 @@ class Utilisation(L.Callback):
         self.wait_seconds = 0.0
         self.samples = 0
         self.steps = 0
+        self.fit_seconds = 0.0
         self._start: float | None = None
         self._end: float | None = None
+        self._fit_start: float | None = None
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Lightning's fit starts (its wall time is what the plan's estimate is compared with)."""
+        self._fit_start = time.perf_counter()
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Lightning's fit ends: add its wall time (an out-of-memory retry adds a second fit)."""
+        if self._fit_start is not None:
+            self.fit_seconds += time.perf_counter() - self._fit_start
+            self._fit_start = None
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """The first fetch of an epoch (a loader's start-up) is not counted as a wait between steps."""

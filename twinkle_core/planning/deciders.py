@@ -279,7 +279,8 @@ class PrecisionDecider(Decider):
         speed, gap = probe.speedup(run), probe.loss_gap(run)
         figures = (f"a training step took {milliseconds(run.seconds_per_step)} in {mixed} against "
                    f"{milliseconds(probe.baseline.seconds_per_step)} in fp32 ({speed:.2f}×), "
-                   + (f"losses within {gap:.1%} of fp32's" if math.isfinite(gap) else "but its loss was not finite"))
+                   + (f"losses apart from fp32's by at most {gap:.1%} of its first" if math.isfinite(gap)
+                      else "but its loss was not finite"))
         measured = probe.measured
         if gap > LOSS_TOLERANCE:
             return "32-true", f"{measured}: {figures} (more than {LOSS_TOLERANCE:.0%}): fp32"
@@ -457,6 +458,18 @@ def training_seconds(draft: PlanDraft) -> tuple[float, str]:
     else:
         flops_per_second = 1e14 * draft.world_size
     return samples * c.facts.flops_per_sample / flops_per_second, "FLOPs"
+
+
+def past_overhead(context: PlanContext) -> tuple[float, str] | None:
+    """What the newest earlier run of the same algorithm, data and hardware spent in Lightning's fit beyond its own
+    plan's estimate of the training (``fit_seconds`` − ``estimated_train_seconds`` of its record: starting up, the
+    sanity check, logging — the fixed costs the estimate from steps does not see), and its id; ``None`` without
+    such a run."""
+    for run in context.history:
+        fit, estimate = run.measured.get("fit_seconds"), run.measured.get("estimated_train_seconds")
+        if fit and estimate:
+            return max(0.0, float(fit) - float(estimate)), run.id
+    return None
 
 
 CPU_FLOPS_PER_CORE = 2e10

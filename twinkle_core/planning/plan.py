@@ -45,6 +45,10 @@ class PlanEstimates(TypedDict, total=False):
         estimated_seconds: the training's expected duration.
         estimate_source: what that duration comes from: ``"probe"`` (the speed probe's measured step),
             ``"FLOPs"`` or the id of the past run that measured it.
+        estimated_overhead_seconds: the part of ``estimated_seconds`` that an earlier run of the same algorithm,
+            data and hardware spent beyond its own estimate (Lightning's start, the sanity check, logging, the
+            record), added to this one; absent without such a run.
+        overhead_run: the id of that run.
         layout: the data × tensor × pipeline layout chosen, if any (``Layout.to_dict()``).
         probe: what the speed probe measured (``SpeedProbe.to_dict()``), if one ran or was reused.
     """
@@ -61,6 +65,8 @@ class PlanEstimates(TypedDict, total=False):
     optimizer_steps: int
     estimated_seconds: float
     estimate_source: str
+    estimated_overhead_seconds: float
+    overhead_run: str
     layout: dict[str, Any]
     probe: dict[str, Any]
 
@@ -206,7 +212,9 @@ class Plan:
                 source = e.get("estimate_source")
                 figures.append(f"~{_duration(float(e['estimated_seconds']))} to train" + (
                     " (from FLOPs)" if source in (None, "FLOPs") else " (from the speed probe)" if source == "probe"
-                    else f" (measured in {source})"))
+                    else f" (measured in {source})") + (
+                    f", {float(e['estimated_overhead_seconds']):.2g} s of it beyond the training as in "
+                    f"{e.get('overhead_run')}" if e.get("estimated_overhead_seconds") else ""))
             probe = e.get("probe")
             if probe:
                 figures.append(f"speed probe {float(probe['seconds']):.1f} s" if not probe.get("reused")

@@ -40,6 +40,7 @@ from twinkle_core.planning.deciders import (
     PrecisionDecider,
     LoaderWorkersDecider,
     TrainingLengthDecider,
+    past_overhead,
     planned_length,
     training_seconds,
 )
@@ -115,6 +116,11 @@ class DefaultStrategy(ResourceStrategy):
             "optimizer_steps": steps,
         }
         seconds, source = training_seconds(draft)
+        overhead = past_overhead(context)
+        if overhead is not None and overhead[0] > 0:  # the fixed costs the last run of the kind measured
+            seconds += overhead[0]
+            estimates["estimated_overhead_seconds"] = float(f"{overhead[0]:.3g}")
+            estimates["overhead_run"] = overhead[1]
         estimates["estimated_seconds"] = float(f"{seconds:.3g}")
         estimates["estimate_source"] = source
         if context.probe is not None:
