@@ -165,14 +165,16 @@ def warm_up() -> None:
         loss.backward()
 
 
-def _timed(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def timed(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``fn``'s figures with the wall and CPU seconds (every thread of the process) it took."""
     wall, cpu = time.perf_counter(), time.process_time()
     out = fn()
     return {"wall_seconds": round(time.perf_counter() - wall, 3), "cpu_seconds": round(time.process_time() - cpu, 3),
             **out}
 
 
-def _summary(values: list[float]) -> dict[str, float]:
+def summary(values: list[float]) -> dict[str, float]:
+    """The median, min and max of a round's figures."""
     return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
 
 
@@ -201,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             measured = {}
             for case in order:
                 torch.set_num_threads(threads)
-                measured[case] = _timed(run[case])
+                measured[case] = timed(run[case])
                 print(f"round {index + 1} {case}: {measured[case]['wall_seconds']} s wall, "
                       f"{measured[case]['cpu_seconds']} s CPU, accuracy {measured[case]['val_accuracy']}",
                       file=sys.stderr, flush=True)
@@ -212,14 +214,14 @@ def main(argv: list[str] | None = None) -> int:
             break
         for clock in ("wall_seconds", "cpu_seconds"):
             values = [r[other][clock] / r["twinkle"][clock] for r in rounds]
-            ratios[f"twinkle_over_{other}_{clock.split('_')[0]}"] = _summary(values)
+            ratios[f"twinkle_over_{other}_{clock.split('_')[0]}"] = summary(values)
     figures = {
         "what": "samples/s of Twinkle's default fit over each loop (its seconds over Twinkle's), ResNet-18 on "
                 "digits PNGs at 32 px, batch 32, same epochs; >1: Twinkle faster",
         "epochs": args.epochs, "rounds": args.rounds, "threads": threads, "ratios": ratios,
-        "seconds": {case: {clock: _summary([r[case][clock] for r in rounds]) for clock in ("wall_seconds", "cpu_seconds")}
+        "seconds": {case: {clock: summary([r[case][clock] for r in rounds]) for clock in ("wall_seconds", "cpu_seconds")}
                     for case in cases},
-        "accuracy": {case: _summary([r[case]["val_accuracy"] for r in rounds]) for case in cases},
+        "accuracy": {case: summary([r[case]["val_accuracy"] for r in rounds]) for case in cases},
         "twinkle_choices": rounds[0].get("twinkle", {}).get("choices"),
         "probe_seconds_first_round": rounds[0].get("twinkle", {}).get("probe_seconds"),
         "estimate_over_fit": [r["twinkle"].get("estimate_over_fit") for r in rounds if "twinkle" in r],

@@ -39,15 +39,16 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import lightning as L
 import torch
+
+from fit_speed import summary, timed  # bench/ is the script's folder: on sys.path
 
 HIDDEN, LAYERS, VOCAB, SEQ, BATCH = 192, 4, 8192, 128, 8
 WORKLOADS = {"pretraining": {"task": None, "lr": 1e-3, "lora": 0, "epochs": 1},
@@ -139,7 +140,7 @@ def plain(workload: str, folder: Path, train: list[Any], val: list[Any], epochs:
 
     spec = WORKLOADS[workload]
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)  # the folder written above
     if spec["lora"]:
         from peft import LoraConfig, get_peft_model
 
@@ -167,17 +168,6 @@ def plain(workload: str, folder: Path, train: list[Any], val: list[Any], epochs:
 def predicted_tokens(train: list[Any], epochs: int) -> int:
     """Labelled tokens of ``epochs`` passes over the batches."""
     return epochs * sum(int((batch[1][:, 1:] != -100).sum()) for batch in train)
-
-
-def _timed(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    wall, cpu = time.perf_counter(), time.process_time()
-    out = fn()
-    return {"wall_seconds": round(time.perf_counter() - wall, 3), "cpu_seconds": round(time.process_time() - cpu, 3),
-            **out}
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,20 +209,20 @@ def main(argv: list[str] | None = None) -> int:
                 measured = {}
                 for case in order:
                     torch.set_num_threads(threads)
-                    measured[case] = _timed(run[case])
+                    measured[case] = timed(run[case])
                     print(f"{workload} round {index + 1} {case}: {measured[case]['wall_seconds']} s wall, "
                           f"{measured[case]['cpu_seconds']} s CPU, val_loss {measured[case]['val_loss']}",
                           file=sys.stderr, flush=True)
                 rounds.append(measured)
             figures["workloads"][workload] = {
                 "epochs": epochs, "steps": epochs * len(train), "predicted_tokens": tokens,
-                "twinkle_over_plain_wall": _summary([r["plain"]["wall_seconds"] / r["twinkle"]["wall_seconds"]
+                "twinkle_over_plain_wall": summary([r["plain"]["wall_seconds"] / r["twinkle"]["wall_seconds"]
                                                      for r in rounds]),
-                "twinkle_over_plain_cpu": _summary([r["plain"]["cpu_seconds"] / r["twinkle"]["cpu_seconds"]
+                "twinkle_over_plain_cpu": summary([r["plain"]["cpu_seconds"] / r["twinkle"]["cpu_seconds"]
                                                     for r in rounds]),
-                "tokens_per_second": {case: _summary([tokens / r[case]["wall_seconds"] for r in rounds])
+                "tokens_per_second": {case: summary([tokens / r[case]["wall_seconds"] for r in rounds])
                                       for case in ("twinkle", "plain")},
-                "val_loss": {case: _summary([r[case]["val_loss"] for r in rounds]) for case in ("twinkle", "plain")},
+                "val_loss": {case: summary([r[case]["val_loss"] for r in rounds]) for case in ("twinkle", "plain")},
                 "estimate_over_fit": [r["twinkle"]["estimate_over_fit"] for r in rounds],
                 "mfu": [r["twinkle"]["mfu"] for r in rounds],
                 "twinkle_choices": rounds[0]["twinkle"]["choices"],
