@@ -1,9 +1,11 @@
 """Twinkle's default fit against a loop a skilled engineer tunes by hand and a plain loop (issue 51).
 
 ResNet-18 (timm, 10 classes, grey input) on scikit-learn's digits as PNGs (1,797 images of 8×8, trained at 32×32,
-a fifth held out), the same batch (32), epochs, learning rate and threads (the machine's cores), in one process,
-interleaved in rounds (the order rotating each round) so that a change of load hits each alike, after a warm-up
-that pays the process's first imports and kernel choices for all (``warm_up``):
+a fifth held out), the same batch (32), epochs, learning rate and threads (the machine's cores), interleaved in
+rounds (the order rotating each round) so that a change of load hits each alike. Each case runs in a process of its
+own, as a user's script would (``in_child``: what one case sets for its process — Twinkle's allocator choice,
+torch's threads — never reaches another), timed there after a warm-up that pays the process's first imports and
+kernel choices (``warm_up``):
 
 * ``twinkle``: ``Trainer("resnet18").fit(folder)`` with nothing but ``max_epochs`` set — the planner's choices
   (its speed probe included: the first round measures, later rounds reuse the stored result, as a user's next run
@@ -17,7 +19,7 @@ that pays the process's first imports and kernel choices for all (``warm_up``):
 Twinkle's rounds also record the plan's time estimate over the fit's measured seconds and the run's MFU (the issue's
 "within ±30 %" and "repeated runs agree within 10 % and never exceed 1").
 
-Each round gives every case's wall seconds and CPU seconds (the process's, every thread); the ratios are samples/s
+Each round gives every case's wall seconds and CPU seconds (its process's, every thread); the ratios are samples/s
 of ``twinkle`` over the other (= the other's seconds over twinkle's), per round, then the median and spread over
 rounds. Accuracy is recorded to show no case buys speed with quality. Writes ``bench/results/fit_speed.json``.
 
@@ -136,7 +138,7 @@ def twinkle(folder: Path, epochs: int, home: Path) -> dict[str, Any]:
     measured = RunStore(str(home)).get(result.run_uri).measured
     choices = {d.name: f"{d.value}: {d.reason}" for d in result.plan.decisions
                if d.name in ("precision", "memory_format", "num_workers", "torch_threads", "compile", "image_path",
-                             "checkpoint_every_n_epochs")}
+                             "checkpoint_every_n_epochs", "allocator")}
     probe = result.plan.estimates.get("probe") or {}
     return {"val_accuracy": round(float(result.metrics.get("val_accuracy", float("nan"))), 4), "choices": choices,
             "probe_seconds": None if probe.get("reused") else probe.get("seconds"),
@@ -178,32 +180,54 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
 
 
+def in_child(script: str, *args: str) -> dict[str, Any]:
+    """Run ``script`` (a bench of this folder) with ``--child`` and ``args`` in a fresh Python process and return the
+    JSON object it prints last: one case, timed inside that process."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve().parent / script), "--child", *args],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{script} {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def child(case: str, folder: Path, epochs: int, home: Path) -> None:
+    """One case in this process (``--child``): warm up, time it, print its figures as one JSON line."""
+    from twinkle_core.planning.hardware import cpu_budget
+
+    torch.set_num_threads(cpu_budget()[0])
+    warm_up()
+    run = {"twinkle": lambda: twinkle(folder, epochs, home), "hand": lambda: hand(folder, epochs),
+           "plain": lambda: plain(folder, epochs)}
+    print(json.dumps(timed(run[case])), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the rounds and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--cases", default="twinkle,hand,plain")
+    parser.add_argument("--child", nargs=3, metavar=("CASE", "FOLDER", "HOME"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        child(args.child[0], Path(args.child[1]), args.epochs, Path(args.child[2]))
+        return 0
     from twinkle_core.planning.hardware import cpu_budget
     from twinkle_vision.samples import write_digits
 
     threads = cpu_budget()[0]
-    torch.set_num_threads(threads)
     cases = args.cases.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         folder = write_digits(Path(tmp) / "digits")
         home = Path(tmp) / "home"
-        run = {"twinkle": lambda: twinkle(folder, args.epochs, home), "hand": lambda: hand(folder, args.epochs),
-               "plain": lambda: plain(folder, args.epochs)}
-        warm_up()
         rounds: list[dict[str, Any]] = []
         for index in range(args.rounds):
             order = cases[index % len(cases):] + cases[:index % len(cases)]
             measured = {}
             for case in order:
-                torch.set_num_threads(threads)
-                measured[case] = timed(run[case])
+                measured[case] = in_child("fit_speed.py", case, str(folder), str(home), "--epochs", str(args.epochs))
                 print(f"round {index + 1} {case}: {measured[case]['wall_seconds']} s wall, "
                       f"{measured[case]['cpu_seconds']} s CPU, accuracy {measured[case]['val_accuracy']}",
                       file=sys.stderr, flush=True)

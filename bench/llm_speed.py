@@ -3,9 +3,10 @@ LoRA instruction tuning (issue 51: goal ≥ 1.1), and the plan's time estimate a
 
 The model: a Qwen3 folder as transformers writes it from a config (4 layers, hidden 192, 4 heads, 2 KV heads, tied
 embeddings) with a byte-level BPE of 8,192 ids trained on the data — a vocabulary 43 times the hidden size, about
-Qwen3-0.6B's proportion (151,936 over 1,024 is 148) scaled down to this machine. Two workloads, each in one
-process, interleaved in rounds (the order rotating each round), the same model folder, data, batch, sequence length,
-learning rate, optimizer steps and threads on both sides:
+Qwen3-0.6B's proportion (151,936 over 1,024 is 148) scaled down to this machine. Two workloads, interleaved in
+rounds (the order rotating each round), each case of a round in a fresh process of its own (``fit_speed.in_child``:
+what one sets for its process — Twinkle's allocator choice, torch's threads — never reaches the other), the same
+model folder, data, batch, sequence length, learning rate, optimizer steps and threads on both sides:
 
 * **pre-training** (full weights) on CPython's help topics (``write_topics``: 91k tokens in 710 windows of 128),
   batch 8, one epoch (89 optimizer steps), lr 1e-3 constant;
@@ -48,7 +49,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from fit_speed import summary, timed  # bench/ is the script's folder: on sys.path
+from fit_speed import in_child, summary, timed  # bench/ is the script's folder: on sys.path
 
 HIDDEN, LAYERS, VOCAB, SEQ, BATCH = 192, 4, 8192, 128, 8
 WORKLOADS = {"pretraining": {"task": None, "lr": 1e-3, "lora": 0, "epochs": 1},
@@ -127,7 +128,7 @@ def twinkle(workload: str, folder: Path, data: Path, home: Path, epochs: int) ->
     return {"val_loss": round(float(result.metrics["val_loss"]), 4),
             "choices": {d.name: f"{d.value}: {d.reason}" for d in result.plan.decisions
                         if d.name in ("precision", "optimizer_kernel", "torch_threads", "num_workers", "compile",
-                                      "checkpoint_every_n_epochs", "fused_loss", "packing")},
+                                      "checkpoint_every_n_epochs", "fused_loss", "packing", "allocator")},
             "probe_seconds": None if probe.get("reused") else probe.get("seconds"),
             "estimated_seconds": result.plan.estimates.get("estimated_seconds"), "fit_seconds": round(seconds, 2),
             "estimate_over_fit": round(float(result.plan.estimates.get("estimated_seconds") or 0) / seconds, 3),
@@ -170,13 +171,38 @@ def predicted_tokens(train: list[Any], epochs: int) -> int:
     return epochs * sum(int((batch[1][:, 1:] != -100).sum()) for batch in train)
 
 
+def child(workload: str, case: str, folder: Path, data: Path, home: Path, batches: Path, epochs: int) -> None:
+    """One case in this process (``--child``): time it, print its figures as one JSON line."""
+    from twinkle_core.planning.hardware import cpu_budget
+
+    torch.set_num_threads(cpu_budget()[0])
+    # the imports either case would pay in a process that had trained before (what the rounds compare is training)
+    import peft  # noqa: F401
+    import transformers.models.qwen3.modeling_qwen3  # noqa: F401
+
+    import twinkle_core  # noqa: F401
+    import twinkle_llm  # noqa: F401
+
+    if case == "twinkle":
+        out = timed(lambda: twinkle(workload, folder, data, home, epochs))
+    else:
+        train, val = torch.load(batches, weights_only=True)
+        out = timed(lambda: plain(workload, folder, train, val, epochs))
+    print(json.dumps(out), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the rounds and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply each workload's epochs (at least 1)")
     parser.add_argument("--workloads", default="pretraining,lora_sft")
+    parser.add_argument("--child", nargs=7, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        workload, case, folder, data, home, batches, epochs = args.child
+        child(workload, case, Path(folder), Path(data), Path(home), Path(batches), int(epochs))
+        return 0
     from twinkle_core.planning.hardware import cpu_budget
     from twinkle_llm.samples import opposites, write_conversations, write_topics
 
@@ -199,17 +225,17 @@ def main(argv: list[str] | None = None) -> int:
         for workload in workloads:
             home = work / f"home-{workload}"
             train, val = twinkle_batches(workload, folder, data[workload], work / f"grab-{workload}")
+            batches = work / f"batches-{workload}.pt"
+            torch.save((train, val), batches)
             epochs = max(1, round(WORKLOADS[workload]["epochs"] * args.scale))
             tokens = predicted_tokens(train, epochs)
-            run = {"twinkle": lambda: twinkle(workload, folder, data[workload], home, epochs),
-                   "plain": lambda: plain(workload, folder, train, val, epochs)}
             rounds: list[dict[str, Any]] = []
             for index in range(args.rounds):
                 order = ["twinkle", "plain"] if index % 2 == 0 else ["plain", "twinkle"]
                 measured = {}
                 for case in order:
-                    torch.set_num_threads(threads)
-                    measured[case] = timed(run[case])
+                    measured[case] = in_child("llm_speed.py", workload, case, str(folder), str(data[workload]),
+                                              str(home), str(batches), str(epochs))
                     print(f"{workload} round {index + 1} {case}: {measured[case]['wall_seconds']} s wall, "
                           f"{measured[case]['cpu_seconds']} s CPU, val_loss {measured[case]['val_loss']}",
                           file=sys.stderr, flush=True)

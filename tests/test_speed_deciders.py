@@ -23,10 +23,11 @@ V100 = Hardware("cuda", 1, "Tesla V100", 32 * GB, False, True, 8, 500 * GB)
 H100 = Hardware("cuda", 1, "NVIDIA H100", 80 * GB, True, True, 8, 500 * GB)
 
 
-def run(precision: str, step: float, losses: tuple[float, ...] = (2.0, 1.8, 1.6), memory_format: str = "contiguous"
-        ) -> ProbeRun:
+def run(precision: str, step: float, losses: tuple[float, ...] = (2.0, 1.8, 1.6), memory_format: str = "contiguous",
+        allocator: str = "default", faults: int | None = None) -> ProbeRun:
     """A made-up probe result (nothing is timed): a configuration whose every step took ``step`` seconds."""
-    return ProbeRun(precision, memory_format, (step,) * 3, (2 * step,) * 3, losses)
+    return ProbeRun(precision, memory_format, (step,) * 3, (2 * step,) * 3, losses, allocator,
+                    () if faults is None else (faults,) * 3)
 
 
 def probe(*runs: ProbeRun, load: float | None = 0.001, batch: int = 32, threads: int = 4) -> SpeedProbe:
@@ -166,6 +167,57 @@ def test_the_time_estimate_comes_from_the_probe_and_compile_stays_off_for_short_
     assert plan(speed=speed, val_samples=800).estimates["estimated_seconds"] == pytest.approx(halved, 0.01)
 
 
+def test_freed_memory_is_kept_in_the_process_unless_the_probe_measured_it_slower(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The allocator's "retain" is chosen unless the probe's fp32 step with it was more than 5 % slower; the reason
+    gives both steps and the page faults; unmeasured (a GPU, not glibc, no probe) or pinned keeps the default; a
+    plan that keeps the default is estimated at its own (slower) step."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    kept, given = run("32-true", 0.088, allocator="retain", faults=0), run("32-true", 0.100, faults=4500)
+    retained = plan(speed=probe(kept, given))
+    assert retained.allocator == "retain"
+    assert "88 ms keeping freed memory in the process against 100 ms with the allocator as it was (1.14×; " \
+           "4,500 page faults a step, 18.4 MB of fresh pages)" in reason(retained, "allocator")
+    level = plan(speed=probe(run("32-true", 0.103, allocator="retain"), given))  # within the noise: kept
+    assert level.allocator == "retain"
+    slower = plan(speed=probe(run("32-true", 0.110, allocator="retain"), given))
+    assert slower.allocator == "default" and "(0.91×; " in reason(slower, "allocator")
+    assert reason(slower, "allocator").endswith("slower, so the allocator as it is")
+    assert plan(speed=probe(given)).allocator == "default"  # not glibc, or a GPU: nothing measured with "retain"
+    assert plan(note="not probed (probe=False)").allocator == "default"
+    pinned = plan(speed=probe(kept, given), overrides={"allocator": "default"})
+    assert pinned.allocator == "default" and reason(pinned, "allocator") == "set by the user"
+    # the configurations were compared with "retain": a plan that keeps the default is estimated at its slower step
+    assert pinned.estimates["estimated_seconds"] == pytest.approx(retained.estimates["estimated_seconds"] * 100 / 88,
+                                                                  rel=0.02)
+
+
+def test_retain_keeps_freed_memory_mapped_so_the_next_allocation_faults_no_pages() -> None:
+    """Under "retain" an 8 MB tensor allocated and freed again and again reuses the pages already faulted in; under
+    glibc's default thresholds each allocation maps (and faults in) fresh pages."""
+    from twinkle_core.engine.allocator import page_faults, set_allocator, tunable
+
+    if not tunable():
+        pytest.skip("the allocator is not glibc's")
+
+    def faults() -> int:
+        before = page_faults()
+        for _ in range(5):
+            torch.ones(2 * 1024 * 1024)  # 8 MB written, then freed
+        return page_faults() - before
+
+    try:
+        assert set_allocator("default")
+        released = faults()
+        assert set_allocator("retain")
+        for _ in range(4):  # the first allocations grow the heap (and place other small blocks) until it has room
+            faults()
+        retained = faults()
+    finally:
+        set_allocator("default")
+    assert released >= 5 * 1000 and retained < released / 10, (released, retained)
+
+
 class Net(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -184,6 +236,7 @@ def test_a_probe_measures_every_configuration_from_the_same_weights_and_leaves_t
     from torch.utils.data import TensorDataset
 
     from twinkle_core.algorithm import Algorithm
+    from twinkle_core.engine.allocator import tunable
     from twinkle_core.engine.probes import probe_speed
 
     class Tiny(Algorithm):
@@ -211,9 +264,12 @@ def test_a_probe_measures_every_configuration_from_the_same_weights_and_leaves_t
     first = probe_speed(algorithm, data, None, 16, hardware, 1, str(tmp_path))
     assert draws() == expected  # the training after a probe draws what it would have drawn without one
     assert isinstance(first, SpeedProbe), first
-    assert [(r.precision, r.memory_format) for r in first.runs] == [
-        ("32-true", "contiguous"), ("bf16-mixed", "contiguous"), ("bf16-mixed", "channels_last")]
+    mode = "retain" if tunable() else "default"  # glibc: every configuration with freed memory kept, fp32 without
+    assert [(r.precision, r.memory_format, r.allocator) for r in first.runs] == [
+        ("32-true", "contiguous", mode), ("bf16-mixed", "contiguous", mode),
+        ("bf16-mixed", "channels_last", mode)] + [("32-true", "contiguous", "default")] * tunable()
     assert all(len(r.step_seconds) >= 2 and r.finite for r in first.runs)  # a count (MIN_PROBE_STEPS), not a time
+    assert all(len(r.page_faults) == len(r.step_seconds) for r in first.runs)  # each step's faults counted
     # a checkpoint of the state was written with the run's writer (weights and AdamW's two moments), then removed
     assert first.checkpoint_seconds and first.checkpoint_bytes and first.checkpoint_bytes > 3 * 4 * sum(
         p.numel() for p in algorithm.parameters())

@@ -2,15 +2,17 @@
 deciders choose between, before the plan is made (``twinkle_core.planning.probes`` holds the figures and the rules).
 
 * **What runs.** Each configuration (fp32; bf16-mixed where the device computes bf16 natively, fp16 with a scaler on
-  GPUs without it; channels-last for convolutional networks on images) gets its own copy of the model and
-  optimizer, starting from the same weights, and trains on the same batch: one warm-up step, then steps in
-  interleaved rounds (one step of each configuration per round, so a change of load hits them alike), until
-  ``PROBE_STEPS`` rounds or the ``PROBE_SECONDS`` budget. The steps are Lightning's (``batch_loss`` under the
-  precision's autocast, backward, the algorithm's own optimizer with its fused kernel); the original model is not
-  touched. The data's loading time is measured on three batches read and collated in this process; the cost of a
-  checkpoint by writing the baseline's weights and optimizer state into the store twice with the run's own
-  writer (``CheckpointIntervalDecider`` weighs it against an epoch).
-* **What it costs.** Seconds: ResNet-18 on 32-px digits, three configurations, about 2 s on this project's 2-core
+  GPUs without it; channels-last for convolutional networks on images; on a CPU under glibc, each with freed memory
+  kept in the process — ``twinkle_core.engine.allocator`` — after fp32 with the process's allocator as it is) gets
+  its own copy of the model and optimizer, starting from the same weights, and trains on the same batch: one
+  warm-up step, then steps in interleaved rounds (one step of each configuration per round, so a change of load
+  hits them alike), until ``PROBE_STEPS`` rounds or the ``PROBE_SECONDS`` budget — the allocator's two groups one
+  after the other (glibc's thresholds, once set, stay set). The steps are Lightning's (``batch_loss`` under the
+  precision's autocast, backward, the algorithm's own optimizer with its fused kernel), each with the process's
+  page faults counted; the original model is not touched. The data's loading time is measured on three batches
+  read and collated in this process; the cost of a checkpoint by writing the baseline's weights and optimizer state
+  into the store twice with the run's own writer (``CheckpointIntervalDecider`` weighs it against an epoch).
+* **What it costs.** Seconds: ResNet-18 on 32-px digits, four configurations, about 4 s on this project's 2-core
   CPU. A probe is not run when the copies would not fit in a fifth of the memory, for an algorithm that steps its own
   optimizers, or in a run of several processes (each would measure something else; pin the choices there).
 * **Remembered.** The result is stored under ``<home>/probes/<key>.json``, keyed by the machine (device, CPU,
@@ -34,6 +36,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from twinkle_core.algorithm import Algorithm, batch_size_of
+from twinkle_core.engine import allocator
 from twinkle_core.engine.checkpoints import AtomicCheckpointIO
 from twinkle_core.planning.deciders import SINGLE_DEVICE_PARAMS
 from twinkle_core.planning.estimate import describe_tensors, tensors_in
@@ -58,9 +61,14 @@ LOAD_BATCHES = 3
 """Batches read to time the data's loading."""
 
 
-def candidates(algorithm: Algorithm, hardware: Hardware, example: Any) -> list[tuple[str, str]]:
-    """The configurations to probe, baseline first: ``(precision, memory_format)`` pairs."""
-    runs = [("32-true", "contiguous")]
+def candidates(algorithm: Algorithm, hardware: Hardware, example: Any) -> list[tuple[str, str, str]]:
+    """The configurations to probe, baseline first: ``(precision, memory_format, allocator)`` triples. On a CPU
+    under glibc's allocator every configuration runs with freed memory kept in the process (``"retain"``,
+    ``twinkle_core.engine.allocator``), and the baseline once more with the allocator as it is, to measure that
+    choice too."""
+    kept = hardware.accelerator == "cpu" and allocator.tunable()
+    mode = "retain" if kept else "default"
+    runs = [("32-true", "contiguous", mode)]
     mixed = None
     if algorithm.supports_mixed_precision:
         if hardware.bf16:
@@ -68,16 +76,18 @@ def candidates(algorithm: Algorithm, hardware: Hardware, example: Any) -> list[t
         elif hardware.accelerator == "cuda" and hardware.fp16:
             mixed = "16-mixed"
     if mixed:
-        runs.append((mixed, "contiguous"))
+        runs.append((mixed, "contiguous", mode))
     inputs = next(iter(tensors_in(example)), None)
     if inputs is not None and inputs.dim() == 4 and inputs.is_floating_point() and any(
             isinstance(m, torch.nn.Conv2d) for m in algorithm.modules()):
-        runs.append((mixed or "32-true", "channels_last"))
+        runs.append((mixed or "32-true", "channels_last", mode))
+    if kept:
+        runs.append(("32-true", "contiguous", "default"))
     return runs
 
 
 def probe_key(algorithm: Algorithm, hardware: Hardware, threads: int, batch: str,
-              runs: list[tuple[str, str]], data: str = "") -> str:
+              runs: list[tuple[str, str, str]], data: str = "") -> str:
     """The probe's identity: machine, torch, threads, the model's signature, the batch's shape, the configurations
     and how the data is read (``data``: the dataset's and its transform's classes)."""
     signature = hashlib.sha256()
@@ -216,23 +226,33 @@ def _first_batch(dataset: Dataset, collate_fn: Any, batch_size: int) -> tuple[An
     return first, (statistics.median(times) if times else None)
 
 
-def _measure(algorithm: Algorithm, batch: Any, runs: list[tuple[str, str]], accelerator: str, steps: int,
+def _measure(algorithm: Algorithm, batch: Any, runs: list[tuple[str, str, str]], accelerator: str, steps: int,
              budget: float, checkpoint_uri: str | None = None
              ) -> tuple[list[ProbeRun], tuple[float, int] | None]:
     """Each configuration's steps, and (with ``checkpoint_uri``) the seconds and bytes of writing the baseline's
     training state there as a checkpoint is written (``_checkpoint_write``)."""
     device = torch.device("cuda" if accelerator == "cuda" else "cpu")
-    workers = [_Copy(algorithm, precision, memory_format, device, batch) for precision, memory_format in runs]
-    for worker in workers:  # warm-up (kernels chosen, buffers allocated)
-        worker.step(0, timed=False)
-    spent, rounds = 0.0, 0
-    while rounds < steps and (rounds < MIN_PROBE_STEPS or spent < budget):
-        for worker in workers:
-            spent += worker.step(rounds + 1)
-        rounds += 1
+    workers = [_Copy(algorithm, *run, device, batch) for run in runs]
+    # first the runs under the process's allocator as it is (glibc adapts its thresholds to what the process frees:
+    # once they are set, it no longer does), then those with freed memory kept, each group in interleaved rounds
+    groups = [[w for w in workers if w.allocator == "default"], [w for w in workers if w.allocator == "retain"]]
+    try:
+        for group in (g for g in groups if g):
+            if group[0].allocator == "retain":
+                allocator.set_allocator("retain")
+            for worker in group:  # warm-up (kernels chosen, buffers allocated, the allocator's memory held)
+                worker.step(0, timed=False)
+            share, spent, rounds = budget * len(group) / len(workers), 0.0, 0
+            while rounds < steps and (rounds < MIN_PROBE_STEPS or spent < share):
+                for worker in group:
+                    spent += worker.step(rounds + 1)
+                rounds += 1
+    finally:
+        if groups[1]:
+            allocator.set_allocator("default")  # the plan decides what the training gets (engine.run applies it)
     written = _checkpoint_write(workers[0], checkpoint_uri) if checkpoint_uri is not None else None
-    return [ProbeRun(w.precision, w.memory_format, tuple(w.wall), tuple(w.cpu), tuple(w.losses))
-            for w in workers], written
+    return [ProbeRun(w.precision, w.memory_format, tuple(w.wall), tuple(w.cpu), tuple(w.losses), w.allocator,
+                     tuple(w.faults)) for w in workers], written
 
 
 CHECKPOINT_WRITES = 2
@@ -261,9 +281,11 @@ def _checkpoint_write(worker: _Copy, uri: str) -> tuple[float, int]:
 class _Copy:
     """One configuration's model and optimizer."""
 
-    def __init__(self, algorithm: Algorithm, precision: str, memory_format: str, device: torch.device,
-                 batch: Any) -> None:
+    def __init__(self, algorithm: Algorithm, precision: str, memory_format: str, allocator_mode: str,
+                 device: torch.device, batch: Any) -> None:
+        """A copy of ``algorithm`` (and its optimizer) in this configuration, on ``device``, with ``batch`` there."""
         self.precision, self.memory_format, self.device = precision, memory_format, device
+        self.allocator = allocator_mode
         trainer, algorithm._trainer = algorithm._trainer, None  # type: ignore[attr-defined]
         try:
             self.model = copy.deepcopy(algorithm).to(device)
@@ -278,6 +300,7 @@ class _Copy:
         self.wall: list[float] = []
         self.cpu: list[float] = []
         self.losses: list[float] = []
+        self.faults: list[int] = []
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.precision == "bf16-mixed":
@@ -292,7 +315,7 @@ class _Copy:
             warnings.simplefilter("ignore")
             torch.manual_seed(index)  # the same dropout and augmentation draws in every configuration
             _sync(self.device)
-            wall, cpu = time.perf_counter(), time.process_time()
+            faults, wall, cpu = allocator.page_faults(), time.perf_counter(), time.process_time()
             with self._autocast():
                 loss = self.model.batch_loss(self.batch)
             if self.scaler is not None:
@@ -305,10 +328,12 @@ class _Copy:
             self.optimizer.zero_grad(set_to_none=True)
             _sync(self.device)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            faults = allocator.page_faults() - faults
         self.losses.append(float(loss.detach().float()))
         if timed:
             self.wall.append(wall)
             self.cpu.append(cpu)
+            self.faults.append(faults)
         return wall
 
 

@@ -27,6 +27,7 @@ from torch.utils.data import IterableDataset
 
 from twinkle_core.algorithm import Algorithm
 from twinkle_core.data.processor import PreparedData
+from twinkle_core.engine.allocator import set_allocator
 from twinkle_core.engine.checkpoints import TWINKLE_KEY, AtomicCheckpointIO, LastCheckpoint
 from twinkle_core.engine.compression import ddp_strategy, measured_bytes
 from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
@@ -317,6 +318,9 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Callable[[Alert
                          details=expected))
     apply_gpu_limit(settings.memory_limit_bytes)
     torch.set_num_threads(plan.torch_threads)
+    if plan.allocator == "retain" and not set_allocator("retain"):  # measured faster (AllocatorDecider), or pinned
+        warnings.warn("allocator='retain' sets glibc's malloc thresholds, and this process's allocator is not "
+                      "glibc's: left as it is", stacklevel=2)
     if plan.memory_format == "channels_last":  # the plan measured it faster (MemoryFormatDecider)
         algorithm.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     if plan.compile not in ("off", "", None):  # compiled in place: the state dict's names stay

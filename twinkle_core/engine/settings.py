@@ -42,6 +42,10 @@ class TrainerSettings:
         num_workers: force data-loader workers (default: the plan's).
         torch_threads: force the torch threads per process (default: the plan's, from the CPU budget).
         memory_format: force ``"contiguous"`` or ``"channels_last"`` weights (default: the plan's).
+        allocator: ``"retain"`` keeps the memory a CPU training frees in its process (glibc's ``malloc``
+            thresholds raised: no fresh pages faulted in each step), ``"default"`` leaves the allocator as it is
+            (default: the plan's — retained where the probe measured it faster; see
+            ``twinkle_core.engine.allocator``).
         compile: ``torch.compile`` the network in this mode (``"default"``, ``"reduce-overhead"``,
             ``"max-autotune"``), or ``"off"`` (default: the plan's).
         probe: measure a few training steps in each configuration the planner chooses between before planning
@@ -88,6 +92,7 @@ class TrainerSettings:
     num_workers: NonNegativeInt | None = None
     torch_threads: PositiveInt | None = None
     memory_format: Literal["contiguous", "channels_last"] | None = None
+    allocator: Literal["default", "retain"] | None = None
     compile: Literal["off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] | None = None
     probe: bool = True
     gradient_clip_val: PositiveFloat | None = None
@@ -150,6 +155,7 @@ class TrainerSettings:
             "num_workers": self.num_workers,
             "torch_threads": self.torch_threads,
             "memory_format": self.memory_format,
+            "allocator": self.allocator,
             "compile": self.compile,
             "checkpoint_every_n_epochs": self.checkpoint_every_n_epochs,
             "gradient_compression": self.gradient_compression,

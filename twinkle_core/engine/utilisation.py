@@ -41,7 +41,8 @@ PEAK_SIZE = 1024
 def cpu_peak_flops(threads: int, dtype: torch.dtype = torch.float32, size: int = PEAK_SIZE,
                    seconds: float = 0.05) -> float:
     """FLOP/s of a ``size``² matmul in ``dtype`` on this machine with ``threads`` torch threads: the best of
-    ``PEAK_TRIALS`` trials of ``seconds`` each (measured once per process and type)."""
+    ``PEAK_TRIALS`` trials of ``seconds`` each (measured once per process and type), into one preallocated output
+    (what the allocator does — fresh pages faulted in under glibc's defaults — is not the arithmetic's peak)."""
     if (threads, dtype) in _CPU_PEAK:
         return _CPU_PEAK[threads, dtype]
     before = torch.get_num_threads()
@@ -49,11 +50,11 @@ def cpu_peak_flops(threads: int, dtype: torch.dtype = torch.float32, size: int =
     best = 0.0
     try:
         a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
-        a @ b  # warm-up
+        out = a @ b  # warm-up
         for _ in range(PEAK_TRIALS):
             runs, start = 0, time.perf_counter()
             while time.perf_counter() - start < seconds:
-                a @ b
+                torch.matmul(a, b, out=out)
                 runs += 1
             best = max(best, 2 * size**3 * runs / (time.perf_counter() - start))
     finally:

@@ -6,6 +6,7 @@ from typing import Any
 
 from twinkle_core.planning.deciders import (
     DEFAULT_EPOCHS,
+    AllocatorDecider,
     BatchingDecider,
     CheckpointIntervalDecider,
     CompileDecider,
@@ -34,6 +35,7 @@ from twinkle_core.planning.strategy import DefaultStrategy, ResourceStrategy
 
 __all__ = [
     "DEFAULT_EPOCHS",
+    "AllocatorDecider",
     "BatchingDecider",
     "CheckpointIntervalDecider",
     "CompileDecider",

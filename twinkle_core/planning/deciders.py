@@ -8,6 +8,8 @@ Each ``Decider`` looks at the ``PlanContext`` and the decisions made before it (
 - ``devices``: accelerator, devices per node, nodes;
 - ``precision``: the Lightning precision (measured by a speed probe where the device computes 16-bit natively);
 - ``memory_format``: channels-last or contiguous weights for convolutional networks (measured);
+- ``allocator``: whether a CPU training keeps freed memory in its process instead of faulting fresh pages in every
+  step (measured);
 - ``distribution``: Lightning's ``strategy`` — ``auto``, ``ddp``, ``fsdp2``, a DeepSpeed ZeRO stage;
 - ``compression``: DDP's gradient compression;
 - ``batching``: micro-batch and gradient accumulation;
@@ -140,6 +142,7 @@ class PlanValues(TypedDict, total=False):
     num_nodes: int
     precision: Precision | str
     memory_format: str
+    allocator: str
     compile: str
     strategy: Distribution | str
     gradient_compression: str
@@ -316,6 +319,49 @@ class MemoryFormatDecider(Decider):
             draft.decide("memory_format", "contiguous", f"{probe.measured}: {figures}; not {CLEARLY_FASTER}× faster")
 
 
+ALLOCATOR_NOT_SLOWER = 0.95
+"""The allocator's ``"retain"`` is kept unless the probe's fp32 step with it was slower than this share of the
+step with the allocator as it was (a noise margin: keeping freed memory only removes the kernel's work)."""
+
+
+class AllocatorDecider(Decider):
+    """Whether a CPU training keeps the memory it frees (``"retain"``: glibc's ``malloc`` thresholds raised, see
+    ``twinkle_core.engine.allocator``) or lets glibc give it back to the system (``"default"``).
+
+    Retained unless the probe measured the fp32 step slower with it (below ``ALLOCATOR_NOT_SLOWER`` of the step with
+    the allocator as it was). The probe's few steps on one batch understate the gain: glibc adapts its thresholds to
+    them, while a training's validation, data and logging between steps keep making it give memory back and fault
+    fresh pages in (the figures of a ResNet-18 fit: ``twinkle_core.engine.allocator``), so the probe guards against
+    a loss rather than waits for a gain. The default without a measurement, on GPUs (a step's host memory is small
+    there) and where the allocator is not glibc's."""
+
+    concern = "allocator"
+
+    def decide(self, draft: PlanDraft) -> None:
+        """Decide ``allocator``."""
+        c = draft.context
+        probe = c.probe
+        kept = probe.run("32-true", "contiguous", "retain") if probe is not None else None
+        given = probe.run("32-true", "contiguous", "default") if probe is not None else None
+        if probe is None or kept is None or given is None:
+            why = (c.probe_note or "not probed") if probe is None else (
+                "a GPU's step allocates little host memory" if c.hardware.accelerator != "cpu" else
+                "this process's allocator is not glibc's")
+            draft.decide("allocator", "default", f"{why}: the allocator as it is")
+            return
+        speed = probe.speedup(kept, given)
+        faults = given.faults_per_step
+        figures = (f"{probe.measured}: an fp32 step took {milliseconds(kept.seconds_per_step)} keeping freed memory "
+                   f"in the process against {milliseconds(given.seconds_per_step)} with the allocator as it was "
+                   f"({speed:.2f}×" + (f"; {faults:,.0f} page faults a step, {nbytes(int(faults) * 4096)} of fresh "
+                                       "pages)" if faults is not None else ")"))
+        if speed >= ALLOCATOR_NOT_SLOWER:
+            draft.decide("allocator", "retain", f"{figures}: freed memory kept (no fresh pages faulted in each step; "
+                                                "the process stays at its peak between steps)")
+        else:
+            draft.decide("allocator", "default", f"{figures}: slower, so the allocator as it is")
+
+
 class OptimizerKernelDecider(Decider):
     """Reports the optimizer's kernel (the algorithm chooses it: ``Algorithm.optimizer_kernel``): torch's fused one
     where every trainable parameter is a plain floating-point tensor on the CPU or a CUDA device."""
@@ -444,7 +490,8 @@ def training_seconds(draft: PlanDraft) -> tuple[float, str]:
         run = probe.run(str(v.get("precision", "32-true")), str(v.get("memory_format", "contiguous"))) \
             or probe.baseline
         # the median step (a machine's usual load included), not the fastest the decisions compare
-        per_sample = run.median_seconds_per_step / max(probe.batch_size, 1) * probe.threads / max(threads, 1)
+        factor = probe.allocator_factor(str(v.get("allocator", probe.allocator)))
+        per_sample = run.median_seconds_per_step * factor / max(probe.batch_size, 1) * probe.threads / max(threads, 1)
         load = (probe.load_seconds_per_batch or 0.0) / max(probe.batch_size, 1) if not v.get("num_workers") else 0.0
         validations = max(1, math.ceil(steps / per_epoch))
         seconds = samples / replicas * (per_sample + load) + validations * c.val_samples / replicas * per_sample / 3

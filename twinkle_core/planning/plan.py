@@ -102,6 +102,8 @@ class Plan:
             (see ``twinkle_core.engine.compression``).
         torch_threads: intra-op threads per process.
         memory_format: the weights' layout: ``"contiguous"`` or ``"channels_last"`` (convolutional networks).
+        allocator: the training process's ``malloc`` thresholds: ``"default"``, or ``"retain"`` (freed memory kept
+            in the process; ``twinkle_core.engine.allocator``).
         compile: ``"off"``, or the ``torch.compile`` mode the network is compiled with.
         checkpoint_every_n_epochs: write ``last.ckpt`` after every this many epochs (and always after the last).
         max_epochs: epochs to train (-1: ``max_steps`` ends the training; ``None``: the plan did not decide it — a
@@ -127,6 +129,7 @@ class Plan:
     num_workers: int
     torch_threads: int
     memory_format: str = "contiguous"
+    allocator: str = "default"
     compile: str = "off"
     checkpoint_every_n_epochs: int = 1
     strategy_name: str = "default"

@@ -33,6 +33,9 @@ class ProbeRun:
         cpu_seconds: CPU seconds of each measured step (every thread of the process).
         losses: the loss of each step, warm-up included (each configuration starts from the same weights and
             trains on the same batch).
+        allocator: the process's ``malloc`` thresholds during its steps: ``"default"`` (glibc's) or ``"retain"``
+            (freed memory kept in the process; ``twinkle_core.engine.allocator``).
+        page_faults: the process's minor page faults during each measured step (empty: not counted).
     """
 
     precision: str
@@ -40,6 +43,8 @@ class ProbeRun:
     step_seconds: tuple[float, ...]
     cpu_seconds: tuple[float, ...]
     losses: tuple[float, ...]
+    allocator: str = "default"
+    page_faults: tuple[int, ...] = ()
 
     @property
     def seconds_per_step(self) -> float:
@@ -59,6 +64,11 @@ class ProbeRun:
         return statistics.median(self.cpu_seconds) if self.cpu_seconds else math.inf
 
     @property
+    def faults_per_step(self) -> float | None:
+        """The median page faults of a step (``None``: not counted)."""
+        return statistics.median(self.page_faults) if self.page_faults else None
+
+    @property
     def finite(self) -> bool:
         """Whether every loss was a finite number."""
         return all(math.isfinite(loss) for loss in self.losses)
@@ -73,7 +83,8 @@ class ProbeRun:
     def from_dict(cls, data: dict[str, Any]) -> ProbeRun:
         """Read ``to_dict``'s form."""
         return cls(str(data["precision"]), str(data["memory_format"]), tuple(data["step_seconds"]),
-                   tuple(data["cpu_seconds"]), tuple(data["losses"]))
+                   tuple(data["cpu_seconds"]), tuple(data["losses"]), str(data.get("allocator", "default")),
+                   tuple(int(f) for f in data.get("page_faults", ())))
 
 
 @dataclass
@@ -81,7 +92,7 @@ class SpeedProbe:
     """A probe's result.
 
     Attributes:
-        runs: each configuration's measurement (the first is the baseline: fp32, contiguous).
+        runs: each configuration's measurement (the first is the baseline: fp32, contiguous; see ``allocator``).
         batch: the probed batch, described (``"float32 [64, 3, 32, 32], int64 [64]"``).
         batch_size: samples in it.
         threads: the torch threads the steps ran with.
@@ -113,14 +124,32 @@ class SpeedProbe:
         """How a decision names its figures: ``"measured"``, or ``"measured earlier"`` for a stored probe."""
         return "measured" if self.reused is None else "measured earlier"
 
-    def run(self, precision: str, memory_format: str = "contiguous") -> ProbeRun | None:
-        """The run of that configuration, if probed."""
-        return next((r for r in self.runs if r.precision == precision and r.memory_format == memory_format), None)
+    def run(self, precision: str, memory_format: str = "contiguous", allocator: str | None = None) -> ProbeRun | None:
+        """The run of that configuration (``allocator``: by default the one the configurations were compared
+        under, ``SpeedProbe.allocator``), if probed."""
+        allocator = allocator or self.allocator
+        return next((r for r in self.runs if r.precision == precision and r.memory_format == memory_format
+                     and r.allocator == allocator), None)
 
     @property
     def baseline(self) -> ProbeRun:
-        """The first run (fp32, contiguous)."""
+        """The first run (fp32, contiguous, under ``allocator``)."""
         return self.runs[0]
+
+    @property
+    def allocator(self) -> str:
+        """The allocator the configurations were compared under (the baseline's: ``"retain"`` on a CPU under
+        glibc, where the baseline also ran with the allocator as it is; else ``"default"``)."""
+        return self.baseline.allocator
+
+    def allocator_factor(self, allocator: str) -> float:
+        """How many times longer the baseline's median step is under ``allocator`` than under ``self.allocator``
+        (1 where it is the same or was not measured): a time estimate's correction for a plan whose allocator is
+        not the one the configurations were compared under."""
+        other = self.run("32-true", "contiguous", allocator)
+        if other is None or allocator == self.allocator or self.baseline.median_seconds_per_step <= 0:
+            return 1.0
+        return other.median_seconds_per_step / self.baseline.median_seconds_per_step
 
     def speedup(self, run: ProbeRun, over: ProbeRun | None = None) -> float:
         """How many times faster ``run``'s step is than ``over``'s (default: the baseline's)."""
@@ -147,7 +176,7 @@ class SpeedProbe:
         return self.loss_gap(run, over) <= LOSS_TOLERANCE
 
     def step_seconds(self, precision: str, memory_format: str = "contiguous") -> float | None:
-        """The median step of a configuration, if probed."""
+        """The fastest step of a configuration (``ProbeRun.seconds_per_step``), if probed."""
         run = self.run(precision, memory_format)
         return run.seconds_per_step if run is not None else None
 

@@ -24,6 +24,7 @@ from typing import ClassVar
 from twinkle_core.hyperparams import with_new_names
 
 from twinkle_core.planning.deciders import (
+    AllocatorDecider,
     BatchingDecider,
     CheckpointIntervalDecider,
     CompileDecider,
@@ -70,6 +71,7 @@ class DefaultStrategy(ResourceStrategy):
         DevicesDecider(),
         PrecisionDecider(),
         MemoryFormatDecider(),
+        AllocatorDecider(),
         DistributionDecider(),
         CompressionDecider(),
         BatchingDecider(),
@@ -133,6 +135,7 @@ class DefaultStrategy(ResourceStrategy):
             num_nodes=int(v["num_nodes"]),
             precision=str(v["precision"]),
             memory_format=str(v.get("memory_format", "contiguous")),
+            allocator=str(v.get("allocator", "default")),
             compile=str(v.get("compile", "off")),
             checkpoint_every_n_epochs=int(v.get("checkpoint_every_n_epochs", 1)),
             strategy=str(v["strategy"]),
