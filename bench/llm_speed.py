@@ -6,7 +6,9 @@ embeddings) with a byte-level BPE of 8,192 ids trained on the data — a vocabul
 Qwen3-0.6B's proportion (151,936 over 1,024 is 148) scaled down to this machine. Two workloads, interleaved in
 rounds (the order rotating each round), each case of a round in a fresh process of its own (``fit_speed.in_child``:
 what one sets for its process — Twinkle's allocator choice, torch's threads — never reaches the other), the same
-model folder, data, batch, sequence length, learning rate, optimizer steps and threads on both sides:
+model folder, data, batch, sequence length, learning rate, optimizer steps and threads on both sides; before its timed
+case a process runs the same case once at its smallest (one step; Twinkle's in a store of its own), so that neither
+pays its first imports and kernel choices inside the timing, as in a process that had trained before:
 
 * **pre-training** (full weights) on CPython's help topics (``write_topics``: 91k tokens in 710 windows of 128),
   batch 8, one epoch (89 optimizer steps), lr 1e-3 constant;
@@ -176,17 +178,16 @@ def child(workload: str, case: str, folder: Path, data: Path, home: Path, batche
     from twinkle_core.planning.hardware import cpu_budget
 
     torch.set_num_threads(cpu_budget()[0])
-    # the imports either case would pay in a process that had trained before (what the rounds compare is training)
-    import peft  # noqa: F401
-    import transformers.models.qwen3.modeling_qwen3  # noqa: F401
+    train, val = torch.load(batches, weights_only=True)
+    if case == "twinkle":  # a one-step fit in a store of its own first: what a process that trained before has paid
+        from twinkle_core import Trainer
 
-    import twinkle_core  # noqa: F401
-    import twinkle_llm  # noqa: F401
-
-    if case == "twinkle":
+        Trainer("llm-tiny", task=WORKLOADS[workload]["task"], home=str(home.parent / f"{home.name}-warm"),
+                verbose=False, hyperparams={**hyperparams(workload, folder, 1), "max_steps": 1, "probe": False}
+                ).fit(str(data))
         out = timed(lambda: twinkle(workload, folder, data, home, epochs))
-    else:
-        train, val = torch.load(batches, weights_only=True)
+    else:  # likewise: one epoch of one batch first
+        plain(workload, folder, train[:1], val[:1], 1)
         out = timed(lambda: plain(workload, folder, train, val, epochs))
     print(json.dumps(out), flush=True)
 

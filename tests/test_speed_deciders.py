@@ -132,9 +132,9 @@ def test_the_cpu_budget_is_the_cgroup_quota_not_the_core_count(tmp_path: Path) -
 
 
 def test_the_estimate_adds_what_the_last_run_of_the_kind_spent_beyond_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An earlier run of the same algorithm, data and hardware whose Lightning fit took 2 s more than its plan's
-    estimate of the training adds 2 s to the next estimate (the fixed costs a step's time does not show), named in
-    the explanation; a run that took less adds nothing."""
+    """An earlier run of the same algorithm, data and hardware whose fit took 2 s more than its plan's estimate of
+    the training adds 2 s to the next estimate (the fixed costs a step's time does not show), named in the
+    explanation; a run that took less adds nothing; a run's whole fit counts without its probe."""
     from twinkle_core.planning import PastRun
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -146,6 +146,10 @@ def test_the_estimate_adds_what_the_last_run_of_the_kind_spent_beyond_its_own(mo
     assert p.estimates["overhead_run"] == "u/p/run3" and "2 s of it beyond the training as in u/p/run3" in p.explain()
     faster = PastRun("u/p/run4", measured={"fit_seconds": 9.0, "estimated_train_seconds": 10.0})
     assert plan(speed=speed, history=[faster]).estimates["estimated_seconds"] == base
+    # a run that recorded its whole fit (16 s, of which its probe took 3 s): 16 - 3 - 10 = 3 s beyond
+    whole = PastRun("u/p/run5", measured={"run_seconds": 16.0, "probe_seconds": 3.0, "fit_seconds": 12.0,
+                                          "estimated_train_seconds": 10.0})
+    assert plan(speed=speed, history=[whole]).estimates["estimated_seconds"] == pytest.approx(base + 3.0, abs=0.1)
 
 
 def test_the_time_estimate_comes_from_the_probe_and_compile_stays_off_for_short_trainings(
@@ -318,11 +322,13 @@ def test_a_default_fit_probes_once_stores_it_and_says_so_in_plan_json(tmp_path: 
     assert decisions["num_workers"].startswith("measured")
     again = Trainer("tabular-mlp", home=home, verbose=False, hyperparams={"max_epochs": 1}).plan(cancer_csv)
     assert again.estimates["probe"]["reused"] and "measured earlier" in reason(again, "num_workers")
-    # the run recorded Lightning's fit against its estimate; the next plan of the kind adds what it spent beyond
+    # the run recorded its whole fit and its probe against its estimate; the next plan of the kind adds what it
+    # spent beyond the estimate, its probe apart (the next run reuses the stored one)
     measured = RunStore(home).get(result.run_uri).measured
-    assert measured["fit_seconds"] > 0
+    assert measured["run_seconds"] > measured["fit_seconds"] > 0
+    assert measured["probe_seconds"] == pytest.approx(stored["estimates"]["probe"]["seconds"], abs=1e-3)
     assert measured["estimated_train_seconds"] == pytest.approx(stored["estimates"]["estimated_seconds"])
-    beyond = max(0.0, measured["fit_seconds"] - measured["estimated_train_seconds"])
+    beyond = max(0.0, measured["run_seconds"] - measured["probe_seconds"] - measured["estimated_train_seconds"])
     assert again.estimates.get("estimated_overhead_seconds", 0.0) == pytest.approx(beyond, rel=0.01, abs=1e-3)
     off = Trainer("tabular-mlp", home=home, verbose=False, hyperparams={"max_epochs": 1, "probe": False}).plan(cancer_csv)
     assert "probe" not in off.estimates and "probe=False" in reason(off, "memory_format")

@@ -82,7 +82,8 @@ def check_speed(work: Path) -> dict:
     plan = Trainer("resnet18", verbose=False, hyperparams={"max_epochs": 2}).plan(str(data))
     out["probe"] = plan.estimates.get("probe")
     out["choices"] = {d.name: (d.value, d.reason) for d in plan.decisions
-                      if d.name in ("precision", "memory_format", "num_workers", "torch_threads", "compile")}
+                      if d.name in ("precision", "memory_format", "num_workers", "torch_threads", "compile",
+                                    "allocator")}
     q, k, v = (torch.randn(8, 16, 1024, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                           ("math", SDPBackend.MATH)):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -325,6 +326,7 @@ class Session:
     def fit(self, data: str | None = None) -> FitResult:
         """Train on ``data`` (any URI; default: ``new_data``) in this process, as a new run — or, continuing
         with ``same_run`` or ``reuse_run``, in that run."""
+        started = time.perf_counter()
         ready = self.prepare(self.data_uri(data))
         uri, prepared, algorithm = ready.uri, ready.data, ready.algorithm
         component, routed = ready.component, ready.routed
@@ -361,6 +363,7 @@ class Session:
             store=self.store, record=record, algorithm=algorithm, prepared=prepared, plan=plan,
             settings=self.settings, checkpoint_record=checkpoint_record, continuation=self.continuation,
             verbose=self.verbose, callbacks=self.callbacks, monitor=self.monitor_config, budget=self.budget_config,
+            started=started,
         )
         self.result = run_lightning(setup)
         self.algorithm, self.prepared, self._hyperparams = algorithm, prepared, dict(routed.algorithm)

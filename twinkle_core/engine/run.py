@@ -75,6 +75,8 @@ class RunSetup:
     callbacks: list[L.Callback] = field(default_factory=list)
     monitor: MonitorConfig | None = None
     budget: BudgetConfig | None = None
+    started: float | None = None
+    """``time.perf_counter()`` when the fit began (before its data was read), for the run's ``run_seconds``."""
 
 
 class TwinkleRecord(L.Callback):
@@ -416,8 +418,11 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: RunCallbacks) -> FitResu
         **({"pipeline_stages": plan.pipeline_parallel_size} if plan.pipeline_parallel_size > 1 else {}),
         "seconds_per_sample": meter.compute_seconds / meter.samples if meter.samples else None,
         "train_seconds": round(meter.compute_seconds, 3),
-        # Lightning's fit against the plan's estimate of it (the next plan of the kind adds the difference)
+        # Lightning's fit, and the whole fit from reading the data, against the plan's estimate of the training
+        # (the next plan of the kind adds what the whole fit spent beyond it, its probe apart: past_overhead)
         "fit_seconds": round(meter.fit_seconds, 3) if meter.fit_seconds else None,
+        "run_seconds": round(time.perf_counter() - setup.started, 3) if setup.started is not None else None,
+        "probe_seconds": _probe_seconds(plan),
         "estimated_train_seconds": _estimated_train_seconds(
             plan, setup.continuation is not None and setup.continuation.mode == "resume"),
         "peak_memory_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
@@ -450,6 +455,12 @@ def _estimated_train_seconds(plan: Plan, resumed: bool) -> float | None:
     if seconds is None or resumed:
         return None
     return round(float(seconds) - float(plan.estimates.get("estimated_overhead_seconds") or 0.0), 6)
+
+
+def _probe_seconds(plan: Plan) -> float | None:
+    """What the plan's speed probe took in this run (``None``: none ran here — not probed, or a stored one)."""
+    probe = plan.estimates.get("probe") or {}
+    return None if not probe or probe.get("reused") else float(probe.get("seconds") or 0.0)
 
 
 def _uri(path: str, folder: str) -> str | None:

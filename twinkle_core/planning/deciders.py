@@ -508,14 +508,18 @@ def training_seconds(draft: PlanDraft) -> tuple[float, str]:
 
 
 def past_overhead(context: PlanContext) -> tuple[float, str] | None:
-    """What the newest earlier run of the same algorithm, data and hardware spent in Lightning's fit beyond its own
-    plan's estimate of the training (``fit_seconds`` − ``estimated_train_seconds`` of its record: starting up, the
-    sanity check, logging — the fixed costs the estimate from steps does not see), and its id; ``None`` without
-    such a run."""
+    """What the newest earlier run of the same algorithm, data and hardware spent beyond its own plan's estimate of
+    the training — the fixed costs the estimate from steps does not see: reading and preparing the data, building
+    the model, planning, starting Lightning, the sanity check, logging, the curves and the record — and its id;
+    ``None`` without such a run. The whole fit (``run_seconds``) less its probe (``probe_seconds``: the next run
+    reuses the stored one) less ``estimated_train_seconds``; for a run recorded before ``run_seconds`` existed,
+    Lightning's fit (``fit_seconds``) less the estimate."""
     for run in context.history:
-        fit, estimate = run.measured.get("fit_seconds"), run.measured.get("estimated_train_seconds")
-        if fit and estimate:
-            return max(0.0, float(fit) - float(estimate)), run.id
+        whole, fit = run.measured.get("run_seconds"), run.measured.get("fit_seconds")
+        estimate = run.measured.get("estimated_train_seconds")
+        if estimate and (whole or fit):
+            spent = float(whole) - float(run.measured.get("probe_seconds") or 0.0) if whole else float(fit)
+            return max(0.0, spent - float(estimate)), run.id
     return None
 
 
