@@ -320,7 +320,7 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Callable[[Alert
                          details=expected))
     apply_gpu_limit(settings.memory_limit_bytes)
     torch.set_num_threads(plan.torch_threads)
-    if plan.allocator == "retain" and not set_allocator("retain"):  # measured faster (AllocatorDecider), or pinned
+    if plan.allocator == "retain" and not set_allocator("retain"):  # not measured slower (AllocatorDecider), or pinned
         warnings.warn("allocator='retain' sets glibc's malloc thresholds, and this process's allocator is not "
                       "glibc's: left as it is", stacklevel=2)
     if plan.memory_format == "channels_last":  # the plan measured it faster (MemoryFormatDecider)
