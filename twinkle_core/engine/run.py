@@ -449,12 +449,13 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: RunCallbacks) -> FitResu
 
 
 def _estimated_train_seconds(plan: Plan, resumed: bool) -> float | None:
-    """The plan's estimate of the training alone (without the overhead an earlier run measured), if it made one;
-    ``None`` for a resumed run, whose fit trains only what was left."""
+    """The plan's estimate of the training alone (without the overhead an earlier run measured and the plan's own
+    probe), if it made one; ``None`` for a resumed run, whose fit trains only what was left."""
     seconds = plan.estimates.get("estimated_seconds")
     if seconds is None or resumed:
         return None
-    return round(float(seconds) - float(plan.estimates.get("estimated_overhead_seconds") or 0.0), 6)
+    return round(float(seconds) - float(plan.estimates.get("estimated_overhead_seconds") or 0.0)
+                 - float(plan.estimates.get("estimated_probe_seconds") or 0.0), 6)
 
 
 def _probe_seconds(plan: Plan) -> float | None:

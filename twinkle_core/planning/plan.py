@@ -42,13 +42,16 @@ class PlanEstimates(TypedDict, total=False):
         data_bytes: the data's size on storage.
         train_samples: samples in the training split.
         optimizer_steps_per_epoch, optimizer_steps: optimizer steps per epoch and in all.
-        estimated_seconds: the training's expected duration.
+        estimated_seconds: the fit's expected duration: the training, with what an earlier run of the kind spent
+            beyond its own (``estimated_overhead_seconds``) and this plan's own probe (``estimated_probe_seconds``).
         estimate_source: what that duration comes from: ``"probe"`` (the speed probe's measured step),
             ``"FLOPs"`` or the id of the past run that measured it.
         estimated_overhead_seconds: the part of ``estimated_seconds`` that an earlier run of the same algorithm,
-            data and hardware spent beyond its own estimate (Lightning's start, the sanity check, logging, the
-            record), added to this one; absent without such a run.
+            data and hardware spent beyond its own estimate (reading the data, building the model, Lightning's start,
+            the sanity check, logging, the record), added to this one; absent without such a run.
         overhead_run: the id of that run.
+        estimated_probe_seconds: the part of ``estimated_seconds`` this plan's speed probe took (measured for it,
+            before planning; absent when the probe was read from the store or none ran).
         layout: the data × tensor × pipeline layout chosen, if any (``Layout.to_dict()``).
         probe: what the speed probe measured (``SpeedProbe.to_dict()``), if one ran or was reused.
     """
@@ -67,6 +70,7 @@ class PlanEstimates(TypedDict, total=False):
     estimate_source: str
     estimated_overhead_seconds: float
     overhead_run: str
+    estimated_probe_seconds: float
     layout: dict[str, Any]
     probe: dict[str, Any]
 
@@ -217,7 +221,9 @@ class Plan:
                     " (from FLOPs)" if source in (None, "FLOPs") else " (from the speed probe)" if source == "probe"
                     else f" (measured in {source})") + (
                     f", {float(e['estimated_overhead_seconds']):.2g} s of it beyond the training as in "
-                    f"{e.get('overhead_run')}" if e.get("estimated_overhead_seconds") else ""))
+                    f"{e.get('overhead_run')}" if e.get("estimated_overhead_seconds") else "") + (
+                    f", {float(e['estimated_probe_seconds']):.2g} s of it the speed probe"
+                    if e.get("estimated_probe_seconds") else ""))
             probe = e.get("probe")
             if probe:
                 figures.append(f"speed probe {float(probe['seconds']):.1f} s" if not probe.get("reused")

@@ -123,6 +123,10 @@ class DefaultStrategy(ResourceStrategy):
             seconds += overhead[0]
             estimates["estimated_overhead_seconds"] = float(f"{overhead[0]:.3g}")
             estimates["overhead_run"] = overhead[1]
+        probe = context.probe
+        if probe is not None and probe.reused is None and probe.seconds > 0:  # spent on this fit before planning
+            seconds += probe.seconds
+            estimates["estimated_probe_seconds"] = float(f"{probe.seconds:.3g}")
         estimates["estimated_seconds"] = float(f"{seconds:.3g}")
         estimates["estimate_source"] = source
         if context.probe is not None:
