@@ -44,7 +44,7 @@ class TrainerSettings:
         memory_format: force ``"contiguous"`` or ``"channels_last"`` weights (default: the plan's).
         allocator: ``"retain"`` keeps the memory a CPU training frees in its process (glibc's ``malloc``
             thresholds raised: no fresh pages faulted in each step), ``"default"`` leaves the allocator as it is
-            (default: the plan's — retained where the probe measured it faster; see
+            (default: the plan's — retained on a CPU under glibc unless the probe measured it slower; see
             ``twinkle_core.engine.allocator``).
         compile: ``torch.compile`` the network in this mode (``"default"``, ``"reduce-overhead"``,
             ``"max-autotune"``), or ``"off"`` (default: the plan's).
