@@ -21,7 +21,8 @@ settings above — the planner's choices (its speed probe in the first round; la
 as a user's next run would). Timed whole: reading and tokenising the data, planning, loading the folder, training,
 validating after every epoch, checkpoints, the record.
 
-``plain``: what a user writes with transformers and peft: ``AutoModelForCausalLM.from_pretrained(folder)`` (fp32),
+``plain``: what a user writes with transformers and peft: the folder's model (fp32; ``load_base`` reads its config
+and safetensors, as ``from_pretrained`` would, without a hub to fall back on),
 peft's ``get_peft_model`` for LoRA, torch's default AdamW, ``model(input_ids, position_ids, labels).loss``,
 ``backward``, ``step``; the validation split's loss after every epoch under ``no_grad``. It trains on exactly
 Twinkle's batches (the token windows, labels and positions of Twinkle's data processor, read once from a first
@@ -84,6 +85,20 @@ def write_base(folder: Path, texts: list[str]) -> Path:
     return folder
 
 
+def load_base(folder: Path) -> torch.nn.Module:
+    """``write_base``'s model read back from its files alone — ``config.json`` and ``model.safetensors`` of the local
+    ``folder`` — with nothing resolved against a hub (a missing file is an error, never a download)."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    model = AutoModelForCausalLM.from_config(Qwen3Config.from_json_file(str(folder / "config.json")))
+    missing, unexpected = model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:  # the head is tied to the embeddings, not stored
+        raise RuntimeError(f"{folder} does not hold write_base's model: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
+    return model
+
+
 def hyperparams(workload: str, folder: Path, epochs: int) -> dict[str, Any]:
     """The workload's settings, as a user passes them to Twinkle."""
     spec = WORKLOADS[workload]
@@ -139,11 +154,9 @@ def twinkle(workload: str, folder: Path, data: Path, home: Path, epochs: int) ->
 
 def plain(workload: str, folder: Path, train: list[Any], val: list[Any], epochs: int) -> dict[str, Any]:
     """The plain transformers (+ peft) loop on Twinkle's batches (see the module docstring)."""
-    from transformers import AutoModelForCausalLM
-
     spec = WORKLOADS[workload]
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)  # the folder written above
+    model = load_base(folder)
     if spec["lora"]:
         from peft import LoraConfig, get_peft_model
 

@@ -422,7 +422,7 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: RunCallbacks) -> FitResu
         # (the next plan of the kind adds what the whole fit spent beyond it, its probe apart: past_overhead)
         "fit_seconds": round(meter.fit_seconds, 3) if meter.fit_seconds else None,
         "run_seconds": round(time.perf_counter() - setup.started, 3) if setup.started is not None else None,
-        "probe_seconds": _probe_seconds(plan),
+        "probe_seconds": plan.estimates.get("estimated_probe_seconds"),  # a probe measured for this run
         "estimated_train_seconds": _estimated_train_seconds(
             plan, setup.continuation is not None and setup.continuation.mode == "resume"),
         "peak_memory_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
@@ -456,12 +456,6 @@ def _estimated_train_seconds(plan: Plan, resumed: bool) -> float | None:
         return None
     return round(float(seconds) - float(plan.estimates.get("estimated_overhead_seconds") or 0.0)
                  - float(plan.estimates.get("estimated_probe_seconds") or 0.0), 6)
-
-
-def _probe_seconds(plan: Plan) -> float | None:
-    """What the plan's speed probe took in this run (``None``: none ran here — not probed, or a stored one)."""
-    probe = plan.estimates.get("probe") or {}
-    return None if not probe or probe.get("reused") else float(probe.get("seconds") or 0.0)
 
 
 def _uri(path: str, folder: str) -> str | None:

@@ -126,7 +126,7 @@ class DefaultStrategy(ResourceStrategy):
         probe = context.probe
         if probe is not None and probe.reused is None and probe.seconds > 0:  # spent on this fit before planning
             seconds += probe.seconds
-            estimates["estimated_probe_seconds"] = float(f"{probe.seconds:.3g}")
+            estimates["estimated_probe_seconds"] = round(probe.seconds, 3)  # as the probe's own figure is kept
         estimates["estimated_seconds"] = float(f"{seconds:.3g}")
         estimates["estimate_source"] = source
         if context.probe is not None:
