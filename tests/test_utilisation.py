@@ -3,6 +3,7 @@ of step time spent waiting for data — and ``twinkle runs show`` prints it."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import lightning as L
@@ -13,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from twinkle_core import RunStore, Trainer
 from twinkle_core.cli import main
-from twinkle_core.engine.utilisation import Utilisation, device_peak, tokens_per_sample
+from twinkle_core.engine.utilisation import Utilisation, device_peak, remembered_cpu_peak, tokens_per_sample
 
 
 def test_a_run_records_and_shows_its_utilisation(twinkle_home, cancer_csv) -> None:
@@ -65,3 +66,22 @@ def test_peaks_and_tokens() -> None:
     assert device_peak("cuda", "NVIDIA A100-SXM4-80GB", "32-true", 1)[0] == 156e12
     assert device_peak("cuda", "Some New GPU", "bf16-mixed", 1)[0] is None
     assert tokens_per_sample((128,), "int64") == 128 and tokens_per_sample((3, 32, 32), "float32") is None
+
+
+def test_a_cpu_peak_is_measured_once_per_machine_and_remembered_in_the_store(tmp_path) -> None:
+    """The first run on a machine measures the CPU's peak and stores it; the next reads that same figure (repeated
+    runs divide by one peak, and pay no second measurement); an unreadable stored figure, or one below what a run
+    achieved (disturbed when measured), is measured again."""
+    home = str(tmp_path)
+    first, read = remembered_cpu_peak(home, 1, torch.float32)
+    assert first > 0 and not read
+    [stored] = (tmp_path / "probes").glob("peak-*.json")
+    assert remembered_cpu_peak(home, 1, torch.float32) == (first, True)
+    peak, source = device_peak("cpu", "cpu", "32-true", 1, home)
+    assert peak == first and source.startswith("measured earlier: fp32 matmul 1024² on 1 thread(s)")
+    stored.write_text("{not json")
+    again, read = remembered_cpu_peak(home, 1, torch.float32)
+    assert again > 0 and not read and json.loads(stored.read_text())["flops_per_second"] == again
+    stored.write_text(json.dumps({"flops_per_second": 1.0}))  # a run achieved more than this
+    peak, read = remembered_cpu_peak(home, 1, torch.float32, at_least=2.0)
+    assert peak > 2.0 and not read and json.loads(stored.read_text())["flops_per_second"] == peak

@@ -40,11 +40,10 @@ def keep_history(logs_uri: str, step: int) -> None:
 
 def merge_history(logs_uri: str) -> None:
     """At the end of a restarted run: earlier attempts' rows, then the last attempt's, as one ``metrics.csv``."""
-    import pandas as pd
-
     fs, path = filesystem(f"{logs_uri}/{HISTORY}")
     if not fs.exists(path):
         return
+    import pandas as pd
     merged = pd.concat([read_metrics(f"{logs_uri}/{HISTORY}"), read_metrics(f"{logs_uri}/metrics.csv")],
                        ignore_index=True)
     merged = merged.drop_duplicates()  # a validation at the checkpoint's step, logged again after the restart

@@ -432,7 +432,7 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: RunCallbacks) -> FitResu
             torch.cuda.get_device_name() if plan.accelerator == "cuda" and torch.cuda.is_available() else "cpu",
             plan.precision, plan.torch_threads,
             tokens_per_sample(prepared.spec.input_shape, prepared.spec.input_dtype),
-            plan.tensor_parallel_size * plan.pipeline_parallel_size),
+            plan.tensor_parallel_size * plan.pipeline_parallel_size, home=store.home),
     }
     status = "failed" if trainer.interrupted else "stopped" if stopped else "finished"
     final = store.update(

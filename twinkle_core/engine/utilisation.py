@@ -11,7 +11,9 @@ step starts (fetching the batch from the loader, mostly: the data wait). At the 
   ``torch.utils.flop_counter`` at planning) × samples per second, per device;
 * ``mfu``: that over the device's peak *in the run's precision*, as torchtitan's MFU — a table of datasheet dense
   peaks for known GPUs, or on CPU the best of ``PEAK_TRIALS`` timings of a 1024² matmul in the run's compute type
-  (bf16 for a bf16-mixed run) with the run's threads (``peak_source`` says which). It is never above 1: an
+  (bf16 for a bf16-mixed run) with the run's threads (``peak_source`` says which), measured once per machine and
+  remembered in the store (``<home>/probes/peak-<key>.json``, keyed by the CPU, torch, the threads and the type),
+  so that repeated runs of a fit divide by the same figure and differ only by their own speed. It is never above 1: an
   achieved rate above the peak means the peak's measurement was disturbed, and the MFU is then not given
   (``None``, with the reason in ``peak_source``);
 * ``data_wait_fraction``: the share of step time spent between steps.
@@ -19,6 +21,8 @@ step starts (fetching the batch from the loader, mostly: the data wait). At the 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 from typing import Any
@@ -27,7 +31,9 @@ import lightning as L
 import torch
 
 from twinkle_core.algorithm import batch_size_of
-from twinkle_core.planning.hardware import GPU_PEAK_TFLOPS, device_peak_table
+from twinkle_core.planning.hardware import GPU_PEAK_TFLOPS, cpu_description, device_peak_table
+from twinkle_core.store.atomic import atomic_write_text
+from twinkle_core.uris import filesystem, join
 
 _CPU_PEAK: dict[tuple[int, torch.dtype], float] = {}
 
@@ -63,13 +69,44 @@ def cpu_peak_flops(threads: int, dtype: torch.dtype = torch.float32, size: int =
     return best
 
 
-def device_peak(accelerator: str, device_name: str, precision: str, threads: int) -> tuple[float | None, str]:
-    """The peak FLOP/s of one device for ``precision`` and where the figure comes from."""
+def remembered_cpu_peak(home: str | None, threads: int, dtype: torch.dtype,
+                        at_least: float = 0.0) -> tuple[float, bool]:
+    """``cpu_peak_flops(threads, dtype)`` as measured on this machine the first time (read from ``home``'s
+    ``probes/peak-<key>.json``, keyed by the CPU, torch, ``threads``, ``dtype`` and the matmul's size), measured and
+    stored there when it is not yet; with no ``home``, measured. A stored figure below ``at_least`` (a run achieved
+    more: the first measurement was disturbed) is measured again, and the higher of the two kept. Returns the figure
+    and whether it was read."""
+    if home is None:
+        return cpu_peak_flops(threads, dtype), False
+    identity = {"cpu": cpu_description().name, "torch": torch.__version__, "threads": threads, "dtype": str(dtype),
+                "size": PEAK_SIZE, "trials": PEAK_TRIALS}
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
+    uri = join(home, "probes", f"peak-{key}.json")
+    fs, path = filesystem(uri)
+    stored = 0.0
+    try:
+        with fs.open(path, "r") as handle:
+            stored = float(json.load(handle)["flops_per_second"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    stored = stored if stored > 0 and math.isfinite(stored) else 0.0
+    if stored >= at_least and stored > 0:
+        return stored, True
+    peak = max(cpu_peak_flops(threads, dtype), stored)
+    atomic_write_text(uri, json.dumps({**identity, "flops_per_second": peak}, indent=2) + "\n")
+    return peak, False
+
+
+def device_peak(accelerator: str, device_name: str, precision: str, threads: int,
+                home: str | None = None, at_least: float = 0.0) -> tuple[float | None, str]:
+    """The peak FLOP/s of one device for ``precision`` and where the figure comes from (on a CPU with ``home``: the
+    figure remembered there, ``remembered_cpu_peak``, measured again when below ``at_least``)."""
     if accelerator == "cpu":
         dtype = torch.bfloat16 if str(precision).startswith("bf16") else torch.float32
         name = "bf16" if dtype == torch.bfloat16 else "fp32"
-        return cpu_peak_flops(threads, dtype), (f"measured: {name} matmul {PEAK_SIZE}² on {threads} thread(s), best "
-                                                f"of {PEAK_TRIALS}")
+        peak, earlier = remembered_cpu_peak(home, threads, dtype, at_least)
+        return peak, (f"measured{' earlier' if earlier else ''}: {name} matmul {PEAK_SIZE}² on {threads} thread(s), "
+                      f"best of {PEAK_TRIALS}")
     bits = "16" if precision.startswith(("16", "bf16")) else "32"
     peak = device_peak_table(device_name, bits)
     if peak is None:
@@ -127,16 +164,19 @@ class Utilisation(L.Callback):
         self._end = None
 
     def figures(self, flops_per_sample: float, processes: int, accelerator: str, device_name: str, precision: str,
-                threads: int, tokens_per_sample: int | None = None, model_parallel: int = 1) -> dict[str, Any]:
+                threads: int, tokens_per_sample: int | None = None, model_parallel: int = 1,
+                home: str | None = None) -> dict[str, Any]:
         """The utilisation figures (per device unless named ``job_``), JSON-ready. ``model_parallel``: the
         processes that hold one copy of the model between them (tensor × pipeline parallel), which all see the same
-        samples: each does its share of every sample's work, and the job's rate counts each sample once."""
+        samples: each does its share of every sample's work, and the job's rate counts each sample once. ``home``:
+        the store where a CPU's peak is remembered (``remembered_cpu_peak``; only the process that records the run
+        passes it)."""
         busy = self.compute_seconds + self.wait_seconds
         if not self.samples or busy <= 0:
             return {}
         rate = self.samples / busy / max(model_parallel, 1)
         achieved = flops_per_sample * rate
-        peak, source = device_peak(accelerator, device_name, precision, threads)
+        peak, source = device_peak(accelerator, device_name, precision, threads, home, achieved)
         out: dict[str, Any] = {
             "samples_per_second": round(rate, 3),
             "job_samples_per_second": round(rate * processes, 3),
