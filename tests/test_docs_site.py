@@ -93,6 +93,19 @@ def test_the_api_reference_pages_are_fresh() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+def test_the_plugin_contract_is_the_allow_list_of_public_modules() -> None:
+    """import-linter's plugin contract forbids every twinkle_core module but the public ones (the API reference's
+    list): a new core module is private to plugins until it is made public, never public by default."""
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "plugin_contract.py"), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    text = (ROOT / "pyproject.toml").read_text()
+    for module in ("twinkle_core.session", "twinkle_core.serve", "twinkle_core.planning.plan", "twinkle_core.jobs"):
+        assert f'    "{module}",' in text  # private, and named in the contract's deny-list
+    for module in ("twinkle_core.types", "twinkle_core.pretrained", "twinkle_core.lowlevel", "twinkle_core.doctor"):
+        assert f'    "{module}",' not in text  # public: the plugins' own imports of them are allowed
+
+
 def test_the_api_reference_documents_every_public_name(site: Path) -> None:
     import twinkle_core
 

@@ -11,11 +11,14 @@ from twinkle_core.planning import (
     DefaultStrategy,
     Hardware,
     ModelFacts,
+    ParallelDims,
+    Plan,
     PlanContext,
     PlanningError,
     measure,
     plan_layout,
 )
+from twinkle_core.engine.strategies import lightning_strategy
 
 GB = 10**9
 
@@ -139,7 +142,8 @@ def test_a_tensor_parallel_size_runs_as_asked_or_is_refused_by_name() -> None:
     layout = planned.estimates["layout"]
     assert (layout["data"], layout["tensor"], layout["pipeline"]) == (2, 2, 1) and planned.strategy == "fsdp2"
     assert planned.effective_batch_size == 8 * 2  # two replicas read a batch each; a tensor-parallel pair reads one
-    strategy = planned.lightning_strategy()
+    assert planned.layout == ParallelDims(data=2, tensor=2) and planned.layout.tensor_enabled
+    strategy, _ = lightning_strategy(planned, sharded=True)  # built in the engine, from the typed layout
     assert (strategy._data_parallel_size, strategy._tensor_parallel_size) == (2, 2)
     assert "tp 2: set by the user" in next(d.reason for d in planned.decisions if d.name == "layout")
     with pytest.raises(PlanningError, match="supplies no tensor-parallel plan"):
@@ -148,6 +152,31 @@ def test_a_tensor_parallel_size_runs_as_asked_or_is_refused_by_name() -> None:
         plan(tensor_parallel_size=3)
     with pytest.raises(PlanningError, match="not strategy='ddp'"):
         plan(tensor_parallel_size=2, strategy="ddp")
+
+
+def test_a_plans_layout_is_a_typed_value_checked_against_its_devices() -> None:
+    """``Plan.layout`` is a ``ParallelDims`` whose product must be the plan's devices × nodes (a layout that does
+    not add up is refused by name); it survives ``plan.json`` (``to_dict``/``from_dict``), and a plan stored
+    before it existed gets its degrees from its estimates (a pre-0.4 layout not ``staged`` ran as FSDP2)."""
+    small = ModelFacts(parameters=10**6, trainable=10**6, flops_per_sample=10**8, activation_bytes_per_sample=10**5,
+                       state_bytes=16 * 10**6)
+    node = Hardware.cluster(devices=4, device_memory="80GB", nodes=1)
+    planned = DefaultStrategy().plan(PlanContext("llm", "causal_lm", small, 10**6, 1000, 8, None, 1, node,
+                                                 overrides={"devices": 4, "tensor_parallel_size": 2},
+                                                 splits_tensors=True))
+    assert planned.layout == ParallelDims(2, 2, 1) and planned.layout.world_size == 4
+    stored = planned.to_dict()
+    assert stored["layout"] == {"data": 2, "tensor": 2, "pipeline": 1}
+    assert Plan.from_dict(stored).layout == planned.layout
+    old = {k: v for k, v in stored.items() if k != "layout"}
+    assert Plan.from_dict(old).layout == ParallelDims(2, 2, 1)
+    old["estimates"] = {**old["estimates"], "layout": {**old["estimates"]["layout"], "tensor": 1, "pipeline": 2,
+                                                       "staged": False}}
+    assert Plan.from_dict(old).layout == ParallelDims(4)
+    with pytest.raises(ValueError, match=r"layout dp 2 × tp 1 × pp 1 takes 2 processes, but the plan has 4"):
+        Plan.from_dict({**stored, "layout": {"data": 2, "tensor": 1, "pipeline": 1}})
+    with pytest.raises(ValueError, match="ParallelDims.tensor must be a positive integer, not 0"):
+        ParallelDims(2, 0)
 
 
 def test_pipeline_stages_run_as_asked_or_as_planned_and_bad_sizes_are_refused_by_name() -> None:
@@ -175,6 +204,8 @@ def test_pipeline_stages_run_as_asked_or_as_planned_and_bad_sizes_are_refused_by
     assert replicated.effective_batch_size == 8 * 2 and replicated.strategy == "fsdp2"
     both = plan(tensor_parallel_size=2, pipeline_parallel_size=2)
     assert (both.tensor_parallel_size, both.pipeline_parallel_size, both.effective_batch_size) == (2, 2, 8)
+    assert both.layout == ParallelDims(data=1, tensor=2, pipeline=2)
+    assert type(lightning_strategy(both, sharded=True)[0]).__name__ == "PipelineParallelStrategy"
     with pytest.raises(PlanningError, match="pipeline_parallel_size=3 does not divide the job's 4"):
         plan(pipeline_parallel_size=3)
     with pytest.raises(PlanningError, match="tensor_parallel_size=2 × pipeline_parallel_size=4 does not divide"):

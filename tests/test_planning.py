@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from twinkle_core import Trainer
-from twinkle_core.planning import DefaultStrategy, Hardware, ModelFacts, PastRun, PlanContext, measure
+from twinkle_core.planning import DefaultStrategy, Hardware, ModelFacts, ParallelDims, PastRun, PlanContext, measure
 
 GB = 10**9
 CPU = Hardware("cpu", 1, "cpu", 24 * GB, False, False, 2, 24 * GB)
@@ -75,7 +75,12 @@ def test_a_memory_limit_makes_a_state_that_fits_only_sharded_use_fsdp2() -> None
     model = facts(1e6)
     p = plan(model=model, overrides={"devices": 2}, memory_limit_bytes=2 * model.state_bytes)
     assert p.strategy == "fsdp2" and "fits only sharded over 2 devices" in reasons(p)["strategy"]
-    assert p.lightning_kwargs()["strategy"].__class__.__name__ == "ModelParallelStrategy"
+    assert p.layout == ParallelDims(data=2)
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    from twinkle_core.engine.strategies import lightning_strategy
+
+    assert isinstance(lightning_strategy(p, sharded=True)[0], ModelParallelStrategy)
 
 
 def test_accumulation_keeps_the_effective_batch() -> None:

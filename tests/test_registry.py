@@ -22,7 +22,7 @@ class Zoo:
     @hookimpl
     def register_algorithms(self, register):
         """Register algorithms."""
-        for name in ("zoo-resnet18", "zoo-resnet50", "zoo-yolov8n"):
+        for name in ("zoo-resnet101", "zoo-resnet18", "zoo-resnet50", "zoo-yolov8n"):
             task = "object_detection" if "yolo" in name else "image_classification"
             register(name, f"zoo_mod:{name.replace('-', '_')}", task=task, description=name)
         register("zoo-mlp", "zoo_mod:MLP", task="tabular_classification", aliases=["zoo-perceptron"])
@@ -40,12 +40,14 @@ def zoo(twinkle_plugin):
 
 @pytest.mark.usefixtures("zoo")
 def test_glob_and_task_filters() -> None:
-    assert list_algorithms("zoo-resnet*") == ["zoo-resnet18", "zoo-resnet50"]
+    """Globs and task patterns filter; listings are in natural order (timm's: numbers by value, resnet18 before
+    resnet101)."""
+    assert list_algorithms("zoo-resnet*") == ["zoo-resnet18", "zoo-resnet50", "zoo-resnet101"]
     assert list_algorithms("zoo-*", task="object_detection") == ["zoo-yolov8n"]
     assert list_algorithms(["zoo-y*", "zoo-m*"]) == ["zoo-mlp", "zoo-yolov8n"]
-    assert list_algorithms("zoo:zoo-r*") == ["zoo-resnet18", "zoo-resnet50"]
+    assert list_algorithms("zoo:zoo-r*") == ["zoo-resnet18", "zoo-resnet50", "zoo-resnet101"]
     assert list_algorithms("zoo-*", task="*classification") == [
-        "zoo-mlp", "zoo-resnet18", "zoo-resnet50"
+        "zoo-mlp", "zoo-resnet18", "zoo-resnet50", "zoo-resnet101"
     ]
     assert "zoo-onnx" in list_exporters()
 

@@ -147,3 +147,30 @@ def test_a_run_killed_after_its_last_epoch_resumes_to_finished_with_all_its_metr
     assert ended.status == "finished" and ended.metrics == pytest.approx(
         {**done.metrics, f"best_{done.monitor}": done.best_metric})
     assert len(pd.read_csv(Path(done.run_dir) / "logs" / "metrics.csv")) == steps_before  # no epoch trained again
+
+
+def test_one_failure_policy_decides_every_way_an_attempt_ends() -> None:
+    """The supervisor and the service's workers take the same decision from an attempt's outcome: its result is
+    done; an error the training raised (its run ended failed, or no run yet) is not retried; a process that died
+    — or raised with its run still running (no training ended it) — restarts until ``max_restarts``, then gives up;
+    the cause names what it raised."""
+    from twinkle_core.jobs.folder import Outcome
+    from twinkle_core.jobs.restarts import FailureDecision, FailurePolicy
+
+    def outcome(kind: str, run: str | None = "twinkle://u/p/run1", returncode: int = -9) -> Outcome:
+        error = {"type": "ValueError", "message": "bad row 3"} if kind == "raised" else None
+        return Outcome(kind, returncode, run, {"run_uri": run} if kind == "finished" else None, error,  # type: ignore[arg-type]
+                       {"step": 4} if kind == "stopped" else None)
+
+    policy = FailurePolicy(max_restarts=2)
+    assert policy.decide(outcome("finished", returncode=0), 0, "finished") == FailureDecision.DONE
+    assert policy.decide(outcome("raised", returncode=3), 0, "failed") == FailureDecision.RAISE
+    assert policy.decide(outcome("raised", run=None, returncode=3), 0) == FailureDecision.RAISE
+    assert policy.decide(outcome("raised", returncode=3), 0, "running") == FailureDecision.RESTART
+    for kind in ("died", "stopped"):
+        assert [policy.decide(outcome(kind), n, "running") for n in range(3)] == \
+            [FailureDecision.RESTART, FailureDecision.RESTART, FailureDecision.GIVE_UP]
+    assert policy.decide(outcome("died", run=None), 0) == FailureDecision.RESTART
+    assert FailurePolicy(0).decide(outcome("died"), 0, "running") == FailureDecision.GIVE_UP
+    assert outcome("died").cause == "killed by signal 9 (SIGKILL)"
+    assert outcome("raised", returncode=3).cause == "exited with status 3 (raised ValueError: bad row 3)"

@@ -1,8 +1,9 @@
 """Twinkle: training as a service for PyTorch.
 
 Name an algorithm, point at data, and Twinkle does the engineering. This package is the core: the
-public API, the four extension points and the ``twinkle`` CLI. Heavy names (``Trainer``, ``Algorithm``,
-...) are imported on first access, so ``import twinkle_core`` and the CLI's listing commands stay light.
+public API, the extension points (``twinkle_core.hookspecs``) and the ``twinkle`` CLI. Heavy names (``Trainer``,
+``Algorithm``, ...) are imported on first access, so ``import twinkle_core`` and the CLI's listing commands stay
+light.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Example:
     >>> from twinkle_core import list_algorithms
     >>> list_algorithms("resnet*", task="image_classification")  # doctest: +SKIP
-    ['resnet101', 'resnet152', 'resnet18', 'resnet34', 'resnet50']
+    ['resnet18', 'resnet34', 'resnet50', 'resnet101', 'resnet152']
 """
 
 from __future__ import annotations

@@ -9,12 +9,20 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import re
 from typing import Iterable
 
 from twinkle_core.components import KINDS, Component
 from twinkle_core.errors import AmbiguousComponentError, UnknownComponentError
 
 _MAX_LISTED = 40
+
+
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """``name``'s sort key with its runs of digits compared as numbers (timm's ``_natural_key``):
+    ``resnet18 < resnet34 < resnet101``; letters compare case-insensitively."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part.lower())
+                 for part in re.split(r"(\d+)", name) if part)
 
 
 class Registry:
@@ -39,8 +47,9 @@ class Registry:
         self._by_kind[component.kind].append(component)
 
     def all(self, kind: str) -> list[Component]:
-        """Every component of ``kind``, sorted by name then plugin."""
-        return sorted(self._by_kind[_check_kind(kind)], key=lambda c: (c.name, c.plugin))
+        """Every component of ``kind``, sorted by name — in natural order, numbers by value as timm's
+        ``list_models`` sorts (``resnet18`` before ``resnet101``) — then plugin."""
+        return sorted(self._by_kind[_check_kind(kind)], key=lambda c: (natural_key(c.name), c.plugin))
 
     def list(
         self,

@@ -29,11 +29,11 @@ from twinkle_core.algorithm import Algorithm
 from twinkle_core.data.processor import PreparedData
 from twinkle_core.engine.allocator import set_allocator
 from twinkle_core.engine.checkpoints import TWINKLE_KEY, AtomicCheckpointIO, LastCheckpoint
-from twinkle_core.engine.compression import ddp_strategy, measured_bytes
+from twinkle_core.engine.compression import measured_bytes
 from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
 from twinkle_core.engine.curves import last_logged, merge_history, plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
-from twinkle_core.engine.pipelined import PipelineGradients, PipelineParallelStrategy
+from twinkle_core.engine.pipelined import PipelineGradients
 from twinkle_core.engine.precision import precision_plugin
 from twinkle_core.engine.ranks import broadcast, close_group, init_elastic_group
 from twinkle_core.engine.record import CheckpointRecord
@@ -41,8 +41,8 @@ from twinkle_core.engine.isolation import distributed_environment_kept, quiet_li
 from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.resume import ExactResume
 from twinkle_core.engine.settings import TrainerSettings
-from twinkle_core.engine.sharded import ShardedModelParallelStrategy
 from twinkle_core.engine.stopping import StopOnSigterm, StoppedBySignal
+from twinkle_core.engine.strategies import lightning_strategy
 from twinkle_core.engine.utilisation import Utilisation, tokens_per_sample
 from twinkle_core.errors import TwinkleError
 from twinkle_core.store.atomic import atomic_write_text
@@ -53,7 +53,6 @@ from twinkle_core.ops.monitor import Monitor, MonitorConfig
 from twinkle_core.ops.notify import run_notifier
 from twinkle_core.parallel import model_parallel
 from twinkle_core.planning import DEFAULT_EPOCHS, Decision, Plan
-from twinkle_core.processes import inside_ray_worker
 from twinkle_core.store.catalogue import RunRecord, RunStatus
 from twinkle_core.store.runs import RunStore
 from twinkle_core.uris import filesystem, is_local, join, run_uri
@@ -166,7 +165,7 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Callable[[Alert], None]) 
         extra.append(EarlyStopping(monitor=metric, mode=mode, patience=settings.early_stopping_patience))
     if setup.continuation is not None and setup.continuation.optimizer_states:
         extra.append(RestoreOptimizerState(setup.continuation.optimizer_states))
-    if setup.plan.pipeline_parallel_size > 1:  # tied copies summed, clipping over every stage
+    if setup.plan.layout.pipeline_enabled:  # tied copies summed, clipping over every stage
         extra.append(PipelineGradients(settings.gradient_clip_val))
     if setup.monitor is not None:
         roles.monitor = Monitor(setup.monitor, notify, last_path)
@@ -186,7 +185,6 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Callable[[Alert], None]) 
 
 def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: str) -> L.Trainer:
     plan, settings = setup.plan, setup.settings
-    kwargs = plan.lightning_kwargs()
     if not setup.algorithm.automatic_optimization:  # it steps its own optimizers (a GAN): Lightning cannot
         name = type(setup.algorithm).__name__          # accumulate or clip for it
         if plan.accumulate_grad_batches != 1:
@@ -197,30 +195,18 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
             raise TwinkleError(f"{name} steps its optimizers itself; gradient_clip_val={settings.gradient_clip_val} "
                                "cannot apply: leave it unset")
     log_every = max(1, min(50, plan.estimates.get("optimizer_steps_per_epoch", 50)))
-    plugins: list[Any] = [AtomicCheckpointIO()]
+    sharded = is_local(filesystem(run_dir)[0])  # DCP writes folders on this machine's disk; elsewhere: whole files
+    strategy, plugins = lightning_strategy(plan, sharded)
+    plugins = [AtomicCheckpointIO(), *plugins]
+    kwargs: dict[str, Any] = {"accelerator": plan.accelerator, "devices": plan.devices, "num_nodes": plan.num_nodes,
+                              "precision": plan.precision, "strategy": strategy,
+                              "accumulate_grad_batches": plan.accumulate_grad_batches}
     mixed = precision_plugin(str(plan.precision), plan.accelerator, str(plan.strategy)) \
-        if plan.pipeline_parallel_size == 1 else None
+        if not plan.layout.pipeline_enabled else None
     if mixed is not None:  # clips the gradients of torch's fused optimizers, which Lightning's own refuses
         plugins.append(mixed)
         kwargs.pop("precision")
-    if inside_ray_worker() and plan.strategy == "ddp":  # inside Ray Train's workers
-        from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment
-
-        kwargs["strategy"] = RayDDPStrategy()
-        plugins.append(RayLightningEnvironment())
-    elif plan.strategy == "ddp":  # DDP through a hook that counts the bytes it all-reduces (and compresses them)
-        kwargs["strategy"] = ddp_strategy(plan.gradient_compression)
-    clip = settings.gradient_clip_val
-    sharded = is_local(filesystem(run_dir)[0])  # DCP writes folders on this machine's disk; elsewhere: whole files
-    if plan.pipeline_parallel_size > 1:  # data × pipeline × tensor; the stages clip together (PipelineGradients)
-        stages, tensor = plan.pipeline_parallel_size, plan.tensor_parallel_size
-        kwargs["strategy"] = PipelineParallelStrategy(plan.devices * plan.num_nodes // (stages * tensor), stages, tensor,
-                                                      sharded=sharded)
-        clip = None
-    elif plan.strategy == "fsdp2":  # data × tensor, its checkpoints sharded
-        tensor = plan.tensor_parallel_size
-        kwargs["strategy"] = ShardedModelParallelStrategy(plan.devices * plan.num_nodes // tensor, tensor,
-                                                          sharded=sharded)
+    clip = None if plan.layout.pipeline_enabled else settings.gradient_clip_val  # stages clip together
     return L.Trainer(
         **kwargs,
         max_epochs=_max_epochs(plan, settings),
@@ -263,7 +249,7 @@ def run_lightning(setup: RunSetup) -> FitResult:
     when there is none yet. Every rank returns the same result (rank 0's, broadcast). The ranks of one
     tensor-parallel group read the same batches (``twinkle_core.parallel.model_parallel``).
     """
-    with model_parallel(setup.plan.tensor_parallel_size * setup.plan.pipeline_parallel_size), \
+    with model_parallel(setup.plan.layout.model_parallel), \
             distributed_environment_kept():
         return _run_lightning(setup)
 
@@ -415,7 +401,7 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: RunCallbacks) -> FitResu
                 f"{record.uri} · {record.algorithm}")
     measured = {
         "micro_batch_size": plan.micro_batch_size,
-        **({"pipeline_stages": plan.pipeline_parallel_size} if plan.pipeline_parallel_size > 1 else {}),
+        **({"pipeline_stages": plan.layout.pipeline} if plan.layout.pipeline_enabled else {}),
         "seconds_per_sample": meter.compute_seconds / meter.samples if meter.samples else None,
         "train_seconds": round(meter.compute_seconds, 3),
         # Lightning's fit, and the whole fit from reading the data, against the plan's estimate of the training
@@ -432,7 +418,7 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: RunCallbacks) -> FitResu
             torch.cuda.get_device_name() if plan.accelerator == "cuda" and torch.cuda.is_available() else "cpu",
             plan.precision, plan.torch_threads,
             tokens_per_sample(prepared.spec.input_shape, prepared.spec.input_dtype),
-            plan.tensor_parallel_size * plan.pipeline_parallel_size, home=store.home),
+            plan.layout.model_parallel, home=store.home),
     }
     status = "failed" if trainer.interrupted else "stopped" if stopped else "finished"
     final = store.update(

@@ -118,8 +118,10 @@ class Outcome:
 
     @property
     def cause(self) -> str:
-        """The worker's exit in words (``"killed by signal 9 (SIGKILL)"``)."""
-        return describe_exit(self.returncode)
+        """The worker's exit in words (``"killed by signal 9 (SIGKILL)"``), with what it raised when it wrote an
+        error (``"exited with status 3 (raised ValueError: ...)"``)."""
+        exit_ = describe_exit(self.returncode)
+        return f"{exit_} (raised {self.error_message})" if self.error else exit_
 
     @property
     def error_message(self) -> str:

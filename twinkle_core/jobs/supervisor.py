@@ -6,8 +6,10 @@ the job folder, ``run.json`` as soon as its run exists and ``result.json`` when 
 dies — killed by a signal (SIGKILL, the OOM killer), or gone without leaving its run ``failed`` — the
 supervisor records a ``restart`` event in the run's alerts and starts a new worker, which resumes the same run
 (one id) exactly from its last checkpoint (the same data position and RNG state), or starts it again when no
-checkpoint was written yet. An error the training itself raised (bad data, a bug) is not retried: it would
-fail the same way. After ``max_restarts`` restarts the run ends ``failed`` with the last cause.
+checkpoint was written yet (a worker that died before creating its run starts the job again). An error the
+training itself raised (bad data, a bug) is not retried: it would fail the same way. After ``max_restarts``
+restarts the run ends ``failed`` with the last cause. What to do after each attempt is
+``twinkle_core.jobs.restarts.FailurePolicy``'s decision, the same the service's workers take.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from twinkle_core.engine.result import FitResult
 from twinkle_core.errors import TwinkleError
 from twinkle_core.jobs.folder import JobFolder, Outcome
 from twinkle_core.jobs.launcher import can_fork_here, signal_group, start_worker
-from twinkle_core.jobs.restarts import record_restart, resume_source
+from twinkle_core.jobs.restarts import FailureDecision, FailurePolicy, record_restart, resume_source
 from twinkle_core.ops.alerts import AlertAction
 from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir
 from twinkle_core.processes import EXIT_OK
@@ -50,35 +52,42 @@ def supervise(job: Job, folder: str | None = None, verbose: bool = True, backoff
     files = JobFolder(folder)
     files.save_job(job)
     store = RunStore(job.home)
+    policy = FailurePolicy(job.max_restarts)
     restarts = 0
     while True:
         outcome = Outcome.read(files, _attempt(files, restarts, verbose))
-        if outcome.kind == "finished":
-            return FitResult.from_dict(outcome.result or {})
         record = store.get(outcome.run) if outcome.run else None
-        if outcome.kind == "raised" and (record is None or record.status == "failed"):
+        decision = policy.decide(outcome, restarts, record.status if record is not None else None)
+        if decision == FailureDecision.DONE:
+            return FitResult.from_dict(outcome.result or {})
+        if decision == FailureDecision.RAISE:
             raise TwinkleError(outcome.error_message)  # raised by the training: not retried
         cause = outcome.cause
-        if record is None:
-            raise TwinkleError(f"the training process {cause} before it created its run; see its output above")
-        if restarts >= job.max_restarts:
+        if decision == FailureDecision.GIVE_UP:
             message = f"the training process {cause}; gave up after {restarts} restart(s) (max_restarts)"
+            if record is None:
+                raise TwinkleError(f"{message}, each time before it created its run; see its output above")
             record_restart(store, record.uri, message, action=AlertAction.GIVE_UP, attempt=restarts)
             store.end_run(record.id, RunStatus.FAILED, message)
             raise TwinkleError(f"{record.uri}: {message}")
         restarts += 1
-        source = resume_source(store, record.uri)
-        record_restart(store, record.uri, f"the training process {cause}; restart {restarts} of {job.max_restarts} "
-                                          f"from {source}", attempt=restarts, returncode=outcome.returncode)
+        if record is not None:
+            source = resume_source(store, record.uri)
+            record_restart(store, record.uri, f"the training process {cause}; restart {restarts} of "
+                                              f"{job.max_restarts} from {source}", attempt=restarts,
+                           returncode=outcome.returncode)
         if verbose:
-            print(f"Twinkle: the training process {cause}; restarting {record.uri} from {source} "
-                  f"({restarts}/{job.max_restarts})", file=sys.stderr, flush=True)
+            what = f"{record.uri} from {resume_source(store, record.uri)}" if record is not None else \
+                "the job from the start (it had not created its run)"
+            print(f"Twinkle: the training process {cause}; restarting {what} ({restarts}/{job.max_restarts})",
+                  file=sys.stderr, flush=True)
         time.sleep(backoff_seconds * restarts)
 
 
 def _attempt(files: JobFolder, attempt: int, verbose: bool) -> int:
     """Run one worker to its end; returns its exit status (negative: the signal that killed it)."""
     folder = files.path
+    files.clear_outcome()  # what an earlier attempt ended with is not this one's
     env = {**os.environ, JOB_DIR_ENV: folder}
     # forked from this process when it may be (it imported the Trainer to check the job: a fresh interpreter would
     # import it all again), else a fresh one; either way its own session and process group, so the ranks

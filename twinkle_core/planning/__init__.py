@@ -29,7 +29,7 @@ from twinkle_core.planning.estimate import ModelFacts, PlanningError, measure, m
 from twinkle_core.planning.hardware import Hardware
 from twinkle_core.planning.history import PastRun
 from twinkle_core.planning.layout import Layout, plan_layout
-from twinkle_core.planning.plan import Decision, Distribution, Plan, PlanEstimates, Precision
+from twinkle_core.planning.plan import Decision, Distribution, ParallelDims, Plan, PlanEstimates, Precision
 from twinkle_core.planning.probes import ProbeRun, SpeedProbe
 from twinkle_core.planning.strategy import DefaultStrategy, ResourceStrategy
 
@@ -53,6 +53,7 @@ __all__ = [
     "MemoryFormatDecider",
     "OptimizerKernelDecider",
     "ModelFacts",
+    "ParallelDims",
     "PastRun",
     "Plan",
     "PlanContext",

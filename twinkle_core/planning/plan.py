@@ -75,6 +75,73 @@ class PlanEstimates(TypedDict, total=False):
     probe: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class ParallelDims:
+    """How a job's processes share the model, as torchtitan's ``ParallelDims``: ``data`` replicas (each reads its
+    own batches; FSDP2 shards them when the model is split, DDP otherwise) × ``tensor``-parallel degree × ``pipeline``
+    stages, one process for each. ``Plan.layout`` holds it, checked against the plan's devices × nodes; the
+    arithmetic that chose it (memory, time, the alternatives) stays in ``Plan.estimates["layout"]``.
+
+    Attributes:
+        data: data-parallel replicas (``dp``).
+        tensor: devices one replica's layers are split over (``tp``).
+        pipeline: consecutive stages one replica is cut into (``pp``).
+    """
+
+    data: int = 1
+    tensor: int = 1
+    pipeline: int = 1
+
+    def __post_init__(self) -> None:
+        """Refuse a degree that is not a positive integer.
+
+        Raises:
+            ValueError: naming the degree and its value.
+        """
+        for name in ("data", "tensor", "pipeline"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ParallelDims.{name} must be a positive integer, not {value!r}")
+
+    @property
+    def world_size(self) -> int:
+        """The processes the layout takes: ``data × tensor × pipeline``."""
+        return self.data * self.tensor * self.pipeline
+
+    @property
+    def model_parallel(self) -> int:
+        """Processes that hold one copy of the model between them: ``tensor × pipeline``."""
+        return self.tensor * self.pipeline
+
+    @property
+    def tensor_enabled(self) -> bool:
+        """Whether each replica's layers are split (``tensor > 1``)."""
+        return self.tensor > 1
+
+    @property
+    def pipeline_enabled(self) -> bool:
+        """Whether each replica is cut into stages (``pipeline > 1``)."""
+        return self.pipeline > 1
+
+    def name(self) -> str:
+        """``"dp 2 × tp 2 × pp 1"``."""
+        return f"dp {self.data} × tp {self.tensor} × pp {self.pipeline}"
+
+    def to_dict(self) -> dict[str, int]:
+        """JSON-ready values."""
+        return {"data": self.data, "tensor": self.tensor, "pipeline": self.pipeline}
+
+    @classmethod
+    def from_estimates(cls, layout: dict[str, Any] | None, world_size: int) -> ParallelDims:
+        """The degrees of a plan stored before ``Plan.layout`` existed: from its ``estimates["layout"]`` (where a
+        layout not ``staged``, written before 0.4, ran its stages as FSDP2), else ``world_size`` replicas."""
+        if not layout:
+            return cls(data=max(int(world_size), 1))
+        tensor = int(layout.get("tensor", 1))
+        pipeline = int(layout.get("pipeline", 1)) if layout.get("staged", True) else 1
+        return cls(data=max(int(world_size) // (tensor * pipeline), 1), tensor=tensor, pipeline=pipeline)
+
+
 @dataclass
 class Decision:
     """One choice of a plan: its name, value and the reason in one line."""
@@ -119,6 +186,8 @@ class Plan:
         estimates: figures behind the choices (parameters, FLOPs, memory, steps, time).
         decisions: every choice with its reason, in order.
         history_run: the earlier run whose measurements were reused, if any.
+        layout: the processes' data × tensor × pipeline degrees (``ParallelDims``; their product is
+            ``devices × num_nodes``). Given as ``None`` (or left out), every process is a data-parallel replica.
     """
 
     accelerator: str
@@ -143,20 +212,33 @@ class Plan:
     estimates: PlanEstimates = field(default_factory=lambda: PlanEstimates())
     decisions: list[Decision] = field(default_factory=list)
     history_run: str | None = None
+    layout: ParallelDims = None  # type: ignore[assignment]  (set in __post_init__ when not given)
 
     def __post_init__(self) -> None:
-        """Type ``precision`` and ``strategy`` given as text (a decider's, a stored plan's).
+        """Type ``precision``, ``strategy`` and ``layout`` given as text or a dict (a decider's, a stored plan's),
+        and check the layout against the devices.
 
         Raises:
-            ValueError: a precision or distribution that is not one of the members, naming them.
+            ValueError: a precision or distribution that is not one of the members, naming them; a layout whose
+                degrees do not multiply to ``devices × num_nodes``.
         """
         self.precision = _member(Precision, self.precision, "precision")
         self.strategy = _member(Distribution, self.strategy, "strategy")
+        world = self.devices * self.num_nodes
+        if isinstance(self.layout, dict):
+            self.layout = ParallelDims(**{k: int(self.layout[k]) for k in ("data", "tensor", "pipeline")
+                                          if k in self.layout})
+        elif self.layout is None:
+            self.layout = ParallelDims.from_estimates(self.estimates.get("layout"), world)
+        if self.layout.world_size != world:
+            raise ValueError(f"layout {self.layout.name()} takes {self.layout.world_size} processes, but the plan "
+                             f"has {self.devices} device(s) × {self.num_nodes} node(s) = {world}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values — plain text for the enums, so that a checkpoint holding them loads with
         ``weights_only=True``."""
-        return {**asdict(self), "precision": str(self.precision), "strategy": str(self.strategy)}
+        return {**asdict(self), "precision": str(self.precision), "strategy": str(self.strategy),
+                "layout": self.layout.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
@@ -165,40 +247,15 @@ class Plan:
         values["decisions"] = [Decision(**d) for d in values.get("decisions", [])]
         return cls(**values)
 
-    def lightning_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``lightning.Trainer`` that carry out this plan."""
-        return {
-            "accelerator": self.accelerator,
-            "devices": self.devices,
-            "num_nodes": self.num_nodes,
-            "precision": self.precision,
-            "strategy": self.lightning_strategy(),
-            "accumulate_grad_batches": self.accumulate_grad_batches,
-        }
-
     @property
     def tensor_parallel_size(self) -> int:
-        """Devices one copy of the model is split over (the layout's tensor-parallel degree; 1 without one)."""
-        return int((self.estimates.get("layout") or {}).get("tensor", 1))
+        """Devices one copy of the model is split over (``layout.tensor``)."""
+        return self.layout.tensor
 
     @property
     def pipeline_parallel_size(self) -> int:
-        """Pipeline stages one copy of the model is cut into (the layout's pipeline degree; 1 for a plan written
-        before 0.4 whose layout was not ``staged``: it ran as FSDP2)."""
-        layout = self.estimates.get("layout") or {}
-        return int(layout.get("pipeline", 1)) if layout.get("staged", True) else 1
-
-    def lightning_strategy(self) -> Any:
-        """The Lightning strategy (a name, or a configured strategy object for ``fsdp2``; the engine runs a
-        layout with pipeline stages in its own ``PipelineParallelStrategy``)."""
-        if self.strategy == "fsdp2":
-            from lightning.pytorch.strategies import ModelParallelStrategy
-
-            # one full checkpoint file written by rank 0: it loads into any number of processes and any layout
-            tensor = self.tensor_parallel_size
-            return ModelParallelStrategy(data_parallel_size=self.devices * self.num_nodes // tensor,
-                                         tensor_parallel_size=tensor, save_distributed_checkpoint=False)
-        return self.strategy
+        """Pipeline stages one copy of the model is cut into (``layout.pipeline``)."""
+        return self.layout.pipeline
 
     def explain(self) -> str:
         """A readable table of the decisions (``name  value  reason``) and the estimates behind them."""

@@ -45,7 +45,7 @@ from twinkle_core.planning.deciders import (
     planned_length,
     training_seconds,
 )
-from twinkle_core.planning.plan import Plan, PlanEstimates
+from twinkle_core.planning.plan import ParallelDims, Plan, PlanEstimates
 
 RENAMED_CONCERNS = {"workers": "loader_workers", "strategy": "distribution"}
 """Old names of concerns (old → new) that ``replacing`` still accepts for a release, with a ``DeprecationWarning``."""
@@ -105,7 +105,10 @@ class DefaultStrategy(ResourceStrategy):
         for decider in self.deciders:
             decider.decide(draft)
         v = draft.values
-        workers = draft.world_size // (draft.layout.model_parallel if draft.layout is not None else 1)  # replicas
+        chosen = draft.layout
+        dims = ParallelDims(draft.world_size // chosen.model_parallel, chosen.tensor, chosen.pipeline) \
+            if chosen is not None else ParallelDims(draft.world_size)
+        workers = dims.data  # replicas: each reads its own batches
         micro, accumulate = int(v["micro_batch_size"]), int(v["accumulate_grad_batches"])
         decided = v.get("max_epochs", context.max_epochs)  # None: a strategy without TrainingLengthDecider
         steps_per_epoch, epochs, steps = planned_length(draft)
@@ -146,6 +149,7 @@ class DefaultStrategy(ResourceStrategy):
             micro_batch_size=micro,
             accumulate_grad_batches=accumulate,
             effective_batch_size=micro * workers * accumulate,
+            layout=dims,
             data_loading=str(v["data_loading"]),
             num_workers=int(v["num_workers"]),
             torch_threads=int(v["torch_threads"]),

@@ -27,6 +27,7 @@ from twinkle_core.errors import TwinkleError
 from twinkle_core.serve.deps import Service, Svc, client_address, optional_user, owned_job
 from twinkle_core.serve.queue import STATES, JobRow
 from twinkle_core.serve.records import list_files
+from twinkle_core.serve.services.jobs import accept
 from twinkle_core.serve.security import (
     LOGIN_CSRF_COOKIE,
     SECURITY_HEADERS,
@@ -201,14 +202,13 @@ async def job_stream(job: ViewedJob, request: Request, svc: Svc):  # noqa: ANN20
 
 
 @pages.post("/jobs/{job_id}/cancel")
-def cancel_form(job_id: str, request: Request, svc: Svc, user: Viewer,
+def cancel_form(job: ViewedJob, request: Request, svc: Svc, user: Viewer,
                 csrf: Annotated[str, Form(max_length=100)] = "") -> Response:
-    """Cancel from the job's page."""
+    """Cancel from the job's page (nothing changes without the page's CSRF token)."""
     check_csrf(request, user, csrf)
-    owned_job(svc, user, job_id)
-    job = svc.queue.request_cancel(job_id, user.name)
-    svc.accounts.audit(user.name, "cancel", job_id, client_address(request), state=job.state, via="dashboard")
-    return RedirectResponse(f"/jobs/{job_id}", status_code=303)
+    cancelled = svc.queue.request_cancel(job.id, user.name)
+    svc.accounts.audit(user.name, "cancel", job.id, client_address(request), state=cancelled.state, via="dashboard")
+    return RedirectResponse(f"/jobs/{job.id}", status_code=303)
 
 
 # ---------------------------------------------------------------------- submit
@@ -243,7 +243,7 @@ async def submit_form(request: Request, svc: Svc, user: Viewer) -> Response:
                                  task=str(form.get("task") or "") or None, project=str(form.get("project") or "default"),
                                  priority=int(str(form.get("priority") or 0)),
                                  hyperparams=typed_values(form, fields))
-        job = svc.accept(user, job_request, client_address(request), via="dashboard")
+        job = accept(svc, user, job_request, client_address(request), via="dashboard")
     except (TwinkleError, ValidationError, ValueError) as err:
         from twinkle_core.lookup import list_components
 

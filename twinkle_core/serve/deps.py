@@ -1,7 +1,9 @@
 """What a request of the service is given (FastAPI dependencies): the ``Service`` — configuration, queue,
-accounts and run store, opened once per app — and who asks: a Bearer token (clients, the CLI) or, for reading only,
-the dashboard's session cookie. The API's routes (``twinkle_core.serve.api``, one router per resource) and the
-dashboard's pages (``twinkle_core.serve.dashboard``) take them as annotated parameters.
+accounts and run store, opened once per app — who asks (a Bearer token for clients and the CLI or, for reading
+only, the dashboard's session cookie) and the job or run a path names when the caller may see it (``OwnedJob``,
+``OwnedRun``: 404 otherwise). The API's routes (``twinkle_core.serve.api``, one router per resource) and the
+dashboard's pages (``twinkle_core.serve.dashboard``) take them as annotated parameters; what is done on the
+caller's behalf is in ``twinkle_core.serve.services``.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ from fastapi.security import HTTPBearer
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.serve.accounts import Accounts
-from twinkle_core.serve.config import ServerConfig, check_data_uri, check_hyperparameter_uris
+from twinkle_core.serve.config import ServerConfig
 from twinkle_core.serve.queue import JobQueue, JobRow, finite
-from twinkle_core.serve.records import UnsafePathError, metric_rows, safe_file
+from twinkle_core.serve.records import UnsafePathError, safe_file
 from twinkle_core.serve.security import SESSION_COOKIE, User
-from twinkle_core.serve.submission import check_request
+from twinkle_core.store.catalogue import RunRecord
 from twinkle_core.store.runs import RunStore, default_user
 
 @dataclass
@@ -33,29 +35,6 @@ class Service:
     queue: JobQueue
     accounts: Accounts
     store: RunStore
-
-    def accept(self, user: User, request: Any, client: str | None, **audit: Any) -> Any:
-        """Check a ``JobRequest`` as ``Trainer`` would (its data and every file-naming hyperparameter against the
-        user's roots), queue it and audit it; returns the job.
-
-        Raises:
-            DataAccessError: data or a hyperparameter outside what the user may read.
-            QueueFullError: the user's queue is full.
-            TwinkleError: an unknown algorithm, a bad hyperparameter, rule or budget.
-        """
-        data = check_data_uri(request.data, self.config, user.name)
-        check_hyperparameter_uris(request.trainer_hyperparams(), self.config, user.name)
-        check_request(request, self.config.home)
-        job = self.queue.submit(user.name, request.model_copy(update={"data": data}).model_dump(mode="json"),
-                                request.priority, self.config.max_queued_per_user)
-        self.accounts.audit(user.name, "submit", job.id, client, algorithm=request.algorithm, data=data, **audit)
-        return job
-
-    def run_metric_rows(self, run: str | None) -> list[dict[str, Any]]:
-        """The metric rows of ``run`` (none before it exists)."""
-        if not run:
-            return []
-        return metric_rows(self.store.path(self.store.run_id(run), "logs"))
 
     def workers_alive(self) -> int:
         """Workers that beat within the lease time."""
@@ -153,7 +132,7 @@ OwnedJob = Annotated[JobRow, Depends(visible_job)]
 """The job ``{job_id}`` names, the caller's (or any, for an admin)."""
 
 
-def owned_run(svc: Service, user: User, user_part: str, project: str, run: str) -> Any:
+def owned_run(svc: Service, user: User, user_part: str, project: str, run: str) -> RunRecord:
     """The run ``user_part/project/run`` when the caller may see it; 404 otherwise."""
     if not user.admin and user_part != user.name:
         raise HTTPException(404, f"no run '{user_part}/{project}/{run}'")
@@ -161,6 +140,15 @@ def owned_run(svc: Service, user: User, user_part: str, project: str, run: str) 
         return svc.store.get(f"{user_part}/{project}/{run}")
     except TwinkleError:
         raise HTTPException(404, f"no run '{user_part}/{project}/{run}'") from None
+
+
+def visible_run(owner: str, project: str, run: str, user: Caller, svc: Svc) -> RunRecord:
+    """The path's run, when the caller may see it (404 otherwise)."""
+    return owned_run(svc, user, owner, project, run)
+
+
+OwnedRun = Annotated[RunRecord, Depends(visible_run)]
+"""The run ``{owner}/{project}/{run}`` names, the caller's (or any, for an admin)."""
 
 
 def download(folder: str, path: str) -> FileResponse:

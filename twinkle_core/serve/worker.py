@@ -34,10 +34,10 @@ from twinkle_core.jobs.launcher import (
     warm_template,
 )
 from twinkle_core.jobs.folder import JobFolder, Outcome
-from twinkle_core.jobs.restarts import record_restart, resume_source
+from twinkle_core.jobs.restarts import FailureDecision, FailurePolicy, record_restart, resume_source
 from twinkle_core.jobs.spec import JOB_DIR_ENV, job_dir
 from twinkle_core.serve.config import ServerConfig
-from twinkle_core.serve.queue import JobQueue, JobRow
+from twinkle_core.serve.queue import JobQueue, JobRow, JobState
 from twinkle_core.serve.submission import JobRequest
 from twinkle_core.store.catalogue import RunStatus
 from twinkle_core.store.runs import RunStore
@@ -72,7 +72,7 @@ class Worker:
             try:
                 self.run(job)
             except Exception as err:  # noqa: BLE001 — a job this worker cannot even start must not loop forever
-                self.queue.release(job.id, self.name, "failed", f"the worker could not run it: "
+                self.queue.release(job.id, self.name, JobState.FAILED, f"the worker could not run it: "
                                                                 f"{type(err).__name__}: {err}")
         self.queue.worker_gone(self.name)
 
@@ -144,43 +144,48 @@ class Worker:
                 deadline = None
 
     def _settle(self, job: JobRow, outcome: Outcome, why: str | None, used: float, request: JobRequest) -> None:
-        """Record how the attempt ended: a final state, or queued again to resume."""
+        """Record how the attempt ended: a final state, or queued again to resume. What this worker stopped itself
+        (``why``: a cancel, the wall clock, its shutdown) is settled here; the rest is the ``FailurePolicy``'s
+        decision, the same the supervisor takes."""
         result, run = outcome.result, outcome.run
         store = RunStore(self.config.home)
+        record = store.get(run) if run and why is None else None
+        decision = FailurePolicy(request.max_restarts).decide(outcome, job.restarts,
+                                                              record.status if record is not None else None)
         saved = f" (a checkpoint at step {outcome.stopped['step']})" if outcome.stopped else \
             f" (no checkpoint: killed after the {self.config.grace_seconds:g} s grace)" \
             if outcome.returncode == -signal.SIGKILL \
             else " (its last checkpoint is kept)" if _has_checkpoint(store, run) \
             else " (before its first step: nothing to save)"
-        if outcome.kind == "finished" and result is not None:
-            state = "stopped" if result.get("status") == "stopped" else "finished"
+        if decision == FailureDecision.DONE and result is not None:
+            state = JobState.STOPPED if result.get("status") == "stopped" else JobState.FINISHED
             reason = result.get("stop_reason") or f"the run {result['run_uri']} finished"
             self._release(job, state, reason, used, result, run)
         elif why == "cancel":
             current = self.queue.get(job.id, transitions=False)
             _end_run(store, run, RunStatus.STOPPED, f"cancelled by {current.cancel_requested if current else '?'}")
-            self._release(job, "cancelled", f"cancelled by {current.cancel_requested if current else '?'}{saved}",
-                          used, None, run)
+            self._release(job, JobState.CANCELLED,
+                          f"cancelled by {current.cancel_requested if current else '?'}{saved}", used, None, run)
         elif why == "wall-clock":
             message = f"its wall-clock limit was reached{saved}; resume it with 'twinkle resume {run}'"
             _end_run(store, run, RunStatus.STOPPED, message)
-            self._release(job, "stopped", message, used, None, run)
+            self._release(job, JobState.STOPPED, message, used, None, run)
         elif why == "shutdown":
-            self._release(job, "queued", f"the server stopped{saved}; it resumes when a worker is free", used, None,
-                          run)
-        elif outcome.kind == "raised":  # the training raised: it would fail the same way again
+            self._release(job, JobState.QUEUED, f"the server stopped{saved}; it resumes when a worker is free", used,
+                          None, run)
+        elif decision == FailureDecision.RAISE:  # the training raised: it would fail the same way again
             message = outcome.error_message
             _end_run(store, run, RunStatus.FAILED, message)
-            self._release(job, "failed", message, used, {"error": outcome.error}, run)
-        elif job.restarts >= request.max_restarts:
+            self._release(job, JobState.FAILED, message, used, {"error": outcome.error}, run)
+        elif decision == FailureDecision.GIVE_UP:
             message = f"the training process {outcome.cause}; gave up after {job.restarts} restart(s)"
             _end_run(store, run, RunStatus.FAILED, message)
-            self._release(job, "failed", message, used, None, run)
-        else:
-            self._release(job, "queued", f"the training process {outcome.cause}; it resumes from its last checkpoint",
-                          used, None, run, crashed=True)
+            self._release(job, JobState.FAILED, message, used, None, run)
+        else:  # FailureDecision.RESTART
+            self._release(job, JobState.QUEUED, f"the training process {outcome.cause}; it resumes from its last "
+                                                f"checkpoint", used, None, run, crashed=True)
 
-    def _release(self, job: JobRow, state: str, reason: str, used: float, result: dict[str, Any] | None,
+    def _release(self, job: JobRow, state: JobState, reason: str, used: float, result: dict[str, Any] | None,
                  run: str | None, crashed: bool = False) -> None:
         self.queue.release(job.id, self.name, state, reason, used_seconds=used, result=result, run=run,
                            crashed=crashed)

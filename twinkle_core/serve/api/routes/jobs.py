@@ -9,9 +9,10 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from twinkle_core.serve.api.errors import error_response, resource_router
 from twinkle_core.serve.api.schemas import JobLogs, MetricRows
-from twinkle_core.serve.deps import Caller, OwnedJob, Svc, client_address, job_view, job_views, owned_job
+from twinkle_core.serve.deps import Caller, OwnedJob, Svc, client_address, job_view, job_views
 from twinkle_core.serve.queue import JobRow, JobState
 from twinkle_core.serve.records import read_log
+from twinkle_core.serve.services.jobs import accept, run_metric_rows
 from twinkle_core.serve.streams import job_events
 from twinkle_core.serve.submission import JobRequest
 
@@ -23,7 +24,7 @@ router = resource_router()
 def submit(request: JobRequest, http: Request, user: Caller, svc: Svc) -> JobRow:
     """Queue a training job. Checked now, as ``Trainer`` would: the algorithm, task and hyperparameters
     (400 naming the bad one), the data URI against the server's data roots (403), the user's queue (429)."""
-    job = svc.accept(user, request, client_address(http))
+    job = accept(svc, user, request, client_address(http))
     return job_view(svc, job)
 
 
@@ -40,34 +41,31 @@ async def list_jobs(user: Caller, svc: Svc, state: JobState | None = None, algor
 
 
 @router.get("/jobs/{job_id}", summary="One job", response_model=JobRow)
-async def get_job(job_id: str, user: Caller, svc: Svc) -> JobRow:
+async def get_job(job: OwnedJob, svc: Svc) -> JobRow:
     """The job, its transitions (time and reason of each state) and, while it waits, why."""
-    return job_view(svc, owned_job(svc, user, job_id))
-
-
-@router.post("/jobs/{job_id}/cancel", status_code=202, summary="Cancel a job", response_model=JobRow)
-def cancel(job_id: str, http: Request, user: Caller, svc: Svc) -> JobRow:
-    """A queued job is cancelled now; a running one gets SIGTERM, saves a checkpoint, and SIGKILL after the
-    grace period."""
-    owned_job(svc, user, job_id)
-    job = svc.queue.request_cancel(job_id, user.name)
-    svc.accounts.audit(user.name, "cancel", job_id, client_address(http), state=job.state)
     return job_view(svc, job)
 
 
+@router.post("/jobs/{job_id}/cancel", status_code=202, summary="Cancel a job", response_model=JobRow)
+def cancel(job: OwnedJob, http: Request, user: Caller, svc: Svc) -> JobRow:
+    """A queued job is cancelled now; a running one gets SIGTERM, saves a checkpoint, and SIGKILL after the
+    grace period."""
+    cancelled = svc.queue.request_cancel(job.id, user.name)
+    svc.accounts.audit(user.name, "cancel", job.id, client_address(http), state=cancelled.state)
+    return job_view(svc, cancelled)
+
+
 @router.get("/jobs/{job_id}/logs", summary="A job's output", response_model=JobLogs)
-def logs(job_id: str, user: Caller, svc: Svc, offset: Annotated[int, Query(ge=0, le=2**40)] = 0) -> dict[str, Any]:
+def logs(job: OwnedJob, svc: Svc, offset: Annotated[int, Query(ge=0, le=2**40)] = 0) -> dict[str, Any]:
     """Up to 64 KiB of the job's output from byte ``offset``; ``next_offset`` continues it."""
-    owned_job(svc, user, job_id)
-    text, after = read_log(svc.config.home, job_id, offset)
+    text, after = read_log(svc.config.home, job.id, offset)
     return {"text": text, "offset": offset, "next_offset": after}
 
 
 @router.get("/jobs/{job_id}/metrics", summary="A job's metric rows", response_model=MetricRows)
-def metrics(job_id: str, user: Caller, svc: Svc) -> dict[str, Any]:
+def metrics(job: OwnedJob, svc: Svc) -> dict[str, Any]:
     """Every metric row its run logged (``step``, ``epoch``, losses, validation metrics)."""
-    job = owned_job(svc, user, job_id)
-    return {"run": job.run, "rows": svc.run_metric_rows(job.run)}
+    return {"run": job.run, "rows": run_metric_rows(svc, job.run)}
 
 
 @router.get("/jobs/{job_id}/events", response_class=EventSourceResponse, summary="Live events (SSE)")

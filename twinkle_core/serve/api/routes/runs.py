@@ -9,15 +9,17 @@ from fastapi.responses import FileResponse
 
 from twinkle_core.serve.api.errors import resource_router
 from twinkle_core.serve.api.schemas import FileEntry, MetricRows, RunDetail, RunSummary
-from twinkle_core.serve.deps import Caller, Svc, download, json_safe, owned_run
+from twinkle_core.serve.deps import Caller, OwnedRun, Svc, download, json_safe
 from twinkle_core.serve.records import list_files
+from twinkle_core.serve.services.jobs import run_metric_rows
+from twinkle_core.store.catalogue import RunStatus
 
 router = resource_router()
 
 
 @router.get("/runs", summary="List runs", response_model=list[RunSummary])
 def list_runs(user: Caller, svc: Svc, project: Annotated[str | None, Query(max_length=64)] = None,
-              status: Annotated[str | None, Query(max_length=20)] = None,
+              status: RunStatus | None = None,
               limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> list[dict[str, Any]]:
     """The caller's runs, newest first (an admin's: everyone's)."""
     runs = svc.store.list(user=None if user.admin else user.name, project=project)
@@ -31,28 +33,25 @@ def _run_summary(record: Any) -> dict[str, Any]:
 
 
 @router.get("/runs/{owner}/{project}/{run}", summary="One run", response_model=RunDetail)
-def get_run(owner: str, project: str, run: str, user: Caller, svc: Svc) -> dict[str, Any]:
+def get_run(record: OwnedRun) -> dict[str, Any]:
     """The run's record: hyperparameters, plan (with its decisions and estimates), metrics, measurements,
     alerts (restarts among them), checkpoints and exports."""
-    return json_safe(owned_run(svc, user, owner, project, run).to_dict())
+    return json_safe(record.to_dict())
 
 
 @router.get("/runs/{owner}/{project}/{run}/metrics", summary="A run's metric rows", response_model=MetricRows)
-def run_metrics(owner: str, project: str, run: str, user: Caller, svc: Svc) -> dict[str, Any]:
+def run_metrics(record: OwnedRun, svc: Svc) -> dict[str, Any]:
     """Every metric row the run logged."""
-    record = owned_run(svc, user, owner, project, run)
-    return {"run": record.uri, "rows": svc.run_metric_rows(record.uri)}
+    return {"run": record.uri, "rows": run_metric_rows(svc, record.uri)}
 
 
 @router.get("/runs/{owner}/{project}/{run}/files", summary="A run's files", response_model=list[FileEntry])
-def run_files(owner: str, project: str, run: str, user: Caller, svc: Svc) -> list[dict[str, Any]]:
+def run_files(record: OwnedRun, svc: Svc) -> list[dict[str, Any]]:
     """Every artefact of the run: plan, data record, logs, curves, checkpoints, exports."""
-    record = owned_run(svc, user, owner, project, run)
     return list_files(svc.store.run_dir(record.id))
 
 
 @router.get("/runs/{owner}/{project}/{run}/files/{path:path}", summary="Download a run's file")
-def run_file(owner: str, project: str, run: str, path: str, user: Caller, svc: Svc) -> FileResponse:
+def run_file(record: OwnedRun, path: str, svc: Svc) -> FileResponse:
     """One artefact; a path that leaves the run's folder is 404 and nothing is read."""
-    record = owned_run(svc, user, owner, project, run)
     return download(svc.store.run_dir(record.id), path)

@@ -14,7 +14,6 @@ Session(...)            selection and hyperparameter checking (engine.selection,
 
 from __future__ import annotations
 
-import copy
 import os
 import time
 from dataclasses import dataclass, replace
@@ -29,7 +28,6 @@ from twinkle_core.data.processor import DataProcessor, PrepareContext, PreparedD
 from twinkle_core.data.spec import DataSpec, ModelInput
 from twinkle_core.engine import continuation as cont
 from twinkle_core.engine.checkpoints import TWINKLE_KEY, WEIGHTS_ONLY_KEY, load_checkpoint
-from twinkle_core.engine.curves import keep_history
 from twinkle_core.engine.evaluation import Evaluation
 from twinkle_core.engine.prediction import Predictions
 from twinkle_core.engine.probes import probe_for_plan
@@ -47,11 +45,12 @@ from twinkle_core.lookup import list_components
 from twinkle_core.ops.budget import BudgetConfig
 from twinkle_core.ops.memory import scale_batch
 from twinkle_core.ops.monitor import MonitorConfig
-from twinkle_core.ops.verify import save_data_manifest
 from twinkle_core.planning import (DataLoadingDecider, Hardware, PastRun, Plan, PlanContext, PlanningError,
                                    measure_example)
+from twinkle_core.session.recording import RunRecorder
+from twinkle_core.session.trained import TrainedModel
 from twinkle_core.store.runs import RunStore
-from twinkle_core.uris import filesystem, is_store_uri, join, size_of
+from twinkle_core.uris import is_store_uri, size_of
 
 
 @dataclass
@@ -120,8 +119,9 @@ class Session:
         self.algorithm: Algorithm | None = None
         self.result: FitResult | None = None
         self.prepared: PreparedData | None = None
-        self._hyperparams: dict[str, Any] = {}  # the algorithm's, as fit() built it
         """The data the last ``fit`` trained on."""
+        self.trained_hyperparams: dict[str, Any] = {}
+        """The algorithm's hyperparameters, as the last ``fit`` built it."""
         self.shared_data: dict[tuple[Any, ...], PreparedData] | None = None
         """Prepared data kept for reuse by this session's variants (a tuning study prepares its data once)."""
         self._detected: Hardware | None = None
@@ -133,6 +133,8 @@ class Session:
         """Called with the run's URI as soon as rank 0 has created or reopened it."""
         self.monitor_config, self.budget_config = monitor, budget
         self.settings = self._check_hyperparameters()
+        self.trained = TrainedModel(self)
+        """What is asked of the model this session trained or continues: export, evaluate, predict."""
 
     def variant(self, hyperparams: dict[str, Any], **kwargs: Any) -> Session:
         """A new session like this one with ``hyperparams`` merged over its own (monitor, budget and shared data
@@ -204,7 +206,7 @@ class Session:
                     raise errors[0]
         return trainer_settings(self.hyperparams, algorithm, data)
 
-    def _route(self, uri: str) -> tuple[Any, Any]:
+    def route_for(self, uri: str) -> tuple[Any, Any]:
         """Route the hyperparameters once, to the processor that reads ``uri``."""
         if isinstance(self.data_processor, DataProcessor):  # configured by the user: no data hyperparameters
             return None, route(self.hyperparams, self.choice.cls.hyperparameters(), {}, trainer=self.settings)
@@ -213,10 +215,10 @@ class Session:
         return component, route(self.hyperparams, self.choice.cls.hyperparameters(), processor_cls.parameters(),
                                 trainer=self.settings)
 
-    def _processor(self, uri: str) -> tuple[DataProcessor, Component | None, Routed]:
+    def processor_for(self, uri: str) -> tuple[DataProcessor, Component | None, Routed]:
         """The data processor that reads ``uri`` (configured with its routed hyperparameters), its registration
         (``None``: one the user configured) and the routed hyperparameters."""
-        component, routed = self._route(uri)
+        component, routed = self.route_for(uri)
         if component is None:
             processor = self.data_processor
             if processor.task != self.task:  # type: ignore[union-attr]
@@ -229,14 +231,14 @@ class Session:
     def prepare(self, uri: str) -> Prepared:
         """Read ``uri`` with the chosen processor and build the algorithm for it (weights from the continuation,
         when there is one); nothing is trained or stored."""
-        processor, component, routed = self._processor(uri)
+        processor, component, routed = self.processor_for(uri)
         source_bytes = _source_bytes(uri)
         algorithm = self.choice.cls.from_hyperparams(routed.algorithm, task=self.task, typed=True)
         context = PrepareContext(
             home=self.store.home,  # derived data is cached in the store this session uses
             sharded=DataLoadingDecider.needs_shards(  # data larger than memory: stream it in shards
                 source_bytes, self.hardware().memory_bytes, self.settings.memory_limit_bytes),
-            model_input=self._model_input(algorithm), seed=self.settings.seed)
+            model_input=self.model_input_for(algorithm), seed=self.settings.seed)
         key = (uri, component.qualified_name if component else id(processor), repr(sorted(routed.data.items())),
                self.settings.seed, repr(context.model_input))
         prepared = self.shared_data.get(key) if self.shared_data is not None else None
@@ -249,7 +251,7 @@ class Session:
         if self.continuation is not None:
             self.continuation.check_data(prepared.fingerprint, uri)
         L.seed_everything(self.settings.seed, workers=True, verbose=False)
-        self._build_network(algorithm, prepared.spec)
+        self.build_network(algorithm, prepared.spec)
         if self.continuation is not None and self.continuation.mode != "resume":
             spec = self.continuation.record.data_spec
             state = algorithm.adapt_checkpoint(self.continuation.state_dict,
@@ -258,7 +260,7 @@ class Session:
             algorithm.load_state_dict(state)
         return Prepared(uri, prepared, algorithm, component, routed)
 
-    def _model_input(self, algorithm: Algorithm) -> ModelInput | None:
+    def model_input_for(self, algorithm: Algorithm) -> ModelInput | None:
         """What the model wants from its input; a continued run keeps the input size its parent trained at and
         the tokenizer its parent's data was encoded with."""
         wanted = algorithm.model_input()
@@ -343,7 +345,10 @@ class Session:
         lead = is_global_zero()  # one run per job: rank 0 creates it and writes everything
         if self.verbose and lead:
             print(plan.explain(), flush=True)
-        record = self._record_run(uri, prepared, plan, routed) if lead else None
+        recorder = RunRecorder(self.store, self.user, self.project, self.run_created)  # rank 0 records the run
+        record = recorder.record(uri, prepared, plan, algorithm=self.choice.name, task=self.task, hyperparams={
+            **routed.algorithm, **routed.data, **self.settings.to_dict()}, hardware=self.hardware().key,
+            continuation=self.continuation, reuse_run=self.reuse_run) if lead else None
         checkpoint_record = CheckpointRecord(
             algorithm=self.choice.name,
             target=class_path(self.choice.cls),
@@ -366,53 +371,8 @@ class Session:
             started=started,
         )
         self.result = run_lightning(setup)
-        self.algorithm, self.prepared, self._hyperparams = algorithm, prepared, dict(routed.algorithm)
+        self.algorithm, self.prepared, self.trained_hyperparams = algorithm, prepared, dict(routed.algorithm)
         return self.result
-
-    def _record_run(self, uri: str, prepared: PreparedData, plan: Plan, routed: Any) -> Any:
-        """Create the run's catalogue row and write its plan, data record and data manifest (rank 0); a restart
-        reopens its own run instead; ``run_created`` hears of it (a job's worker names it in ``run.json``)."""
-        same = self.continuation.parent_run if self.continuation is not None and self.continuation.same_run else None
-        reopen = same or self.reuse_run
-        record = self._reopen_run(reopen, plan) if reopen else self._create_run(uri, prepared, plan, routed)
-        if self.run_created is not None:
-            self.run_created(record.uri)
-        return record
-
-    def _reopen_run(self, run: str, plan: Plan) -> Any:
-        """The run ``run``, running again: earlier metric rows kept (up to the checkpoint), the new plan stored."""
-        record = self.store.get(run)
-        step = self.continuation.global_step if self.continuation is not None else 0
-        logs = self.store.path(record.id, "logs")
-        if self.continuation is None:  # restarted before any checkpoint: nothing logged so far is kept
-            fs, path = filesystem(join(logs, "metrics.csv"))
-            if fs.exists(path):
-                fs.rm(path)
-        else:
-            keep_history(logs, step)
-        self.store.write_json(record.id, "plan.json", plan.to_dict())
-        return self.store.update(record.id, status="running", error=None, finished=None, plan=plan.to_dict())
-
-    def _create_run(self, uri: str, prepared: PreparedData, plan: Plan, routed: Any) -> Any:
-        parent = self.continuation.parent_run if self.continuation else None
-        record = self.store.create_run(
-            self.user,
-            self.project,
-            algorithm=self.choice.name,
-            task=self.task,
-            hyperparams={**routed.algorithm, **routed.data, **self.settings.to_dict()},
-            plan=plan.to_dict(),
-            data_uri=uri,
-            data_fingerprint=prepared.fingerprint,
-            hardware=plan.estimates.get("hardware") or self.hardware().key,
-            parent=self.store.run_id(parent) if parent else None,
-            mode=self.continuation.mode if self.continuation else None,
-        )
-        self.store.write_json(record.id, "plan.json", plan.to_dict())
-        save_data_manifest(self.store.home, uri, prepared)
-        self.store.write_json(record.id, "data.json", {"uri": uri, "fingerprint": prepared.fingerprint,
-                                                        "spec": prepared.spec.to_dict(), **prepared.details})
-        return record
 
     # ---------------------------------------------------------- continuation
     @classmethod
@@ -480,122 +440,27 @@ class Session:
         return self.store.resolve(str(uri))  # twinkle:// data lives in this session's store
 
     def model_for_export(self) -> tuple[Algorithm, PreparedData, str | None, str | None]:
-        """The model to export (best checkpoint's weights), its data, its run URI and checkpoint URI."""
-        if self.result is not None and self.algorithm is not None and self.prepared is not None:
-            model = self._unsplit() if _laid_out(self.algorithm) else _copy_model(self.algorithm)
-            best = self.result.best_checkpoint or self.result.last_checkpoint
-            if best:
-                model.load_state_dict(load_checkpoint(best)["state_dict"])
-            return model, self.prepared, self.result.run_uri, best
-        if self.continuation is not None:
-            ready = self.prepare(str(self.continuation.record.data_uri))
-            ready.algorithm.load_state_dict(self.continuation.state_dict)
-            return ready.algorithm, ready.data, self.continuation.parent_run, self.continuation.checkpoint_uri
-        raise TwinkleError("nothing to export yet: call fit() first, or use Trainer.from_checkpoint(...)")
-
+        """The model to export (best checkpoint's weights), its data, its run URI and checkpoint URI
+        (``TrainedModel.model_for_export``)."""
+        return self.trained.model_for_export()
 
     def evaluate(self, data: str, *, batch_size: int | None = None, output: str | None = None) -> Evaluation:
-        """Score the best checkpoint's model on the labelled data at ``data``, read with the run's data spec, and
-        store the evaluation with the run (``twinkle_core.engine.evaluation``)."""
-        from twinkle_core.engine.evaluation import evaluate
-
-        uri = self.store.resolve(str(data))
-        model, spec, run_uri, checkpoint = self._trained_model(uri)
-        processor = self._processor(uri)[0]
-        context = PrepareContext(home=self.store.home, model_input=self._model_input(model), seed=self.settings.seed)
-        samples = processor.read_samples(uri, spec, context)
-        size = batch_size or model.eval_batch_size(self.settings.batch_size)
-        return evaluate(self.store, model, spec, samples, run_uri=run_uri, checkpoint=checkpoint, batch_size=size,
-                        output=output, verbose=self.verbose)
+        """Score the trained model on labelled data and store the evaluation with its run
+        (``TrainedModel.evaluate``)."""
+        return self.trained.evaluate(data, batch_size=batch_size, output=output)
 
     def predict(self, data: Any, output: str | None = None, *, batch_size: int | None = None, devices: int = 1,
                 overwrite: bool = False, draw: bool = False) -> Predictions:
-        """Predict every sample of ``data`` (a URI, or in-memory samples the run's processor takes) with the best
-        checkpoint's model and write the rows to ``output`` (``twinkle_core.engine.prediction``).
-
-        Raises:
-            TwinkleError: ``draw`` for a task that finds no boxes, or for in-memory images (nothing to draw on).
-        """
-        from twinkle_core.engine.prediction import predict
-        from twinkle_core.predictions import check_output
-
-        if output is not None:
-            check_output(output, overwrite)
-        in_memory = not isinstance(data, (str, os.PathLike))
-        # in-memory samples go to the processor that read the training data
-        uri = (str(self.new_data or (self.prepared.source if self.prepared else "")) if in_memory
-               else self.store.resolve(str(data)))
-        model, spec, run_uri, checkpoint = self._trained_model(uri)
-        if draw and model.task_info.kind != "detection":
-            raise TwinkleError(f"draw=True draws boxes, and {type(model).__name__} ({model.task}) finds none; "
-                               "leave draw off")
-        if draw and in_memory:
-            raise TwinkleError("draw=True draws on the image files; in-memory images have none — pass a folder or URI")
-        processor = self._processor(uri)[0]
-        if in_memory:
-            samples = processor.samples_from(data, spec)
-        else:
-            context = PrepareContext(home=self.store.home, model_input=self._model_input(model),
-                                     seed=self.settings.seed)
-            samples = processor.read_samples(uri, spec, context, targets=False)
-
-        def where() -> str:
-            if output is not None:
-                return output
-            if run_uri is None:
-                raise TwinkleError("this model belongs to no run, so its predictions have nowhere to go; pass output=")
-            return join(self.store.next_folder(self.store.run_id(run_uri), "predictions")[1], model.prediction_file)
-
-        size = batch_size or model.eval_batch_size(self.settings.batch_size)
-        return predict(model, spec, samples, where, devices=devices, batch_size=size, run_uri=run_uri,
-                       checkpoint=checkpoint, verbose=self.verbose, draw=draw)
+        """Predict every sample of ``data`` with the trained model (``TrainedModel.predict``)."""
+        return self.trained.predict(data, output, batch_size=batch_size, devices=devices, overwrite=overwrite,
+                                    draw=draw)
 
     def inference_card(self, model: Algorithm, prepared: PreparedData, run_uri: str | None,
                        checkpoint: str | None) -> dict[str, Any]:
-        """The inference card of an export of ``model`` (``engine.exports.inference_card``), with the
-        preprocessing of the processor that read its data."""
-        from twinkle_core.engine.exports import inference_card
+        """The inference card of an export of ``model`` (``TrainedModel.inference_card``)."""
+        return self.trained.inference_card(model, prepared, run_uri, checkpoint)
 
-        card = inference_card(model, prepared.spec, {}, run_uri, checkpoint)
-        card["algorithm_name"] = self.choice.name  # what ONNX-only predict loads to decode boxes (a registered name)
-        if prepared.source:
-            processor, component, _ = self._processor(prepared.source)
-            card["preprocessing"] = processor.preprocessing(prepared.spec)
-            card["processor"] = component.qualified_name if component is not None else None
-        return card
-
-    def _trained_model(self, uri: str) -> tuple[Algorithm, DataSpec, str | None, str | None]:
-        """The trained model with its best weights, its data spec, its run and checkpoint: after ``fit``, that
-        run's; for a session from a checkpoint, the run's best checkpoint (or the file given), built from the
-        spec in the checkpoint — the training data is not read."""
-        if self.result is not None and self.algorithm is not None and self.prepared is not None:
-            model, prepared, run_uri, best = self.model_for_export()
-            return model, prepared.spec, run_uri, best
-        if self.continuation is None:
-            raise TwinkleError("nothing trained yet: call fit() first, or use Trainer.from_checkpoint(run)")
-        record = self.continuation.record
-        if not record.data_spec:
-            raise TwinkleError(f"checkpoint '{self.continuation.checkpoint_uri}' holds no data spec (written before "
-                               "0.2); evaluate it after continuing it for one step")
-        spec = DataSpec.from_dict(record.data_spec)
-        routed = self._route(uri)[1]
-        model = self.choice.cls.from_hyperparams(routed.algorithm, task=self.task, typed=True)
-        self._build_network(model, spec)
-        best = self.best_checkpoint or self.continuation.checkpoint_uri
-        state = (self.continuation.state_dict if best == self.continuation.checkpoint_uri
-                 else load_checkpoint(best)["state_dict"])
-        model.load_state_dict(state)
-        return model, spec, record.run, best
-
-    def _unsplit(self) -> Algorithm:
-        """A new, whole instance of the algorithm ``fit`` trained (one split over devices — FSDP2, tensor parallel
-        — cannot be copied): built from the same hyperparameters and data spec, for the checkpoint's weights."""
-        assert self.prepared is not None
-        algorithm = self.choice.cls.from_hyperparams(self._hyperparams, task=self.task, typed=True)
-        self._build_network(algorithm, self.prepared.spec)
-        return algorithm
-
-    def _build_network(self, algorithm: Algorithm, spec: DataSpec) -> None:
+    def build_network(self, algorithm: Algorithm, spec: DataSpec) -> None:
         """Build ``algorithm``'s network for data shaped like ``spec`` — with gradient checkpointing when asked,
         and in a pruned parent's form and shapes (from its tensors; nothing pickled)."""
         algorithm.configure_data(spec)
@@ -604,14 +469,6 @@ class Session:
         if self.continuation is not None and self.continuation.record.structure:
             algorithm.prunable_network()
             reshape_to_state(algorithm, self.continuation.state_dict)
-
-
-def _laid_out(algorithm: Algorithm) -> bool:
-    """Whether training split the algorithm's parameters over devices (they are ``DTensor``s, or this process
-    holds some pipeline stages only)."""
-    from torch.distributed.tensor import DTensor
-
-    return algorithm.pipeline is not None or any(isinstance(p, DTensor) for p in algorithm.parameters())
 
 
 def _source_bytes(uri: str) -> int:
@@ -637,22 +494,6 @@ def _checkpoint_uri(store: RunStore, ref: str, mode: str) -> str:
     if mode == "finetune" and record.best_checkpoint:
         return record.best_checkpoint
     return last
-
-
-def _copy_model(algorithm: Algorithm) -> Algorithm:
-    """A deep copy of a trained algorithm.
-
-    Tensors a module computes from its parameters and keeps as plain attributes — ``torch.nn.utils.weight_norm``'s
-    ``weight`` after a training step — are not graph leaves, and ``copy.deepcopy`` refuses them; they are
-    recomputed before every forward, so they are detached first.
-    """
-    import torch
-
-    for module in algorithm.modules():
-        for name, value in list(vars(module).items()):
-            if isinstance(value, torch.Tensor) and not value.is_leaf:
-                setattr(module, name, value.detach())
-    return copy.deepcopy(algorithm)
 
 
 __all__ = ["Prepared", "Session"]
