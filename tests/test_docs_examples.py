@@ -6,12 +6,15 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import sys
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugins"
-PUBLIC = ["twinkle_core", "twinkle_core.data", "twinkle_core.planning", "twinkle_core.exporting",
-          "twinkle_core.tasks", "twinkle_core.types", "twinkle_core.errors", "twinkle_core.testing",
-          "twinkle_core.hookspecs", "twinkle_core.lowlevel", "twinkle_core.pretrained", "twinkle_core.doctor"]
+sys.path.insert(0, str(DOCS.parents[1] / "tools"))
+from plugin_contract import ALLOWED  # noqa: E402  (the public modules: one list)
+
+PUBLIC = [m for m in ALLOWED if m != "twinkle_core.client"]
+"""The modules this page documents: the public ones but the service's client (its own reference page)."""
 
 
 

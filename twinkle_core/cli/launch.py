@@ -51,13 +51,13 @@ def launch(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epo
     """Write a job for ALGORITHM on --data and print (or --run) the torchrun command for each of --nodes."""
     import os
 
+    from twinkle_core import TrainingSpec  # imported with the collector paused (twinkle_core.imports)
     from twinkle_core.jobs import Job, job_dir
-    from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
+    from twinkle_core.spec import resolve
 
-    values = hyperparams_from(hp, epochs)
-    Trainer(algorithm, task, values, user=user, project=project, verbose=False)  # names and values checked now
-    job = Job(algorithm=algorithm, data=data, task=task, hyperparams=values, user=user, project=project,
-              max_restarts=max_restarts)
+    spec = TrainingSpec.of(algorithm, task, hyperparams_from(hp, epochs), user=user, project=project)
+    resolve(spec)  # names and values checked now, as Trainer(...) checks them
+    job = Job.from_spec(spec, data, max_restarts)
     folder = job_dir()
     job.save(folder)
     job_id = os.path.basename(folder)

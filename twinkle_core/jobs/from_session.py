@@ -1,12 +1,10 @@
-"""A ``Session`` as a declarative ``Job``: what a supervisor, Ray
-Train's workers or ``twinkle launch`` rebuild the training from in other processes — names and values, never code."""
+"""A ``Session`` as a declarative ``Job``: what a supervisor, Ray Train's workers or ``twinkle launch`` rebuild the
+training from in other processes — its ``TrainingSpec`` (names and values, never code), the data and the restarts."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from twinkle_core.data.processor import DataProcessor
 from twinkle_core.errors import TwinkleError
 from twinkle_core.jobs.spec import Job
 
@@ -21,17 +19,13 @@ def job_of(session: Session, data: str | None, max_restarts: int, caller: str) -
         TwinkleError: the session holds code another process cannot rebuild (an algorithm class, a configured
             processor, callbacks); ``caller`` names what asked.
     """
-    held = [name for name, value in (("an Algorithm class", not isinstance(session.algorithm_ref, str)),
-                                     ("a configured data processor", isinstance(session.data_processor, DataProcessor)),
-                                     ("callbacks", bool(session.callbacks))) if value]
+    spec = session.spec
+    held = spec.held_code()
     if held:
         raise TwinkleError(f"{caller} runs the job in other processes from data only, but this trainer holds "
                            f"{', '.join(held)}; register the algorithm and pass names and hyperparameters, "
                            "or train in this process (backend='local')")
+    # the job runs where it is sent: the workers train locally; the resolved hyperparameters, under current names
     hyperparams = {k: v for k, v in session.hyperparams.items() if k not in ("backend", "ray_workers")}
-    return Job(algorithm=str(session.algorithm_ref), data=session.data_uri(data), task=session.task,
-               hyperparams=hyperparams, data_processor=session.data_processor,  # type: ignore[arg-type]
-               resource_strategy=session.resource_strategy, user=session.user, project=session.project,
-               home=session.store.home, max_restarts=max_restarts,
-               monitor=asdict(session.monitor_config) if session.monitor_config is not None else None,
-               budget=asdict(session.budget_config) if session.budget_config is not None else None)
+    return Job.from_spec(spec.replace(task=session.task, hyperparams=hyperparams, home=session.store.home),
+                         session.data_uri(data), max_restarts)

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from twinkle_core.processes import DEFAULT_MAX_RESTARTS
+from twinkle_core.spec import TrainingSpec
 from twinkle_core.store.atomic import atomic_write_text
 from twinkle_core.uris import join, local_cache_dir, twinkle_home
 
@@ -24,7 +25,8 @@ JOB_DIR_ENV = "TWINKLE_JOB_DIR"
 
 
 class Job(BaseModel):
-    """One training job (the fields of ``Trainer`` that are data, not code)."""
+    """One training job: a declarative ``TrainingSpec`` (its fields, flat, as ``TrainingSpec.to_dict`` writes
+    them), the data to train on and how many times a crashed worker restarts (``Job.from_spec``, ``Job.spec``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -41,6 +43,21 @@ class Job(BaseModel):
                               description="restarts from the last checkpoint after a crash")
     monitor: dict[str, Any] | None = Field(default=None, description="Trainer.monitor(**monitor)")
     budget: dict[str, Any] | None = Field(default=None, description="Trainer.set_budget_alert(**budget)")
+
+    @classmethod
+    def from_spec(cls, spec: TrainingSpec, data: str, max_restarts: int = DEFAULT_MAX_RESTARTS) -> Job:
+        """The job training ``spec`` on ``data``.
+
+        Raises:
+            TwinkleError: the spec holds code (``TrainingSpec.held_code``).
+        """
+        return cls(**spec.to_dict(), data=data, max_restarts=max_restarts)
+
+    @property
+    def spec(self) -> TrainingSpec:
+        """What the job trains, as one value."""
+        values = self.model_dump(exclude={"data", "max_restarts"})
+        return TrainingSpec.from_dict(values)
 
     def save(self, folder: str) -> str:
         """Write ``job.json`` into ``folder`` (atomically); returns its path."""

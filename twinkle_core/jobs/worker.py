@@ -32,8 +32,6 @@ def run(folder: str) -> int:
     from twinkle_core.jobs.from_session import job_of
     from twinkle_core.jobs.ray_backend import goes_to_ray, run_on_ray
     from twinkle_core.jobs.restarts import record_restart, resume_source
-    from twinkle_core.ops.budget import BudgetConfig
-    from twinkle_core.ops.monitor import MonitorConfig
     from twinkle_core.store.runs import RunStore
 
     with gc_paused():  # Lightning's 4,000 modules (twinkle_core.imports)
@@ -44,17 +42,15 @@ def run(folder: str) -> int:
     job = files.job()
     existing = files.run()
     try:
-        rules = {"monitor": MonitorConfig(**job.monitor) if job.monitor is not None else None,
-                 "budget": BudgetConfig(**job.budget) if job.budget is not None else None}
-        options = {"data_processor": job.data_processor, "resource_strategy": job.resource_strategy,
-                   "user": job.user, "project": job.project, "home": job.home, **rules}
+        spec = job.spec
+        rules = {"monitor": spec.monitor, "budget": spec.budget}
         restarted_by = "ray" if inside_ray_worker() else \
             "torchrun" if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 else None
         store = RunStore(job.home)
         if existing and restarted_by and is_global_zero():  # the launcher restarted the job's processes
             record_restart(store, existing, f"{restarted_by} restarted the job's processes after one died; "
                                             f"resuming from {resume_source(store, existing)}")
-        session = Session(job.algorithm, job.task, job.hyperparams, **options)
+        session = Session.from_spec(spec)
         if goes_to_ray(session.settings):  # a Ray driver: Ray Train's workers resume the folder's run themselves
             result = run_on_ray(job_of(session, job.data, session.settings.max_restarts, "backend='ray'"),
                                 session.settings.ray_workers or 2, ray_train_loop)

@@ -207,9 +207,9 @@ def serve(config: ServerConfig, announce: Any = print) -> None:
         start_template()  # the workers' template imports the Trainer meanwhile, on the other core
     api_children: list[ForkedWorker] = []
     try:
-        # a submission is checked by building its Trainer: import it now, before the first request, not during
-        # one (10-15 s of CPU on a small machine)
-        import_heavy("twinkle_core.trainer")
+        # a submission is checked by resolving its spec (the algorithms' and processors' classes, Lightning under
+        # them): import it now, before the first request, not during one (10-15 s of CPU on a small machine)
+        import_heavy("twinkle_core.spec")
         _warm_submission_check(config)
         app = create_app(config)
         # what is loaded now lives as long as the server: out of the collector's sight, a full collection does not

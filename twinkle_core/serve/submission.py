@@ -1,7 +1,8 @@
 """``JobRequest``: what a client submits — declarative JSON, validated with pydantic (unknown fields are
 refused), the same fields as ``Trainer``. Never code, never a pickle.
 
-``check_request`` then checks it the way ``Trainer`` would before anything is queued: the algorithm is
+``check_request`` then checks it the way ``Trainer`` would before anything is queued — from its ``TrainingSpec``
+(``JobRequest.to_spec``), with ``twinkle_core.spec.resolve``, never by building a ``Trainer``: the algorithm is
 registered, the task is its, every hyperparameter name and type is right, the monitor rules parse, the budget is
 priced — each failure a named error.
 """
@@ -14,7 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.jobs.spec import Job
+from twinkle_core.ops.budget import BudgetConfig
+from twinkle_core.ops.monitor import MonitorConfig
 from twinkle_core.processes import DEFAULT_MAX_RESTARTS
+from twinkle_core.spec import TrainingSpec, resolve
 
 Scalar = str | int | float | bool | None
 Value = Scalar | list[Scalar] | dict[str, Scalar]
@@ -98,28 +102,31 @@ class JobRequest(BaseModel):
             merged[key] = value
         return merged
 
+    def to_spec(self, user: str, home: str) -> TrainingSpec:
+        """The training this request describes, for ``user``, its run going to ``home``.
+
+        Raises:
+            TwinkleError: a resource given twice with two values; a budget that is not priced.
+        """
+        monitor = MonitorConfig(list(self.monitor.metrics), dict(self.monitor.alert_rules), self.monitor.action) \
+            if self.monitor is not None else None
+        budget = BudgetConfig(**self.budget.model_dump()) if self.budget is not None else None
+        return TrainingSpec(self.algorithm, self.task, self.trainer_hyperparams(), self.data_processor,
+                            self.resource_strategy, user, self.project, home, monitor, budget)
+
     def to_job(self, user: str, home: str) -> Job:
         """The ``Job`` a service worker runs for ``user``, its run going to ``home``."""
-        return Job(algorithm=self.algorithm, data=self.data, task=self.task, hyperparams=self.trainer_hyperparams(),
-                   data_processor=self.data_processor, resource_strategy=self.resource_strategy, user=user,
-                   project=self.project, home=home, max_restarts=self.max_restarts,
-                   monitor=self.monitor.model_dump() if self.monitor else None,
-                   budget=self.budget.model_dump() if self.budget else None)
+        return Job.from_spec(self.to_spec(user, home), self.data, self.max_restarts)
 
 
-def check_request(request: JobRequest, home: str) -> None:
-    """Build the job's ``Trainer`` (nothing is trained or written) so that every mistake is found now.
+def check_request(request: JobRequest, home: str, user: str | None = None) -> None:
+    """Check the request as ``Trainer`` would, from its ``TrainingSpec`` (``resolve``: nothing is built, trained or
+    written), so that every mistake is found before anything is queued — with the message ``Trainer`` gives.
 
     Raises:
         TwinkleError: an unknown algorithm, task or component, a bad hyperparameter, monitor rule or budget.
     """
-    from twinkle_core.trainer import Trainer
-
-    trainer = Trainer(request.algorithm, request.task, request.trainer_hyperparams(),
-                      data_processor=request.data_processor, resource_strategy=request.resource_strategy,
-                      home=home, verbose=False)
-    if request.monitor is not None:
-        trainer.monitor(request.monitor.metrics, request.monitor.alert_rules, action=request.monitor.action)
-        trainer.monitor_config.rules()  # type: ignore[union-attr] — parses every rule
-    if request.budget is not None:
-        trainer.set_budget_alert(**request.budget.model_dump())
+    spec = request.to_spec(user or "", home)
+    resolve(spec)
+    if spec.monitor is not None:
+        spec.monitor.rules()  # parses every rule

@@ -2,18 +2,21 @@
 routed to their owners, the data prepared, a checkpoint continued, the plan made, the engine run and the run stored.
 
 ``Trainer`` is the facade over it (it adds what leaves the process: Ray, supervised workers,
-exports, tuning); the jobs layer builds a session from a ``Job``. One fit flows:
+exports, tuning); the jobs layer builds a session from a ``Job``'s spec. One fit flows:
 
 ```text
-Session(...)            selection and hyperparameter checking (engine.selection, engine.settings)
+Session(...)            a TrainingSpec, resolved once: selection and hyperparameter checking (twinkle_core.spec)
   .prepare(uri)         the processor reads the data; the algorithm is built for it  -> Prepared
   .plan(data)           measured model and data, hardware, history -> Plan (planning)
-  .fit(data)            rank 0 records the run (store), the engine trains it (engine.run) -> FitResult
+  .fit(data)            rank 0 records the run (RunRecorder), the engine trains it (engine.run) -> FitResult
 ```
+
+Evaluate, predict and export on the trained model are ``TrainedModel``'s (``Session.trained``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, replace
@@ -36,12 +39,10 @@ from twinkle_core.engine.record import CheckpointRecord, class_path, restore_alg
 from twinkle_core.engine.reshape import reshape_to_state
 from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.run import RunSetup, run_lightning
-from twinkle_core.engine.selection import choose_processor, choose_strategy, resolve_algorithm, resolve_task
-from twinkle_core.engine.settings import Routed, TrainerSettings, check_names, route, trainer_settings
+from twinkle_core.engine.selection import choose_processor, choose_strategy
+from twinkle_core.engine.settings import Routed, route
 from twinkle_core.engine.utilisation import tokens_per_sample
-from twinkle_core.errors import HyperparameterError, TwinkleError
-from twinkle_core.hyperparams import coerce, with_new_names
-from twinkle_core.lookup import list_components
+from twinkle_core.errors import TwinkleError
 from twinkle_core.ops.budget import BudgetConfig
 from twinkle_core.ops.memory import scale_batch
 from twinkle_core.ops.monitor import MonitorConfig
@@ -49,6 +50,8 @@ from twinkle_core.planning import (DataLoadingDecider, Hardware, PastRun, Plan, 
                                    measure_example)
 from twinkle_core.session.recording import RunRecorder
 from twinkle_core.session.trained import TrainedModel
+from twinkle_core.spec import TrainingSpec, resolve
+from twinkle_core.spec.resolve import processor_class
 from twinkle_core.store.runs import RunStore
 from twinkle_core.uris import is_store_uri, size_of
 
@@ -99,23 +102,22 @@ class Session:
         budget: BudgetConfig | None = None,
         **options: Any,
     ) -> None:
-        """Resolve the algorithm and task and check every hyperparameter name and type now."""
-        self.algorithm_ref = algorithm
-        self.choice = resolve_algorithm(algorithm)
-        self.task = resolve_task(self.choice, task)
-        keyword = self.choice.cls.data_keyword
-        given_data = options.pop(keyword, None) if keyword else None  # Session(MelOTTS, voice_samples=URI)
-        if "steps" in options:  # the article's name for the step budget
-            options["max_steps"] = options.pop("steps")
-        self.data_processor = data_processor
-        self.hyperparams = self._renamed({**self.choice.defaults, **(hyperparams or {}), **options})
-        self.resource_strategy = resource_strategy
+        """Resolve the algorithm and task and check every hyperparameter name and type now (``resolve``)."""
+        spec = TrainingSpec.of(algorithm, task, hyperparams, data_processor=data_processor,
+                               resource_strategy=resource_strategy, user=user, project=project, home=home,
+                               callbacks=callbacks, monitor=monitor, budget=budget, **options)
+        resolved = resolve(spec)
+        self.resolved = resolved
+        """The spec this session was made from, resolved (``Session.spec``: as it is now)."""
+        self.algorithm_ref, self.choice, self.task = spec.algorithm, resolved.choice, resolved.task
+        self.hyperparams, self.settings = resolved.hyperparams, resolved.settings
+        self.data_processor, self.resource_strategy = spec.data_processor, spec.resource_strategy
         self.user, self.project = user, project
         self.store = RunStore(home)
         self.verbose = verbose
-        self.callbacks = list(callbacks or [])
+        self.callbacks = list(spec.callbacks)
         self.continuation: cont.Continuation | None = None
-        self.new_data: str | None = given_data
+        self.new_data: str | None = resolved.data
         self.algorithm: Algorithm | None = None
         self.result: FitResult | None = None
         self.prepared: PreparedData | None = None
@@ -132,86 +134,44 @@ class Session:
         self.run_created: Callable[[str], None] | None = None
         """Called with the run's URI as soon as rank 0 has created or reopened it."""
         self.monitor_config, self.budget_config = monitor, budget
-        self.settings = self._check_hyperparameters()
         self.trained = TrainedModel(self)
         """What is asked of the model this session trained or continues: export, evaluate, predict."""
 
+    @classmethod
+    def from_spec(cls, spec: TrainingSpec, *, verbose: bool = True) -> Session:
+        """The session of ``spec``."""
+        return cls(spec.algorithm, spec.task, spec.hyperparams, data_processor=spec.data_processor,
+                   resource_strategy=spec.resource_strategy, user=spec.user, project=spec.project, home=spec.home,
+                   verbose=verbose, callbacks=list(spec.callbacks), monitor=spec.monitor, budget=spec.budget)
+
+    @property
+    def spec(self) -> TrainingSpec:
+        """What this session trains, as one value: the spec it was made from, with the monitor rules and budget
+        set on it since (``Trainer.monitor``, ``Trainer.set_budget_alert``)."""
+        return self.resolved.spec.replace(monitor=self.monitor_config, budget=self.budget_config)
+
     def variant(self, hyperparams: dict[str, Any], **kwargs: Any) -> Session:
         """A new session like this one with ``hyperparams`` merged over its own (monitor, budget and shared data
-        kept)."""
-        options = {"data_processor": self.data_processor, "resource_strategy": self.resource_strategy,
-                   "user": self.user, "project": self.project, "home": self.store.home, "verbose": self.verbose,
-                   "callbacks": self.callbacks, "monitor": self.monitor_config, "budget": self.budget_config, **kwargs}
-        other = Session(self.algorithm_ref, self.task, {**self.hyperparams, **hyperparams}, **options)
+        kept); ``kwargs``: other fields of its spec to change (``project=``, ``callbacks=``) and ``verbose``."""
+        verbose = kwargs.pop("verbose", self.verbose)
+        if "callbacks" in kwargs:
+            kwargs["callbacks"] = tuple(kwargs["callbacks"] or ())
+        spec = self.spec.replace(hyperparams={**self.hyperparams, **hyperparams}, home=self.store.home, **kwargs)
+        other = Session.from_spec(spec, verbose=verbose)
         other.shared_data = self.shared_data
         other.new_data = self.new_data  # data named by keyword (voice_samples=...) or by from_checkpoint
         return other
 
     def valid_hyperparameters(self) -> set[str]:
         """Every name ``hyperparams`` accepts: the algorithm's, the data processors' and the trainer's."""
-        return {*self.choice.cls.hyperparameters(), *self._data_parameters(), *TrainerSettings.parameters()}
-
-    # ------------------------------------------------------------ components
-    def _data_parameters(self) -> dict[str, Any]:
-        """The parameters of every processor that may read this session's data (before the URI is known)."""
-        params: dict[str, Any] = {}
-        for candidate in self._data_candidates():
-            params.update(candidate)
-        return params
-
-    def _data_candidates(self) -> list[dict[str, Any]]:
-        """Each processor's parameters, for every processor that may read this session's data."""
-        return [dict(cls.parameters()) for cls in self._data_classes()]
-
-    def _data_classes(self) -> list[type[DataProcessor]]:
-        """Every processor class that may read this session's data (none when the user configured one)."""
-        if isinstance(self.data_processor, DataProcessor):
-            return []  # a configured processor takes no hyperparameters
-        if self.data_processor:
-            return [choose_processor(self.task, None, self.data_processor).load()]
-        candidates = list_components("data_processor", task=self.task)
-        if not candidates:
-            choose_processor(self.task, None, None)  # the named error: no processor serves the task
-        return [_processor_class(component) for component in candidates]
-
-    def _renamed(self, values: dict[str, Any]) -> dict[str, Any]:
-        """``values`` under the current names: an old name the trainer, the algorithm or a data processor that may
-        read the data still accepts becomes its new one, with a ``DeprecationWarning`` naming it."""
-        values = with_new_names(values, TrainerSettings.RENAMED, "trainer")
-        values = with_new_names(values, self.choice.cls.renamed_hyperparameters, self.choice.cls.__name__)
-        for cls in self._data_classes():
-            values = with_new_names(values, cls.renamed_parameters, cls.__name__)
-        return values
-
-    def _check_hyperparameters(self) -> TrainerSettings:
-        """Refuse unknown names and type every value now — the algorithm's and its optimizer's, the data
-        processors' (a value any processor that may read the data accepts), the trainer's — so that a bad value
-        fails in ``Trainer(...)`` (and at a service's submit), never later in ``fit``. Values are typed again, once,
-        when ``fit`` routes them."""
-        candidates = self._data_candidates()
-        algorithm, data = self.choice.cls.hyperparameters(), {k: v for c in candidates for k, v in c.items()}
-        check_names(self.hyperparams, algorithm, data)
-        for key, value in self.hyperparams.items():
-            if key in algorithm:
-                coerce(algorithm[key], value)
-            elif key in data:
-                errors = []
-                for params in (c for c in candidates if key in c):
-                    try:
-                        coerce(params[key], value)
-                        break
-                    except HyperparameterError as err:
-                        errors.append(err)
-                else:
-                    raise errors[0]
-        return trainer_settings(self.hyperparams, algorithm, data)
+        return self.resolved.valid_hyperparameters()
 
     def route_for(self, uri: str) -> tuple[Any, Any]:
         """Route the hyperparameters once, to the processor that reads ``uri``."""
         if isinstance(self.data_processor, DataProcessor):  # configured by the user: no data hyperparameters
             return None, route(self.hyperparams, self.choice.cls.hyperparameters(), {}, trainer=self.settings)
         component = choose_processor(self.task, uri, self.data_processor)
-        processor_cls = _processor_class(component)
+        processor_cls = processor_class(component)
         return component, route(self.hyperparams, self.choice.cls.hyperparameters(), processor_cls.parameters(),
                                 trainer=self.settings)
 
@@ -393,9 +353,8 @@ class Session:
             raise TwinkleError(f"unknown mode '{mode}'; choose one of {', '.join(cont.MODES)}")
         if same_run and mode != "resume":
             raise TwinkleError(f"same_run=True resumes the run exactly; it does not combine with mode='{mode}'")
-        trainer_keys = {"user", "project", "home", "verbose", "data_processor", "resource_strategy", "callbacks",
-                        "monitor", "budget"}
-        kwargs = {k: options.pop(k) for k in list(options) if k in trainer_keys}
+        keys = {f.name for f in dataclasses.fields(TrainingSpec)} - {"algorithm", "task", "hyperparams"} | {"verbose"}
+        kwargs = {k: options.pop(k) for k in list(options) if k in keys}  # the spec's other fields, not hyperparameters
         store = RunStore(kwargs.get("home"))
         uri = _checkpoint_uri(store, checkpoint, mode)
         ckpt = load_checkpoint(uri, tensors=False)  # a sharded folder: its meta.pt only, until weights are needed
@@ -477,13 +436,6 @@ def _source_bytes(uri: str) -> int:
         return size_of(uri)
     except (TwinkleError, OSError, ValueError):
         return 0
-
-
-def _processor_class(component: Any) -> type[DataProcessor]:
-    cls = component.load()
-    if not (isinstance(cls, type) and issubclass(cls, DataProcessor)):
-        raise TwinkleError(f"data processor '{component.qualified_name}' is not a DataProcessor subclass")
-    return cls
 
 
 def _checkpoint_uri(store: RunStore, ref: str, mode: str) -> str:

@@ -23,7 +23,7 @@ def accept(svc: Service, user: User, request: JobRequest, client: str | None, **
     """
     data = check_data_uri(request.data, svc.config, user.name)
     check_hyperparameter_uris(request.trainer_hyperparams(), svc.config, user.name)
-    check_request(request, svc.config.home)
+    check_request(request, svc.config.home, user.name)
     job = svc.queue.submit(user.name, request.model_copy(update={"data": data}).model_dump(mode="json"),
                            request.priority, svc.config.max_queued_per_user)
     svc.accounts.audit(user.name, "submit", job.id, client, algorithm=request.algorithm, data=data, **audit)
