@@ -18,7 +18,7 @@ import torch
 
 from twinkle_core import RunStore, Trainer
 from twinkle_core.errors import TwinkleError
-from twinkle_core.jobs import RESTART_KIND
+from twinkle_core.jobs import RESTART_KIND, Job
 from twinkle_core.testing.service import wait_for
 
 HP = {"max_epochs": 12, "batch_size": 16, "checkpoint_every_n_steps": 4, "seed": 3, "progress_bar": False}
@@ -124,8 +124,10 @@ def test_supervise_refuses_code_and_carries_monitor_and_budget_rules_as_data(twi
     ruled = Trainer("tabular-mlp", verbose=False).monitor(metrics=["grad_norm"], alert_rules={"loss": "> 10"})
     ruled.set_budget_alert(max_cpu_hours=2.0, cloud_provider="local")
     job = ruled._job(str(cancer_csv), 3, "supervise")  # what the worker process rebuilds the trainer from
-    assert job.monitor["alert_rules"] == {"loss": "> 10"} and job.monitor["metrics"] == ["grad_norm"]
-    assert job.budget["max_cpu_hours"] == 2.0 and job.budget["cloud_provider"] == "local"
+    written = json.loads(job.model_dump_json())["spec"]  # as job.json holds them: data, read back the same
+    assert written["monitor"]["alert_rules"] == {"loss": "> 10"} and written["monitor"]["metrics"] == ["grad_norm"]
+    assert written["budget"]["max_cpu_hours"] == 2.0 and written["budget"]["cloud_provider"] == "local"
+    assert Job.model_validate_json(job.model_dump_json()).spec == job.spec
 
 
 def test_a_run_killed_after_its_last_epoch_resumes_to_finished_with_all_its_metrics(twinkle_home, cancer_csv) -> None:

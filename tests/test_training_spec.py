@@ -31,12 +31,14 @@ def test_a_trainer_a_job_file_and_a_request_describe_one_training_as_one_spec(tm
 
     folder = tmp_path / "job"
     folder.mkdir()
-    (folder / "job.json").write_text(json.dumps({
-        "algorithm": "tabular-mlp", "data": "cancer.csv", "task": "tabular_classification", "hyperparams": HP,
-        "user": "alice", "project": "p", "home": home, "max_restarts": 2,
-        "monitor": {"metrics": ["loss"], "alert_rules": {"val_loss": "nan"}, "action": "stop"},
-        "budget": {"max_cpu_hours": 2, "cloud_provider": "local"}}))
+    spec_fields = {"algorithm": "tabular-mlp", "task": "tabular_classification", "hyperparams": HP, "user": "alice",
+                   "project": "p", "home": home,
+                   "monitor": {"metrics": ["loss"], "alert_rules": {"val_loss": "nan"}, "action": "stop"},
+                   "budget": {"max_cpu_hours": 2, "cloud_provider": "local"}}
+    (folder / "job.json").write_text(json.dumps({"spec": spec_fields, "data": "cancer.csv", "max_restarts": 2}))
     from_file = Job.load(str(folder)).spec
+    flat = Job.model_validate({**spec_fields, "data": "cancer.csv", "max_restarts": 2})  # a file written before
+    assert flat.spec == from_file and flat.data == "cancer.csv"
 
     request = JobRequest(algorithm="tabular-mlp", task="tabular_classification", data="cancer.csv", hyperparams=HP,
                          project="p", monitor=MonitorRules(metrics=["loss"], alert_rules={"val_loss": "nan"},

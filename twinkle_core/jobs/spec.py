@@ -1,20 +1,23 @@
 """``Job``: a training job as declarative data — what ``Trainer`` takes, never code.
 
 A job is what a supervisor restarts, what ``twinkle launch`` hands every node and what the service queues: a
-registered algorithm name, a task, hyperparameters, a data URI and where the run goes. Validated with pydantic
-(unknown fields are refused); stored as ``job.json`` in the job's folder (``job_dir``), next to
+declarative ``TrainingSpec`` (a registered algorithm name, a task, hyperparameters, where the run goes, monitor
+rules, a budget), a data URI and the restarts a crash may take. Validated with pydantic (unknown fields are
+refused); stored as ``job.json`` in the job's folder (``job_dir``), next to
 ``run.json`` (the run the job's first attempt created) and ``result.json`` (its ``FitResult``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, WithJsonSchema, model_validator
 
+from twinkle_core.errors import TwinkleError
 from twinkle_core.processes import DEFAULT_MAX_RESTARTS
 from twinkle_core.spec import TrainingSpec
 from twinkle_core.store.atomic import atomic_write_text
@@ -24,25 +27,48 @@ JOB_DIR_ENV = "TWINKLE_JOB_DIR"
 """The environment variable naming the job folder of the current process (set by supervisors and launchers)."""
 
 
+def _declarative(value: Any) -> TrainingSpec:
+    """A job's spec: a ``TrainingSpec`` holding no code, or the mapping ``TrainingSpec.to_dict`` wrote."""
+    try:
+        spec = value if isinstance(value, TrainingSpec) else TrainingSpec.from_dict(dict(value))
+    except TwinkleError as err:
+        raise ValueError(str(err)) from None
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"not a training spec ({err}): give its fields as a mapping") from None
+    held = spec.held_code()
+    if held:
+        raise ValueError(f"a job is data only, and this training holds {', '.join(held)}")
+    return spec
+
+
+DeclarativeSpec = Annotated[  # Any underneath: pydantic builds no schema of the dataclass (its fields name code)
+    Any, PlainValidator(_declarative), PlainSerializer(lambda spec: spec.to_dict(), return_type=dict),
+    WithJsonSchema({"type": "object", "description": "a TrainingSpec's fields (TrainingSpec.to_dict)"})]
+"""A ``TrainingSpec`` as a job holds it: declarative, and written as its fields."""
+
+
 class Job(BaseModel):
-    """One training job: a declarative ``TrainingSpec`` (its fields, flat, as ``TrainingSpec.to_dict`` writes
-    them), the data to train on and how many times a crashed worker restarts (``Job.from_spec``, ``Job.spec``)."""
+    """One training job: a declarative ``TrainingSpec``, the data to train on and how many times a crashed worker
+    restarts — composed, the spec's fields written once (``job.json``: ``{"spec": {...}, "data": ...,
+    "max_restarts": ...}``; a flat file with the spec's fields beside ``data``, as written before, reads the same)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    algorithm: str = Field(description="a registered algorithm name (twinkle algorithms list)")
+    spec: DeclarativeSpec = Field(description="what to train (TrainingSpec.to_dict)")
     data: str = Field(description="the data URI")
-    task: str | None = None
-    hyperparams: dict[str, Any] = Field(default_factory=dict)
-    data_processor: str | None = None
-    resource_strategy: str | None = None
-    user: str | None = None
-    project: str | None = None
-    home: str | None = None
     max_restarts: int = Field(default=DEFAULT_MAX_RESTARTS, ge=0,
                               description="restarts from the last checkpoint after a crash")
-    monitor: dict[str, Any] | None = Field(default=None, description="Trainer.monitor(**monitor)")
-    budget: dict[str, Any] | None = Field(default=None, description="Trainer.set_budget_alert(**budget)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat(cls, data: Any) -> Any:
+        """The spec's fields given beside ``data`` (a job file written before the spec, ``Job(algorithm=...)``)
+        are the spec."""
+        if isinstance(data, dict) and "spec" not in data:
+            fields = {f.name for f in dataclasses.fields(TrainingSpec)}
+            data = {"spec": {k: v for k, v in data.items() if k in fields},
+                    **{k: v for k, v in data.items() if k not in fields}}
+        return data
 
     @classmethod
     def from_spec(cls, spec: TrainingSpec, data: str, max_restarts: int = DEFAULT_MAX_RESTARTS) -> Job:
@@ -51,13 +77,13 @@ class Job(BaseModel):
         Raises:
             TwinkleError: the spec holds code (``TrainingSpec.held_code``).
         """
-        return cls(**spec.to_dict(), data=data, max_restarts=max_restarts)
+        spec.to_dict()  # names what it holds
+        return cls(spec=spec, data=data, max_restarts=max_restarts)
 
     @property
-    def spec(self) -> TrainingSpec:
-        """What the job trains, as one value."""
-        values = self.model_dump(exclude={"data", "max_restarts"})
-        return TrainingSpec.from_dict(values)
+    def home(self) -> str | None:
+        """The run store the job's run goes to (``spec.home``)."""
+        return self.spec.home
 
     def save(self, folder: str) -> str:
         """Write ``job.json`` into ``folder`` (atomically); returns its path."""

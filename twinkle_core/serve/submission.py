@@ -15,10 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.jobs.spec import Job
-from twinkle_core.ops.budget import BudgetConfig
-from twinkle_core.ops.monitor import MonitorConfig
 from twinkle_core.processes import DEFAULT_MAX_RESTARTS
-from twinkle_core.spec import TrainingSpec, resolve
+from twinkle_core.spec.training import TrainingSpec
 
 Scalar = str | int | float | bool | None
 Value = Scalar | list[Scalar] | dict[str, Scalar]
@@ -108,6 +106,9 @@ class JobRequest(BaseModel):
         Raises:
             TwinkleError: a resource given twice with two values; a budget that is not priced.
         """
+        from twinkle_core.ops.budget import BudgetConfig  # Lightning's callbacks live beside them: not at import
+        from twinkle_core.ops.monitor import MonitorConfig
+
         monitor = MonitorConfig(list(self.monitor.metrics), dict(self.monitor.alert_rules), self.monitor.action) \
             if self.monitor is not None else None
         budget = BudgetConfig(**self.budget.model_dump()) if self.budget is not None else None
@@ -126,6 +127,8 @@ def check_request(request: JobRequest, home: str, user: str | None = None) -> No
     Raises:
         TwinkleError: an unknown algorithm, task or component, a bad hyperparameter, monitor rule or budget.
     """
+    from twinkle_core.spec.resolution import resolve  # the algorithms' classes: torch and Lightning
+
     spec = request.to_spec(user or "", home)
     resolve(spec)
     if spec.monitor is not None:

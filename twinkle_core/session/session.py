@@ -51,7 +51,7 @@ from twinkle_core.planning import (DataLoadingDecider, Hardware, PastRun, Plan, 
 from twinkle_core.session.recording import RunRecorder
 from twinkle_core.session.trained import TrainedModel
 from twinkle_core.spec import TrainingSpec, resolve
-from twinkle_core.spec.resolve import processor_class
+from twinkle_core.spec.resolution import processor_class
 from twinkle_core.store.runs import RunStore
 from twinkle_core.uris import is_store_uri, size_of
 
@@ -127,6 +127,7 @@ class Session:
         self.shared_data: dict[tuple[Any, ...], PreparedData] | None = None
         """Prepared data kept for reuse by this session's variants (a tuning study prepares its data once)."""
         self._detected: Hardware | None = None
+        self._routes: dict[str, tuple[Component | None, Routed]] = {}
         self.best_checkpoint: str | None = None
         """For a session from a checkpoint: the checkpoint ``evaluate`` scores (a run's best, or the file given)."""
         self.reuse_run: str | None = None
@@ -167,13 +168,18 @@ class Session:
         return self.resolved.valid_hyperparameters()
 
     def route_for(self, uri: str) -> tuple[Any, Any]:
-        """Route the hyperparameters once, to the processor that reads ``uri``."""
-        if isinstance(self.data_processor, DataProcessor):  # configured by the user: no data hyperparameters
-            return None, route(self.hyperparams, self.choice.cls.hyperparameters(), {}, trainer=self.settings)
-        component = choose_processor(self.task, uri, self.data_processor)
-        processor_cls = processor_class(component)
-        return component, route(self.hyperparams, self.choice.cls.hyperparameters(), processor_cls.parameters(),
-                                trainer=self.settings)
+        """Route the hyperparameters to the processor that reads ``uri`` — once per URI: prepare, plan, evaluate,
+        predict and an export's card read the same routing."""
+        if uri not in self._routes:
+            if isinstance(self.data_processor, DataProcessor):  # configured by the user: no data hyperparameters
+                self._routes[uri] = None, route(self.hyperparams, self.choice.cls.hyperparameters(), {},
+                                                trainer=self.settings)
+            else:
+                component = choose_processor(self.task, uri, self.data_processor)
+                self._routes[uri] = component, route(self.hyperparams, self.choice.cls.hyperparameters(),
+                                                     processor_class(component).parameters(), trainer=self.settings)
+        component, routed = self._routes[uri]
+        return component, replace(routed)  # a copy: a configured processor's values are set on it
 
     def processor_for(self, uri: str) -> tuple[DataProcessor, Component | None, Routed]:
         """The data processor that reads ``uri`` (configured with its routed hyperparameters), its registration

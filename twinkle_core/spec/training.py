@@ -1,16 +1,21 @@
-"""``TrainingSpec``: the description of one training, in one value (see ``twinkle_core.spec``)."""
+"""``TrainingSpec``: the description of one training, in one value (see ``twinkle_core.spec``).
+
+Light to import (no torch, no Lightning): the CLI and the service's API read and write specs in jobs and requests
+without them; what they describe is imported where it is resolved (``twinkle_core.spec.resolve``)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from twinkle_core.algorithm import Algorithm
-from twinkle_core.data.processor import DataProcessor
 from twinkle_core.errors import TwinkleError
-from twinkle_core.ops.budget import BudgetConfig
-from twinkle_core.ops.monitor import MonitorConfig
+
+if TYPE_CHECKING:
+    from twinkle_core.algorithm import Algorithm
+    from twinkle_core.data.processor import DataProcessor
+    from twinkle_core.ops.budget import BudgetConfig
+    from twinkle_core.ops.monitor import MonitorConfig
 
 
 @dataclass(frozen=True)
@@ -59,8 +64,9 @@ class TrainingSpec:
 
     def held_code(self) -> list[str]:
         """What this spec holds that is code, not data (another process cannot rebuild it from a file)."""
+        configured = self.data_processor is not None and not isinstance(self.data_processor, str)  # an instance
         return [name for name, held in (("an Algorithm class", not isinstance(self.algorithm, str)),
-                                        ("a configured data processor", isinstance(self.data_processor, DataProcessor)),
+                                        ("a configured data processor", configured),
                                         ("callbacks", bool(self.callbacks))) if held]
 
     @property
@@ -95,6 +101,9 @@ class TrainingSpec:
         unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise TwinkleError(f"unknown field(s) of a training: {', '.join(unknown)}")
+        from twinkle_core.ops.budget import BudgetConfig
+        from twinkle_core.ops.monitor import MonitorConfig
+
         monitor, budget = values.pop("monitor", None), values.pop("budget", None)
         return cls(**values, monitor=MonitorConfig(**monitor) if monitor is not None else None,
                    budget=BudgetConfig(**budget) if budget is not None else None)
