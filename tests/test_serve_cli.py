@@ -63,7 +63,7 @@ def test_the_cli_and_every_way_a_job_ends(twinkle_service, cancer_csv: Path) -> 
 
     client = Client(server, token)
     long = {"max_epochs": 5000, "batch_size": 16, "progress_bar": False, "checkpoint_every_n_steps": 10}
-    timed = client.submit("tabular-mlp", data, long, wall_clock_limit=45)  # room to start on a busy machine
+    timed = client.submit("tabular-mlp", data, long, wall_clock_limit=30)  # room to start on a busy machine
     crashed = client.submit("tabular-mlp", data, {**long, "max_epochs": 30})
     twinkle_service.wait_for(lambda: (r := job_row(home, crashed.id))["pid"] and r["run"] and
                              Path(RunStore(str(home)).path(r["run"].removeprefix("twinkle://"), "checkpoints",
