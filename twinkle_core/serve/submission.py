@@ -106,12 +106,15 @@ class JobRequest(BaseModel):
         Raises:
             TwinkleError: a resource given twice with two values; a budget that is not priced.
         """
-        from twinkle_core.ops.budget import BudgetConfig  # Lightning's callbacks live beside them: not at import
-        from twinkle_core.ops.monitor import MonitorConfig
+        monitor = budget = None
+        if self.monitor is not None:  # imported only when asked for: Lightning's callbacks live beside them
+            from twinkle_core.ops.monitor import MonitorConfig
 
-        monitor = MonitorConfig(list(self.monitor.metrics), dict(self.monitor.alert_rules), self.monitor.action) \
-            if self.monitor is not None else None
-        budget = BudgetConfig(**self.budget.model_dump()) if self.budget is not None else None
+            monitor = MonitorConfig(list(self.monitor.metrics), dict(self.monitor.alert_rules), self.monitor.action)
+        if self.budget is not None:
+            from twinkle_core.ops.budget import BudgetConfig
+
+            budget = BudgetConfig(**self.budget.model_dump())
         return TrainingSpec(self.algorithm, self.task, self.trainer_hyperparams(), self.data_processor,
                             self.resource_strategy, user, self.project, home, monitor, budget)
 

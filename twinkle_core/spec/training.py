@@ -101,12 +101,16 @@ class TrainingSpec:
         unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise TwinkleError(f"unknown field(s) of a training: {', '.join(unknown)}")
-        from twinkle_core.ops.budget import BudgetConfig
-        from twinkle_core.ops.monitor import MonitorConfig
-
         monitor, budget = values.pop("monitor", None), values.pop("budget", None)
-        return cls(**values, monitor=MonitorConfig(**monitor) if monitor is not None else None,
-                   budget=BudgetConfig(**budget) if budget is not None else None)
+        if monitor is not None:  # imported only when there are rules: Lightning's callbacks live beside them
+            from twinkle_core.ops.monitor import MonitorConfig
+
+            monitor = MonitorConfig(**monitor)
+        if budget is not None:
+            from twinkle_core.ops.budget import BudgetConfig
+
+            budget = BudgetConfig(**budget)
+        return cls(**values, monitor=monitor, budget=budget)
 
 
 __all__ = ["TrainingSpec"]
