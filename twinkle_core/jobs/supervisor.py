@@ -71,14 +71,14 @@ def supervise(job: Job, folder: str | None = None, verbose: bool = True, backoff
             store.end_run(record.id, RunStatus.FAILED, message)
             raise TwinkleError(f"{record.uri}: {message}")
         restarts += 1
+        what = "the job from the start (it had not created its run)"
         if record is not None:
             source = resume_source(store, record.uri)
+            what = f"{record.uri} from {source}"
             record_restart(store, record.uri, f"the training process {cause}; restart {restarts} of "
                                               f"{job.max_restarts} from {source}", attempt=restarts,
                            returncode=outcome.returncode)
         if verbose:
-            what = f"{record.uri} from {resume_source(store, record.uri)}" if record is not None else \
-                "the job from the start (it had not created its run)"
             print(f"Twinkle: the training process {cause}; restarting {what} ({restarts}/{job.max_restarts})",
                   file=sys.stderr, flush=True)
         time.sleep(backoff_seconds * restarts)

@@ -103,17 +103,27 @@ class Session:
         **options: Any,
     ) -> None:
         """Resolve the algorithm and task and check every hyperparameter name and type now (``resolve``)."""
-        spec = TrainingSpec.of(algorithm, task, hyperparams, data_processor=data_processor,
-                               resource_strategy=resource_strategy, user=user, project=project, home=home,
-                               callbacks=callbacks, monitor=monitor, budget=budget, **options)
+        self._start(TrainingSpec.of(algorithm, task, hyperparams, data_processor=data_processor,
+                                    resource_strategy=resource_strategy, user=user, project=project, home=home,
+                                    callbacks=callbacks, monitor=monitor, budget=budget, **options), verbose)
+
+    @classmethod
+    def from_spec(cls, spec: TrainingSpec, *, verbose: bool = True) -> Session:
+        """The session of ``spec`` (resolved now, as ``Session(...)`` resolves the spec it builds)."""
+        session = cls.__new__(cls)
+        session._start(spec, verbose)
+        return session
+
+    def _start(self, spec: TrainingSpec, verbose: bool) -> None:
+        """Resolve ``spec`` and start with nothing prepared, trained or continued."""
         resolved = resolve(spec)
         self.resolved = resolved
         """The spec this session was made from, resolved (``Session.spec``: as it is now)."""
         self.algorithm_ref, self.choice, self.task = spec.algorithm, resolved.choice, resolved.task
         self.hyperparams, self.settings = resolved.hyperparams, resolved.settings
         self.data_processor, self.resource_strategy = spec.data_processor, spec.resource_strategy
-        self.user, self.project = user, project
-        self.store = RunStore(home)
+        self.user, self.project = spec.user, spec.project
+        self.store = RunStore(spec.home)
         self.verbose = verbose
         self.callbacks = list(spec.callbacks)
         self.continuation: cont.Continuation | None = None
@@ -134,16 +144,9 @@ class Session:
         """A run to train into instead of creating one (a job restarted before its first checkpoint)."""
         self.run_created: Callable[[str], None] | None = None
         """Called with the run's URI as soon as rank 0 has created or reopened it."""
-        self.monitor_config, self.budget_config = monitor, budget
+        self.monitor_config, self.budget_config = spec.monitor, spec.budget
         self.trained = TrainedModel(self)
         """What is asked of the model this session trained or continues: export, evaluate, predict."""
-
-    @classmethod
-    def from_spec(cls, spec: TrainingSpec, *, verbose: bool = True) -> Session:
-        """The session of ``spec``."""
-        return cls(spec.algorithm, spec.task, spec.hyperparams, data_processor=spec.data_processor,
-                   resource_strategy=spec.resource_strategy, user=spec.user, project=spec.project, home=spec.home,
-                   verbose=verbose, callbacks=list(spec.callbacks), monitor=spec.monitor, budget=spec.budget)
 
     @property
     def spec(self) -> TrainingSpec:

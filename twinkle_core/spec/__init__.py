@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     """``resolve`` and ``Resolved``, imported when first used."""
     if name in ("Resolved", "resolve"):
-        import importlib
+        from twinkle_core.spec import resolution
 
-        return getattr(importlib.import_module("twinkle_core.spec.resolution"), name)
+        return getattr(resolution, name)
     raise AttributeError(f"module 'twinkle_core.spec' has no attribute '{name}'")
 
 
