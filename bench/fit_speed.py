@@ -9,7 +9,7 @@ kernel choices (``warm_up``):
 
 * ``twinkle``: ``Trainer("resnet18").fit(folder)`` with nothing but ``max_epochs`` set — the planner's choices
   (its speed probe included: the first round measures, later rounds reuse the stored result, as a user's next run
-  would). Timed whole: reading the folder, planning, training, validating every epoch, checkpoints, the record.
+  would; the switch between bf16-mixed and fp32 where the plan has it, whose steps in each are recorded). Timed whole: reading the folder, planning, training, validating every epoch, checkpoints, the record.
 * ``hand``: the hand-tuned loop of the issue: the PNGs decoded once into one uint8 tensor, batches gathered by
   tensor indexing and normalised per batch, eager bf16 autocast, fused AdamW; validation every epoch under
   ``inference_mode``. Timed from decoding the files to the last validation.
@@ -137,7 +137,7 @@ def twinkle(folder: Path, epochs: int, home: Path) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     measured = RunStore(str(home)).get(result.run_uri).measured
     choices = {d.name: f"{d.value}: {d.reason}" for d in result.plan.decisions
-               if d.name in ("precision", "memory_format", "num_workers", "torch_threads", "compile", "image_path",
+               if d.name in ("precision", "precision_switching", "memory_format", "num_workers", "torch_threads", "compile", "image_path",
                              "checkpoint_every_n_epochs", "allocator")}
     probe = result.plan.estimates.get("probe") or {}
     return {"val_accuracy": round(float(result.metrics.get("val_accuracy", float("nan"))), 4), "choices": choices,
@@ -145,7 +145,8 @@ def twinkle(folder: Path, epochs: int, home: Path) -> dict[str, Any]:
             "estimated_seconds": result.plan.estimates.get("estimated_seconds"), "fit_seconds": round(seconds, 2),
             "estimate_over_fit": round(float(result.plan.estimates.get("estimated_seconds") or 0) / seconds, 3),
             "mfu": measured.get("mfu"), "peak_source": measured.get("peak_source"),
-            "samples_per_second": measured.get("samples_per_second")}
+            "samples_per_second": measured.get("samples_per_second"),
+            "precision_steps": measured.get("precision_steps"), "precision_switches": measured.get("precision_switches")}
 
 
 def warm_up() -> None:
@@ -250,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         "probe_seconds_first_round": rounds[0].get("twinkle", {}).get("probe_seconds"),
         "estimate_over_fit": [r["twinkle"].get("estimate_over_fit") for r in rounds if "twinkle" in r],
         "mfu": [r["twinkle"].get("mfu") for r in rounds if "twinkle" in r],
+        "precision_steps": [r["twinkle"].get("precision_steps") for r in rounds if "twinkle" in r],
         "peak_source": rounds[0].get("twinkle", {}).get("peak_source"),
         "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
         "rounds_measured": rounds,

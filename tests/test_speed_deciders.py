@@ -440,3 +440,118 @@ def test_a_bf16_fit_with_gradient_clipping_trains(tmp_path: Path, cancer_csv: st
     result = Trainer("tabular-mlp", home=str(tmp_path), verbose=False, hyperparams={
         "max_epochs": 3, "precision": "bf16-mixed", "gradient_clip_val": 0.5}).fit(cancer_csv)
     assert result.status == "finished" and result.metrics["val_accuracy"] > 0.9
+
+
+def test_precision_switching_is_on_only_on_a_bf16_cpu_whose_probe_found_agreeing_losses() -> None:
+    """The switch between bf16-mixed and fp32 is planned where both can run and the probe found bf16's losses in
+    agreement — whichever precision the probe's speeds chose to start in; off where the precision is pinned, on
+    GPUs, without bf16, without a probe, with losses apart or a compiled network; pinned 'on' where it cannot
+    apply is a named error, pinned 'off' wins."""
+    from twinkle_core.planning import PlanningError
+
+    close = probe(run("32-true", 0.100), run("bf16-mixed", 0.095))
+    near = plan(speed=close)
+    assert (near.precision, near.precision_switching) == ("32-true", "on")
+    assert "bf16-mixed ran at 1.05× fp32's speed" in reason(near, "precision_switching")
+    assert plan(speed=probe(run("32-true", 0.100), run("bf16-mixed", 0.070))).precision_switching == "on"
+    off = {
+        "pinned precision": plan(speed=close, overrides={"precision": "bf16-mixed"}),
+        "losses apart": plan(speed=probe(run("32-true", 0.100), run("bf16-mixed", 0.05, (2.0, 2.4, 2.6)))),
+        "GPU": plan(H100, speed=probe(run("32-true", 0.010), run("bf16-mixed", 0.006))),
+        "no bf16": plan(PLAIN_CPU, speed=close),
+        "no probe": plan(note="not probed (probe=False)"),
+        "compiled": plan(speed=close, overrides={"compile": "default"}),
+        "pinned off": plan(speed=close, overrides={"precision_switching": "off"}),
+    }
+    assert {why: p.precision_switching for why, p in off.items()} == dict.fromkeys(off, "off")
+    assert "set by the user" in reason(off["pinned precision"], "precision_switching")
+    assert "probe=False" in reason(off["no probe"], "precision_switching")
+    assert plan(note="not probed", overrides={"precision_switching": "on"}).precision_switching == "on"
+    with pytest.raises(PlanningError, match="precision_switching='on' cannot apply: this CPU has no native bf16"):
+        plan(PLAIN_CPU, overrides={"precision_switching": "on"})
+
+
+class _Steps:
+    """A made-up clock for ``PrecisionSwitch``: each training step takes the time of the precision it runs in."""
+
+    def __init__(self, switch_of, seconds: dict[str, float]) -> None:
+        self.now, self.seconds, self.switch_of = 0.0, seconds, switch_of
+
+    def __call__(self) -> float:
+        return self.now
+
+    def run(self, steps: int) -> None:
+        from types import SimpleNamespace
+
+        switch = self.switch_of()
+        trainer = SimpleNamespace(global_step=0, strategy=SimpleNamespace(broadcast=lambda obj, src=0: obj))
+        for _ in range(steps):
+            switch.on_train_batch_start(trainer, None, None, 0)
+            self.now += self.seconds[switch.plugin.current]
+            switch.on_train_batch_end(trainer, None, None, None, 0)
+            trainer.global_step += 1
+
+
+def test_the_precision_switch_goes_on_in_whichever_precision_its_timed_steps_found_faster() -> None:
+    """Given step times (nothing is timed): after 10 steps in fp32 the switch times 3 bf16 steps (after a warm-up
+    step) and, 1.4× faster, stays in bf16 and records the switch; its trials of fp32 then find it slower, switch back
+    and double the interval; a precision within the 5 % margin is never switched to; the state a checkpoint carries
+    resumes in the precision it had."""
+    from twinkle_core.engine.precision import PrecisionSwitch, SwitchingMixedPrecision
+
+    made: list[PrecisionSwitch] = []
+    clock = _Steps(lambda: made[0], {"32-true": 0.100, "bf16-mixed": 0.070})
+    made.append(PrecisionSwitch(SwitchingMixedPrecision("cpu", enabled=False), clock=clock))
+    switch = made[0]
+    clock.run(14)  # 10 in fp32, then a warm-up and 3 timed steps in bf16
+    assert switch.plugin.current == "bf16-mixed" and switch.trials == 1
+    assert switch.switches == [{"step": 13, "to": "bf16-mixed", "ms": 70.0, "before_ms": 100.0}]
+    clock.run(200)
+    assert switch.plugin.current == "bf16-mixed" and switch.switch_count == 1 and switch.trials > 3
+    assert switch.interval > 10 and switch.steps["32-true"] < 10 + 4 * switch.trials  # fp32 only in its trials
+    assert switch.figures()["precision_steps"] == {"32-true": switch.steps["32-true"],
+                                                    "bf16-mixed": 214 - switch.steps["32-true"]}
+    state = switch.state_dict()
+    resumed = PrecisionSwitch(SwitchingMixedPrecision("cpu", enabled=False))
+    resumed.load_state_dict(state)
+    assert resumed.plugin.current == "bf16-mixed" and resumed.interval == switch.interval
+    assert resumed.switches == switch.switches and resumed.steps == switch.steps
+
+    made.clear()
+    near = _Steps(lambda: made[0], {"32-true": 0.100, "bf16-mixed": 0.098})  # 1.02×: within the margin
+    made.append(PrecisionSwitch(SwitchingMixedPrecision("cpu", enabled=False), clock=near))
+    near.run(300)
+    assert made[0].plugin.current == "32-true" and made[0].switch_count == 0 and made[0].trials >= 4
+    assert made[0].interval >= 80  # 10, 20, 40, 80: each trial that kept fp32 doubled it
+
+
+def test_a_fit_with_precision_switching_times_both_precisions_and_records_them(tmp_path: Path, cancer_csv: str) -> None:
+    """A real fit with precision_switching='on' (on a CPU with bf16; elsewhere the plan refuses it by name): it
+    learns, plan.json says the user set it, the record counts the steps run in each precision (all of them between
+    the two) and the trials, the MFU divides by both precisions' peaks weighted by their step time, and last.ckpt
+    carries the switch's state for a resume."""
+    import json
+
+    from twinkle_core.planning import Hardware as Detected, PlanningError
+
+    hyperparams = {"max_epochs": 2, "precision_switching": "on"}
+    if not Detected.detect().bf16:
+        with pytest.raises(PlanningError, match="precision_switching='on' cannot apply"):
+            Trainer("tabular-mlp", home=str(tmp_path), verbose=False, hyperparams=hyperparams).plan(cancer_csv)
+        return
+    result = Trainer("tabular-mlp", home=str(tmp_path), verbose=False, hyperparams=hyperparams).fit(cancer_csv)
+    assert result.status == "finished" and result.metrics["val_accuracy"] > 0.9
+    stored = json.loads((Path(result.run_dir) / "plan.json").read_text())
+    assert stored["precision_switching"] == "on"
+    assert reason(result.plan, "precision_switching") == "set by the user"
+    measured = RunStore(str(tmp_path)).get(result.run_uri).measured
+    steps = measured["precision_steps"]
+    assert measured["precision_trials"] >= 1 and steps["bf16-mixed"] > 0 and steps["32-true"] > 0
+    assert sum(steps.values()) == 2 * result.plan.estimates["optimizer_steps_per_epoch"]
+    assert measured["precision_at_end"] in ("bf16-mixed", "32-true")
+    assert measured["peak_source"].startswith("weighted: 32-true") and 0 < measured["mfu"] <= 1
+    from twinkle_core.engine.checkpoints import load_checkpoint
+
+    state = next(v for k, v in load_checkpoint(str(result.last_checkpoint))["callbacks"].items()
+                 if k.startswith("PrecisionSwitch"))  # what a resumed run goes on from
+    assert state["steps"] == steps and state["trials"] == measured["precision_trials"]

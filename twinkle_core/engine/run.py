@@ -34,7 +34,7 @@ from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
 from twinkle_core.engine.curves import last_logged, merge_history, plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
 from twinkle_core.engine.pipelined import PipelineGradients
-from twinkle_core.engine.precision import precision_plugin
+from twinkle_core.engine.precision import PrecisionSwitch, SwitchingMixedPrecision, precision_plugin
 from twinkle_core.engine.ranks import broadcast, close_group, init_elastic_group
 from twinkle_core.engine.record import CheckpointRecord
 from twinkle_core.engine.isolation import distributed_environment_kept, quiet_lightning
@@ -114,6 +114,8 @@ class RunCallbacks:
         last_path: where ``last.ckpt`` is written (also by a stop the monitor or the budget asks for).
         monitor: the alert rules, when ``Trainer.monitor`` asked for them.
         budget: the budget guard, when a budget was set.
+        precision: the switch between bf16-mixed and fp32, when the plan says so (``Plan.precision_switching``;
+            ``twinkle_core.engine.precision``); its plugin is the run's precision.
         extra: the others, in order (mid-epoch checkpoints, early stopping, optimizer state to restore, the
             memory guard, a progress bar, the caller's own).
     """
@@ -127,12 +129,14 @@ class RunCallbacks:
     last_path: str
     monitor: Monitor | None = None
     budget: BudgetGuard | None = None
+    precision: PrecisionSwitch | None = None
     extra: list[L.Callback] = field(default_factory=list)
 
     @property
     def all(self) -> list[L.Callback]:
         """Every callback in the order Lightning runs them (the SIGTERM stop last)."""
-        return [self.best, self.last, self.resume, self.record, self.utilisation, *self.extra, self.sigterm]
+        switch = [self.precision] if self.precision is not None else []
+        return [self.best, self.last, self.resume, self.record, self.utilisation, *switch, *self.extra, self.sigterm]
 
     @property
     def stopped_by(self) -> Alert | None:
@@ -158,6 +162,10 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Callable[[Alert], None]) 
         last_path=last_path,
     )
     extra = roles.extra
+    plan = setup.plan
+    if plan.precision_switching == "on" and str(plan.strategy) in ("auto", "ddp") and not plan.layout.pipeline_enabled:
+        roles.precision = PrecisionSwitch(SwitchingMixedPrecision(
+            "cuda" if plan.accelerator in ("cuda", "gpu") else "cpu", enabled=plan.precision == "bf16-mixed"))
     if settings.checkpoint_every_n_steps:  # also mid-epoch, into the same last.ckpt
         extra.append(ModelCheckpoint(dirpath=ckpt_dir, save_top_k=0, save_last=True, enable_version_counter=False,
                                      every_n_train_steps=settings.checkpoint_every_n_steps))
@@ -183,7 +191,7 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Callable[[Alert], None]) 
     return roles
 
 
-def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: str) -> L.Trainer:
+def _lightning_trainer(setup: RunSetup, roles: RunCallbacks, run_dir: str) -> L.Trainer:
     plan, settings = setup.plan, setup.settings
     if not setup.algorithm.automatic_optimization:  # it steps its own optimizers (a GAN): Lightning cannot
         name = type(setup.algorithm).__name__          # accumulate or clip for it
@@ -201,8 +209,11 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
     kwargs: dict[str, Any] = {"accelerator": plan.accelerator, "devices": plan.devices, "num_nodes": plan.num_nodes,
                               "precision": plan.precision, "strategy": strategy,
                               "accumulate_grad_batches": plan.accumulate_grad_batches}
-    mixed = precision_plugin(str(plan.precision), plan.accelerator, str(plan.strategy)) \
-        if not plan.layout.pipeline_enabled else None
+    if roles.precision is not None:  # bf16 autocast the switch turns off and on
+        mixed = roles.precision.plugin
+    else:
+        mixed = precision_plugin(str(plan.precision), plan.accelerator, str(plan.strategy)) \
+            if not plan.layout.pipeline_enabled else None
     if mixed is not None:  # clips the gradients of torch's fused optimizers, which Lightning's own refuses
         plugins.append(mixed)
         kwargs.pop("precision")
@@ -214,7 +225,7 @@ def _lightning_trainer(setup: RunSetup, callbacks: list[L.Callback], run_dir: st
         max_steps=settings.max_steps,
         # rows reach metrics.csv as they are logged, so a dashboard's curves grow live
         logger=CSVLogger(save_dir=run_dir, name="logs", version="", flush_logs_every_n_steps=log_every),
-        callbacks=callbacks,
+        callbacks=roles.all,
         plugins=plugins,
         enable_progress_bar=settings.progress_bar and setup.verbose,
         enable_model_summary=setup.verbose,
@@ -322,7 +333,7 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Callable[[Alert
         if parent is not None and parent.status == "running" and parent.id != record.id:
             store.update(parent.id, status=RunStatus.INTERRUPTED)
     while True:
-        trainer = _lightning_trainer(setup, roles.all, run_dir)
+        trainer = _lightning_trainer(setup, roles, run_dir)
         loaders = (
             train_loader(prepared.train, plan.micro_batch_size, settings.seed, plan.num_workers, prepared.collate_fn),
             eval_loader(prepared.val, setup.algorithm.eval_batch_size(plan.micro_batch_size),
@@ -418,7 +429,9 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: RunCallbacks) -> FitResu
             torch.cuda.get_device_name() if plan.accelerator == "cuda" and torch.cuda.is_available() else "cpu",
             plan.precision, plan.torch_threads,
             tokens_per_sample(prepared.spec.input_shape, prepared.spec.input_dtype),
-            plan.layout.model_parallel, home=store.home),
+            plan.layout.model_parallel, home=store.home,
+            seconds_by_precision=roles.precision.seconds if roles.precision is not None else None),
+        **(roles.precision.figures() if roles.precision is not None else {}),
     }
     status = "failed" if trainer.interrupted else "stopped" if stopped else "finished"
     final = store.update(

@@ -48,6 +48,10 @@ class TrainerSettings:
             ``twinkle_core.engine.allocator``).
         compile: ``torch.compile`` the network in this mode (``"default"``, ``"reduce-overhead"``,
             ``"max-autotune"``), or ``"off"`` (default: the plan's).
+        precision_switching: ``"on"``: on a CPU that computes bf16 natively, re-time the training step in the
+            other of bf16-mixed and fp32 now and then and go on in the faster; ``"off"``: keep the plan's precision
+            (default: the plan's — on where the probe found bf16-mixed's losses in agreement with fp32's, unless
+            ``precision`` is set; see ``twinkle_core.engine.precision``).
         probe: measure a few training steps in each configuration the planner chooses between before planning
             (precision, memory format, loader workers; seconds, remembered in the store). ``False`` skips it (as
             does the environment variable ``TWINKLE_PROBE=0``): the choices then follow the rules without
@@ -94,6 +98,7 @@ class TrainerSettings:
     memory_format: Literal["contiguous", "channels_last"] | None = None
     allocator: Literal["default", "retain"] | None = None
     compile: Literal["off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] | None = None
+    precision_switching: Literal["off", "on"] | None = None
     probe: bool = True
     gradient_clip_val: PositiveFloat | None = None
     checkpoint_every_n_steps: PositiveInt | None = None
@@ -157,6 +162,7 @@ class TrainerSettings:
             "memory_format": self.memory_format,
             "allocator": self.allocator,
             "compile": self.compile,
+            "precision_switching": self.precision_switching,
             "checkpoint_every_n_epochs": self.checkpoint_every_n_epochs,
             "gradient_compression": self.gradient_compression,
         }

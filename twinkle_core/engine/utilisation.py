@@ -13,7 +13,9 @@ step starts (fetching the batch from the loader, mostly: the data wait). At the 
   peaks for known GPUs, or on CPU the best of ``PEAK_TRIALS`` timings of a 1024² matmul in the run's compute type
   (bf16 for a bf16-mixed run) with the run's threads (``peak_source`` says which), measured once per machine and
   remembered in the store (``<home>/probes/peak-<key>.json``, keyed by the CPU, torch, the threads and the type),
-  so that repeated runs of a fit divide by the same figure and differ only by their own speed. It is never above 1: an
+  so that repeated runs of a fit divide by the same figure and differ only by their own speed; a run that switched
+  between bf16-mixed and fp32 (``twinkle_core.engine.precision``) divides by each precision's peak weighted by the
+  step time spent in it. It is never above 1: an
   achieved rate above the peak means the peak's measurement was disturbed, and the MFU is then not given
   (``None``, with the reason in ``peak_source``);
 * ``data_wait_fraction``: the share of step time spent between steps.
@@ -25,7 +27,7 @@ import hashlib
 import json
 import math
 import time
-from typing import Any
+from typing import Any, Mapping
 
 import lightning as L
 import torch
@@ -165,18 +167,24 @@ class Utilisation(L.Callback):
 
     def figures(self, flops_per_sample: float, processes: int, accelerator: str, device_name: str, precision: str,
                 threads: int, tokens_per_sample: int | None = None, model_parallel: int = 1,
-                home: str | None = None) -> dict[str, Any]:
+                home: str | None = None, seconds_by_precision: Mapping[str, float] | None = None) -> dict[str, Any]:
         """The utilisation figures (per device unless named ``job_``), JSON-ready. ``model_parallel``: the
         processes that hold one copy of the model between them (tensor × pipeline parallel), which all see the same
         samples: each does its share of every sample's work, and the job's rate counts each sample once. ``home``:
         the store where a CPU's peak is remembered (``remembered_cpu_peak``; only the process that records the run
-        passes it)."""
+        passes it). ``seconds_by_precision``: step seconds in each precision of a run that switched between them
+        (``PrecisionSwitch.seconds``): the peak is theirs, weighted by those seconds."""
         busy = self.compute_seconds + self.wait_seconds
         if not self.samples or busy <= 0:
             return {}
         rate = self.samples / busy / max(model_parallel, 1)
         achieved = flops_per_sample * rate
-        peak, source = device_peak(accelerator, device_name, precision, threads, home, achieved)
+        spent = {name: s for name, s in (seconds_by_precision or {}).items() if s > 0}
+        if len(spent) > 1:
+            peak, source = mixed_peak(spent, accelerator, device_name, threads, home)
+        else:
+            precision = next(iter(spent), precision)
+            peak, source = device_peak(accelerator, device_name, precision, threads, home, achieved)
         out: dict[str, Any] = {
             "samples_per_second": round(rate, 3),
             "job_samples_per_second": round(rate * processes, 3),
@@ -191,6 +199,21 @@ class Utilisation(L.Callback):
         if tokens_per_sample:
             out["tokens_per_second"] = round(rate * tokens_per_sample, 1)
         return out
+
+
+def mixed_peak(seconds_by_precision: Mapping[str, float], accelerator: str, device_name: str, threads: int,
+               home: str | None = None) -> tuple[float | None, str]:
+    """The peak FLOP/s of a device over a run that computed in several precisions: each precision's peak
+    (``device_peak``) weighted by the share of step seconds spent in it, and where the figures come from."""
+    total = sum(seconds_by_precision.values())
+    peak, parts = 0.0, []
+    for name, seconds in sorted(seconds_by_precision.items()):
+        one, source = device_peak(accelerator, device_name, name, threads, home)
+        if one is None:
+            return None, source
+        peak += one * seconds / total
+        parts.append(f"{name} {seconds / total:.0%} of the step time ({source})")
+    return peak, "weighted: " + "; ".join(parts)
 
 
 def tokens_per_sample(input_shape: tuple[int, ...], input_dtype: str) -> int | None:

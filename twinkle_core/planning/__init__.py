@@ -23,6 +23,7 @@ from twinkle_core.planning.deciders import (
     PlanValues,
     LoaderWorkersDecider,
     PrecisionDecider,
+    PrecisionSwitchingDecider,
     TrainingLengthDecider,
 )
 from twinkle_core.planning.estimate import ModelFacts, PlanningError, measure, measure_example
@@ -63,6 +64,7 @@ __all__ = [
     "PlanningError",
     "Precision",
     "PrecisionDecider",
+    "PrecisionSwitchingDecider",
     "ProbeRun",
     "ResourceStrategy",
     "SpeedProbe",

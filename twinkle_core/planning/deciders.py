@@ -18,6 +18,8 @@ Each ``Decider`` looks at the ``PlanContext`` and the decisions made before it (
 - ``data``: ``in-memory`` or ``sharded`` loading;
 - ``optimizer_kernel``: the optimizer's kernel (reported: the algorithm chooses the fused one where it can);
 - ``compile``: whether ``torch.compile`` runs (after the others: it weighs the expected training time);
+- ``precision_switching``: whether a CPU training re-times its step in the other of bf16-mixed and fp32 now and
+  then and goes on in the faster (where the probe found their losses in agreement);
 - ``checkpoint_interval``: how often ``last.ckpt`` is written (from the measured cost of a write against an epoch);
 - ``loader_workers``: data-loader worker processes and torch threads (from the CPU budget: cgroup quota and
   affinity; workers from the measured loading time against the step time).
@@ -144,6 +146,7 @@ class PlanValues(TypedDict, total=False):
     memory_format: str
     allocator: str
     compile: str
+    precision_switching: str
     strategy: Distribution | str
     gradient_compression: str
     micro_batch_size: int
@@ -404,6 +407,80 @@ class CompileDecider(Decider):
             return
         draft.decide("compile", "off", f"the training is expected to take ~{expected / 60:.0f} min, but no compiled "
                                        "step was measured for this model: eager (pin compile='default' to compile)")
+
+
+FIRST_TRIAL_AFTER = 10
+"""Training steps in the plan's precision before the first trial of the other (the probe's measurement is the
+freshest then, so the first trial comes soon; it is also the interval after each switch)."""
+
+MAX_TRIAL_INTERVAL = 320
+"""The longest interval between two trials, in training steps (each trial that keeps the current precision doubles
+the interval up to this)."""
+
+TRIAL_STEPS = 3
+"""Steps timed in each precision for one comparison (their median counts)."""
+
+SWITCH_GAIN = 1.05
+"""How much faster the other precision's median step must be to switch to it (a margin against noise: below it the
+run keeps what it has)."""
+
+
+class PrecisionSwitchingDecider(Decider):
+    """Whether a CPU training keeps measuring its precision: ``"on"`` where the CPU computes bf16 natively and the
+    probe found bf16-mixed's losses within ``LOSS_TOLERANCE`` of fp32's, for a single-process run (the only kind
+    probed) under one device or DDP, eager (a compiled network would recompile at each switch) — then the run starts
+    in the plan's ``precision`` and switches to the other whenever a few steps of it are measured faster
+    (``twinkle_core.engine.precision``: a CPU's relative speed of the two changes with the load on the machine, so
+    one probe before the run is not the last word). ``"off"`` where ``precision`` is pinned, on GPUs (16-bit is
+    steadily faster there), and without a probe. Pinned ``"on"`` where bf16-mixed cannot run is refused."""
+
+    concern = "precision_switching"
+
+    def decide(self, draft: PlanDraft) -> None:
+        """Decide ``precision_switching``."""
+        c = draft.context
+        value, reason = self.choose(draft)
+        if c.overrides.get("precision_switching") == "on" and value == "off" and not self.possible(draft):
+            raise PlanningError(f"precision_switching='on' cannot apply: {reason}; drop it (or set "
+                                "precision_switching='off')")
+        draft.decide("precision_switching", value, reason)
+
+    @staticmethod
+    def possible(draft: PlanDraft) -> bool:
+        """Whether the run could switch at all: bf16 autocast on a CPU that has it, one device or DDP, eager,
+        precision not pinned."""
+        c, v = draft.context, draft.values
+        return (c.hardware.accelerator == "cpu" and c.hardware.bf16 and c.supports_mixed_precision
+                and c.overrides.get("precision") is None and str(v.get("strategy", "auto")) in ("auto", "ddp")
+                and draft.layout is None and str(v.get("compile", "off")) == "off")
+
+    @staticmethod
+    def choose(draft: PlanDraft) -> tuple[str, str]:
+        """The value and its reason."""
+        c, v, hw = draft.context, draft.values, draft.context.hardware
+        if c.overrides.get("precision") is not None:
+            return "off", f"precision={c.overrides['precision']} is set by the user"
+        if hw.accelerator != "cpu":
+            return "off", f"on {hw.device_name} 16-bit arithmetic is steadily faster: the plan's precision holds"
+        if not hw.bf16 or not c.supports_mixed_precision:
+            return "off", ("this CPU has no native bf16 arithmetic" if not hw.bf16
+                           else f"{c.algorithm_name} does not support mixed precision") + ": fp32 throughout"
+        if str(v.get("strategy", "auto")) not in ("auto", "ddp") or draft.layout is not None:
+            return "off", f"distribution {v.get('strategy')} brings its own precision handling"
+        if str(v.get("compile", "off")) != "off":
+            return "off", "a compiled network would recompile at each switch"
+        probe = c.probe
+        run = probe.run("bf16-mixed") if probe is not None else None
+        if probe is None or run is None:
+            return "off", f"{c.probe_note or 'not probed'}: the plan's precision throughout"
+        gap = probe.loss_gap(run)
+        if not gap <= LOSS_TOLERANCE:
+            return "off", f"bf16-mixed's losses were apart from fp32's ({gap:.1%} of its first): fp32 throughout"
+        return "on", (f"{probe.measured}: bf16-mixed ran at {probe.speedup(run):.2f}× fp32's speed with agreeing "
+                      f"losses; how the two compare on a CPU changes with the machine's load, so the run times "
+                      f"{TRIAL_STEPS} steps in the other precision after {FIRST_TRIAL_AFTER} steps and then at "
+                      f"doubling intervals (up to {MAX_TRIAL_INTERVAL}), and goes on in it when they are "
+                      f"≥ {SWITCH_GAIN}× faster (pin precision= to keep one)")
 
 
 CHECKPOINT_SHARE = 0.02

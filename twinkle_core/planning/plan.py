@@ -176,6 +176,9 @@ class Plan:
         allocator: the training process's ``malloc`` thresholds: ``"default"``, or ``"retain"`` (freed memory kept
             in the process; ``twinkle_core.engine.allocator``).
         compile: ``"off"``, or the ``torch.compile`` mode the network is compiled with.
+        precision_switching: ``"on"``: a CPU training with native bf16 re-times its step in the other of
+            bf16-mixed and fp32 now and then and goes on in the faster (``precision`` is where it starts; see
+            ``twinkle_core.engine.precision``); ``"off"``: ``precision`` throughout.
         checkpoint_every_n_epochs: write ``last.ckpt`` after every this many epochs (and always after the last).
         max_epochs: epochs to train (-1: ``max_steps`` ends the training; ``None``: the plan did not decide it — a
             strategy without ``TrainingLengthDecider``, or a plan an earlier release stored — and the trainer's
@@ -204,6 +207,7 @@ class Plan:
     memory_format: str = "contiguous"
     allocator: str = "default"
     compile: str = "off"
+    precision_switching: str = "off"
     checkpoint_every_n_epochs: int = 1
     strategy_name: str = "default"
     gradient_compression: str = "none"

@@ -39,6 +39,7 @@ from twinkle_core.planning.deciders import (
     PlanContext,
     PlanDraft,
     PrecisionDecider,
+    PrecisionSwitchingDecider,
     LoaderWorkersDecider,
     TrainingLengthDecider,
     past_overhead,
@@ -81,6 +82,7 @@ class DefaultStrategy(ResourceStrategy):
         LoaderWorkersDecider(),
         OptimizerKernelDecider(),
         CompileDecider(),
+        PrecisionSwitchingDecider(),
         CheckpointIntervalDecider(),
     )
     """The deciders, in the order they run; each sees the decisions of those before it."""
@@ -144,6 +146,7 @@ class DefaultStrategy(ResourceStrategy):
             memory_format=str(v.get("memory_format", "contiguous")),
             allocator=str(v.get("allocator", "default")),
             compile=str(v.get("compile", "off")),
+            precision_switching=str(v.get("precision_switching", "off")),
             checkpoint_every_n_epochs=int(v.get("checkpoint_every_n_epochs", 1)),
             strategy=str(v["strategy"]),
             micro_batch_size=micro,
