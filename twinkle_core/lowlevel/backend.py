@@ -126,8 +126,9 @@ class Sequence:
 
 def check_data(data: list[Datum], vocab_size: int = 0, required: tuple[str, ...] = (), loss_fn: str = "") -> None:
     """Every datum fits before anything runs: tokens, an input per token for each of the loss's inputs (the
-    ``required`` ones present), token ids within ``vocab_size`` (0: unchecked) — the service checks a request
-    with it before queueing it, a backend before it computes.
+    ``required`` ones present), token ids that are integers within ``vocab_size`` (0: unchecked), every other input
+    a finite number, weights not negative — the service checks a request with it before queueing it, a backend
+    before it computes.
 
     Raises:
         TwinkleError: naming the datum and the field (``data[0].model_input has token id 99999, ...``).
@@ -135,24 +136,62 @@ def check_data(data: list[Datum], vocab_size: int = 0, required: tuple[str, ...]
     if not data:
         raise TwinkleError("data is empty: send at least one datum")
     for i, datum in enumerate(data):
-        if not datum.tokens:
+        if not len(datum.tokens):
             raise TwinkleError(f"data[{i}].model_input is empty")
         for key in required:
             if key not in datum.inputs:
                 raise TwinkleError(f"data[{i}].loss_fn_inputs lacks '{key}', which {loss_fn} needs")
         for key in sorted(datum.inputs, key=lambda name: (name != "target_tokens", name)):
-            size = np.asarray(datum.inputs[key]).size
+            size = np.asarray(datum.inputs[key], dtype=object).size
             if size != len(datum.tokens):
                 raise TwinkleError(f"data[{i}].loss_fn_inputs['{key}'] has {size} values for {len(datum.tokens)} "
                                    "input tokens; give one per input token")
-        if vocab_size:
-            for where, ids in (("model_input", datum.tokens),
-                               ("loss_fn_inputs['target_tokens']", datum.inputs.get("target_tokens", []))):
-                array = np.asarray(ids, dtype=np.int64).reshape(-1)
-                outside = array[(array < 0) | (array >= vocab_size)]
-                if outside.size:
-                    raise TwinkleError(f"data[{i}].{where} has token id {int(outside[0])}, outside the model's "
-                                       f"vocabulary (0–{vocab_size - 1})")
+        for where, ids in (("model_input", datum.tokens),
+                           ("loss_fn_inputs['target_tokens']", datum.inputs.get("target_tokens", []))):
+            array = _token_ids(ids, f"data[{i}].{where}")
+            outside = array[(array < 0) | (array >= vocab_size)] if vocab_size else array[array < 0]
+            if outside.size:
+                raise TwinkleError(f"data[{i}].{where} has token id {int(outside[0])}, outside the model's "
+                                   + (f"vocabulary (0–{vocab_size - 1})" if vocab_size else "vocabulary (ids are 0 "
+                                                                                            "or more)"))
+        for key, values in datum.inputs.items():
+            if key != "target_tokens":
+                _check_numbers(values, f"data[{i}].loss_fn_inputs['{key}']", key == "weights")
+
+
+def _token_ids(values: Any, where: str) -> np.ndarray:
+    """``values`` as int64 token ids (integers, or floats that are whole numbers).
+
+    Raises:
+        TwinkleError: a value that is not an integer id, naming ``where`` and the value.
+    """
+    array = np.asarray(values).reshape(-1)
+    if array.dtype.kind in "iu":
+        return array.astype(np.int64)
+    if array.dtype.kind == "f" and np.isfinite(array).all() and (array == np.round(array)).all():
+        return array.astype(np.int64)
+    wrong = next((v for v in array.tolist() if isinstance(v, bool) or not isinstance(v, (int, float))
+                  or (isinstance(v, float) and not v.is_integer())), array.tolist()[0] if array.size else None)
+    raise TwinkleError(f"{where} has {wrong!r}, which is not a token id: give integers (the tokenizer's ids)")
+
+
+def _check_numbers(values: Any, where: str, weights: bool) -> None:
+    """``values`` are finite numbers (and, for ``weights``, none negative).
+
+    Raises:
+        TwinkleError: naming ``where``, the position and the value.
+    """
+    array = np.asarray(values).reshape(-1)
+    if array.dtype.kind not in "iuf":
+        wrong = next((v for v in array.tolist() if isinstance(v, bool) or not isinstance(v, (int, float))), None)
+        raise TwinkleError(f"{where} has {wrong!r}, which is not a number: give one number per input token")
+    bad = np.flatnonzero(~np.isfinite(array))
+    if bad.size:
+        raise TwinkleError(f"{where} has {array[bad[0]]} at position {int(bad[0])}: give finite numbers")
+    negative = np.flatnonzero(array < 0) if weights else np.empty(0, dtype=np.int64)
+    if negative.size:
+        raise TwinkleError(f"{where} has {array[negative[0]]:g} at position {int(negative[0])}: weights must be 0 or "
+                           "more (a negative weight would train the model away from its targets)")
 
 
 Loss = Callable[[Any, dict[str, Any], dict[str, Any]], tuple[Any, Any]]

@@ -79,6 +79,9 @@ class ServerConfig(BaseModel):
                                               "written out of memory (and loaded back when next used)")
     tinker_max_requests_per_minute: int | None = Field(default=None, ge=1,
                                                        description="Tinker submissions one user may make a minute")
+    tinker_session_seconds: float | None = Field(
+        default=120.0, gt=0, description="a Tinker session without a heartbeat or request this long is ended: its "
+                                         "models' states are saved as checkpoint 'session-expired' and unloaded")
 
     @model_validator(mode="after")
     def _secure(self) -> ServerConfig:

@@ -133,7 +133,8 @@ def _train(training: Any, steps: int, learning_rate: float = 1e-2) -> list[float
 def test_a_supervised_loop_learns_and_its_samples_agree_with_compute_logprobs(server: Server) -> None:
     """Thirty cross-entropy steps through the SDK more than halve the loss; the run records every step; greedy
     samples from the saved weights continue the learnt sequence, with the log-probabilities ``compute_logprobs``
-    gives the same tokens (within 1e-4); ``list_training_runs`` lists the run with its checkpoints."""
+    gives the same tokens (within 1e-4); ``list_training_runs`` lists the run with its checkpoints; the SDK's
+    ``get_tokenizer`` loads the base's tokenizer."""
     from twinkle_core import RunStore
 
     service = server.client("alice")
@@ -159,6 +160,9 @@ def test_a_supervised_loop_learns_and_its_samples_agree_with_compute_logprobs(se
     assert record.algorithm == "tinker-lora" and record.status == "running"
     logged = (Path(RunStore(str(server.home)).run_dir(record.id)) / "logs" / "metrics.csv").read_text().splitlines()
     assert len(logged) == 31 and float(logged[-1].split(",")[1]) == pytest.approx(losses[-1], rel=1e-5)
+
+    tokenizer = training.get_tokenizer()  # the base's own, from the local folder get_info names (issue 53)
+    assert tokenizer.decode(tokenizer.encode("hello world", add_special_tokens=False)) == "hello world"
 
 
 def test_a_saved_state_reloads_with_identical_weights_and_optimizer(server: Server) -> None:
@@ -356,8 +360,8 @@ def test_two_users_train_at_once_and_neither_reaches_the_others(server: Server) 
 
 
 def test_bad_data_is_a_400_naming_the_field_and_changes_nothing(server: Server) -> None:
-    """A token outside the vocabulary, a loss that does not exist and inputs of the wrong length are 400s naming
-    the datum and field; the model's next pass gives the loss it gave before them (nothing changed, and the
+    """A token outside the vocabulary, a loss that does not exist, inputs of the wrong length and NaN or negative
+    weights are 400s naming the datum and field; the model's next pass gives the loss it gave before them (nothing changed, and the
     requests after the refused ones were not held back)."""
     training = server.client("alice").create_lora_training_client(base_model="tiny", rank=8).result()
     before = training.forward([_datum()], "cross_entropy").result().metrics["loss:sum"]
@@ -369,7 +373,35 @@ def test_bad_data_is_a_400_naming_the_field_and_changes_nothing(server: Server) 
                         loss_fn_inputs={"target_tokens": [2, 3], "weights": [1.0, 1.0]})
     with pytest.raises(tinker.BadRequestError, match=r"data\[0\]\.loss_fn_inputs\['target_tokens'\] has 2 values"):
         training.forward_backward([short], "cross_entropy").result()
+    for weight, reason in ((float("nan"), "has nan at position 0"), (-1.0, "weights must be 0 or more")):
+        poisoned = types.Datum(model_input=types.ModelInput.from_ints(SEQUENCE[:-1]), loss_fn_inputs={
+            "target_tokens": SEQUENCE[1:], "weights": [weight] + [1.0] * (len(SEQUENCE) - 2)})
+        with pytest.raises(tinker.BadRequestError, match=reason):
+            training.forward_backward([poisoned], "cross_entropy").result()
     assert training.forward([_datum()], "cross_entropy").result().metrics["loss:sum"] == pytest.approx(before)
+
+
+def test_a_refused_request_never_freezes_its_model(server: Server) -> None:
+    """The six refusals that froze a model (issue 53) — optim_step with lr NaN, lr -1 or beta1 2, save_state named
+    '../../escape' or 'a/b', load_state of a checkpoint that does not exist — are each answered with an error naming
+    what was wrong, change nothing (the next forward gives the same loss, no checkpoint was written), and the
+    model's next request is answered at once: a refused request keeps its place in the model's order."""
+    training = server.client("alice").create_lora_training_client(base_model="tiny", rank=8).result()
+    before = training.forward([_datum()], "cross_entropy").result(timeout=60).metrics["loss:sum"]
+    refusals = [
+        (lambda: training.optim_step(types.AdamParams(learning_rate=float("nan"))), r"learning_rate"),
+        (lambda: training.optim_step(types.AdamParams(learning_rate=-1.0)), r"learning_rate.*greater than or equal"),
+        (lambda: training.optim_step(types.AdamParams(beta1=2.0)), r"beta1.*less than 1"),
+        (lambda: training.save_state("../../escape"), r"checkpoint name '\.\./\.\./escape'"),
+        (lambda: training.save_state("a/b"), r"checkpoint name 'a/b'"),
+        (lambda: training.load_state(f"tinker://{training.model_id}/weights/missing"), r"not found"),
+    ]
+    for refuse, reason in refusals:
+        with pytest.raises(tinker.APIStatusError, match=reason):
+            refuse().result(timeout=60)
+        assert training.forward([_datum()], "cross_entropy").result(timeout=30).metrics["loss:sum"] \
+            == pytest.approx(before)
+    assert server.rest("alice").list_checkpoints(training.model_id).result(timeout=30).checkpoints == []
 
 
 def test_rl_losses_go_through_the_sdk(server: Server) -> None:
@@ -538,3 +570,59 @@ def test_alternating_models_on_different_layers_use_their_own_adapters(small_bas
         assert np.array_equal(alternating[model], backend._batch(backend._bases["tiny"], [
             ForwardRequest(model, data, loss, {}, False)])[0].outputs[0]["logprobs"]), model
     assert not np.allclose(alternating["both"], alternating["mlp"], atol=1e-3)
+
+
+def test_a_session_whose_client_went_silent_is_ended_and_its_models_saved(small_base: Path, tmp_path: Path) -> None:
+    """A client that exits without closing (no heartbeat, no request for ``session_seconds``): its session ends,
+    each of its models is saved as checkpoint 'session-expired' (a new model made from it has the same loss) and
+    unloaded — it no longer counts against the user's limit — and its run ends 'stopped' naming the checkpoint; a
+    session that keeps beating keeps its model."""
+    import time
+
+    import numpy as np
+
+    from twinkle_core import RunStore
+    from twinkle_core.lowlevel import AdamSettings, Datum, LoraSettings
+    from twinkle_core.serve.tinker.ordering import NotFound
+    from twinkle_core.serve.tinker.state import TinkerService
+    from twinkle_llm.backend import LoraBackend
+
+    service = TinkerService(RunStore(str(tmp_path)), LoraBackend({"tiny": str(small_base)}), max_models_per_user=1,
+                            session_seconds=0.6)
+    try:
+        silent, beating = service.create_session("alice"), service.create_session("bob")
+        gone, future = service.create_model("alice", silent, 0, "tiny", LoraSettings(rank=4, seed=3))
+        kept, _ = service.create_model("bob", beating, 0, "tiny", LoraSettings(rank=4, seed=3))
+        assert future.done.wait(60) and future.error is None
+        datum = {"model_id": gone, "seq_id": 1, "loss_fn": "cross_entropy", "forward_only": False,
+                 "loss_fn_config": {}, "data": [Datum(SEQUENCE[:-1], {"target_tokens": np.array(SEQUENCE[1:])})]}
+        step = service.forward_backward("alice", datum, lambda result: result)
+        optim = service.optim_step("alice", gone, 2, AdamSettings(learning_rate=1e-2))
+        probe = service.forward_backward("alice", {**datum, "seq_id": 3, "forward_only": True}, lambda result: result)
+        assert probe.done.wait(60) and step.error is None and optim.error is None and probe.error is None
+        trained_loss = probe.result.metrics["loss:sum"]
+        for _ in range(20):  # bob's client beats; alice's has gone
+            time.sleep(0.1)
+            service.heartbeat("bob", beating)
+        deadline = time.monotonic() + 30
+        while gone in service.models and time.monotonic() < deadline:
+            service.heartbeat("bob", beating)
+            time.sleep(0.1)
+        assert gone not in service.models and kept in service.models
+        assert not service.heartbeat("alice", silent)  # the SDK's heartbeat gets 410 and stops
+        with pytest.raises(NotFound, match="session that expired"):
+            service.model("alice", gone)
+        path = f"tinker://{gone}/weights/session-expired"
+        deadline = time.monotonic() + 30
+        while not service.checkpoints.list("alice", gone) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [c["tinker_path"] for c in service.checkpoints.list("alice", gone)] == [path]
+        record = RunStore(str(tmp_path)).get(f"twinkle://{service.checkpoints.run_of('alice', gone)}")
+        assert record.status == "stopped" and path in (record.error or "")
+        again, loaded = service.create_from_checkpoint("alice", service.create_session("alice"), 0, path, True)
+        assert loaded.done.wait(60) and loaded.error is None  # within alice's limit of 1: the old one is gone
+        check = service.forward_backward("alice", {**datum, "model_id": again, "forward_only": True},
+                                         lambda result: result)
+        assert check.done.wait(60) and check.result.metrics["loss:sum"] == pytest.approx(trained_loss, rel=1e-5)
+    finally:
+        service.close()

@@ -14,13 +14,15 @@ import json
 from typing import Annotated, Any, Callable
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.lowlevel import AdamSettings, LoraSettings, SampleSettings
 from twinkle_core.serve.deps import Service, service
 from twinkle_core.serve.tinker import wire
-from twinkle_core.serve.tinker.state import POLL_SECONDS, NotFound, Refused, TinkerService
+from twinkle_core.serve.tinker.ordering import NotFound
+from twinkle_core.serve.tinker.state import POLL_SECONDS, Refused, TinkerService
 
 router = APIRouter(tags=["tinker"])
 
@@ -98,7 +100,9 @@ class ModelRef(_Body):
 
 
 class Adam(_Body):
-    """The SDK's ``AdamParams``."""
+    """The SDK's ``AdamParams`` (finite numbers only)."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     learning_rate: float = Field(1e-4, ge=0)
     beta1: float = Field(0.9, ge=0, lt=1)
@@ -109,11 +113,12 @@ class Adam(_Body):
 
 
 class OptimStep(_Body):
-    """``optim_step``."""
+    """``optim_step`` (its ``adam_params`` checked in the route, so that a refused step keeps its place in the
+    model's order)."""
 
     model_id: str
     seq_id: int
-    adam_params: Adam | None = None
+    adam_params: dict[str, Any] | None = None
 
 
 class SaveWeights(_Body):
@@ -220,8 +225,9 @@ async def create_session(user: User, state: State) -> dict[str, Any]:
 
 @router.post("/session_heartbeat")
 async def heartbeat(body: Session, user: User, state: State) -> Response:
-    """Alive; 410 (the SDK stops beating) for a session the server does not know."""
-    if not state.known_session(user, body.session_id):
+    """Alive; 410 (the SDK stops beating) for a session the server does not know (or ended: its client was silent
+    too long)."""
+    if not state.heartbeat(user, body.session_id):
         return Response('{"detail": "session not found"}', status_code=410, media_type="application/json")
     return Response('{"type": "session_heartbeat"}', media_type="application/json")
 
@@ -288,9 +294,16 @@ async def forward_backward(request: Request, user: User, state: State) -> dict[s
 
 @router.post("/optim_step")
 async def optim_step(body: OptimStep, user: User, state: State) -> dict[str, Any]:
-    """An Adam step on the gradients since the last one."""
-    adam = AdamSettings(**(body.adam_params or Adam()).model_dump())
+    """An Adam step on the gradients since the last one; settings out of range are a 422 naming the field, and the
+    model's later requests are answered (the refused step keeps its place in the order)."""
     _answer(lambda: state.admit(user))
+    try:
+        adam = AdamSettings(**Adam.model_validate(body.adam_params or {}).model_dump())
+    except ValidationError as err:
+        errors = [{**e, "loc": ("body", "adam_params", *e["loc"])} for e in err.errors(include_url=False)]
+        state.refuse(user, body.model_id, body.seq_id, "; ".join(
+            f"adam_params.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False)))
+        raise RequestValidationError(errors) from None
     return _future(_answer(lambda: state.optim_step(user, body.model_id, body.seq_id, adam)))
 
 
@@ -298,7 +311,7 @@ async def optim_step(body: OptimStep, user: User, state: State) -> dict[str, Any
 def save_weights(body: SaveWeights, user: User, state: State) -> dict[str, Any]:
     """The model's adapters and optimizer state as ``tinker://<model>/weights/<path>``."""
     _answer(lambda: state.admit(user))
-    return _future(_answer(lambda: state.save(user, body.model_id, body.seq_id, body.path or "", "weights",
+    return _future(_answer(lambda: state.checkpoints.save(user, body.model_id, body.seq_id, body.path or "", "weights",
                                               body.overwrite)))
 
 
@@ -308,12 +321,12 @@ def save_for_sampler(body: SaveWeights, user: User, state: State) -> dict[str, A
     ``sampling_session_seq_id``, as a new sampling session."""
     _answer(lambda: state.admit(user))
     if body.path:
-        return _future(_answer(lambda: state.save(user, body.model_id, body.seq_id, body.path or "",
+        return _future(_answer(lambda: state.checkpoints.save(user, body.model_id, body.seq_id, body.path or "",
                                                   "sampler_weights")))
     if body.sampling_session_seq_id is None:
         raise HTTPException(400, "give path (a checkpoint name) or sampling_session_seq_id")
     session = body.model_id.split(":train:", 1)[0]
-    return _future(_answer(lambda: state.sampler_from_model(user, body.model_id, body.seq_id, session,
+    return _future(_answer(lambda: state.samplers.from_model(user, body.model_id, body.seq_id, session,
                                                             int(body.sampling_session_seq_id or 0))))
 
 
@@ -327,7 +340,7 @@ def load_weights(body: LoadWeights, user: User, state: State) -> dict[str, Any]:
         return _future(future, model_id=model_id)
     if body.model_id is None or body.seq_id is None:
         raise HTTPException(400, "give model_id and seq_id (load into a model) or session_id (a new model)")
-    return _future(_answer(lambda: state.load(user, str(body.model_id), int(body.seq_id or 0), body.path,
+    return _future(_answer(lambda: state.checkpoints.load(user, str(body.model_id), int(body.seq_id or 0), body.path,
                                               body.optimizer)))
 
 
@@ -335,7 +348,7 @@ def load_weights(body: LoadWeights, user: User, state: State) -> dict[str, Any]:
 @router.post("/create_sampling_session")
 def create_sampling_session(body: CreateSampler, user: User, state: State) -> dict[str, Any]:
     """A sampling session on saved sampler weights (``model_path``) or a base model."""
-    sampler_id = _answer(lambda: state.create_sampler(user, body.session_id, body.sampling_session_seq_id,
+    sampler_id = _answer(lambda: state.samplers.create(user, body.session_id, body.sampling_session_seq_id,
                                                       body.model_path, body.base_model))
     return {"sampling_session_id": sampler_id, "type": "create_sampling_session"}
 
@@ -343,7 +356,7 @@ def create_sampling_session(body: CreateSampler, user: User, state: State) -> di
 @router.get("/samplers/{sampler_id}")
 async def get_sampler(sampler_id: str, user: User, state: State) -> dict[str, Any]:
     """What a sampling session samples with."""
-    sampler = _answer(lambda: state.sampler(user, sampler_id))
+    sampler = _answer(lambda: state.samplers.get(user, sampler_id))
     return {"sampler_id": sampler.id, "base_model": sampler.base, "model_path": sampler.model_path}
 
 
@@ -361,7 +374,7 @@ async def asample(body: Sample, user: User, state: State) -> dict[str, Any]:
     params = body.sampling_params
     stop = [params.stop] if isinstance(params.stop, str) else params.stop
     settings = SampleSettings(params.max_tokens, params.temperature, params.top_p, params.top_k, params.seed, stop)
-    future = _answer(lambda: state.sample(user, body.sampling_session_id, prompt, body.num_samples, settings,
+    future = _answer(lambda: state.samplers.sample(user, body.sampling_session_id, prompt, body.num_samples, settings,
                                           body.prompt_logprobs, wire.sample_output))
     return _future(future, sample_sequence_ids=[f"{future.id}:{i}" for i in range(body.num_samples)])
 
@@ -371,7 +384,7 @@ async def asample(body: Sample, user: User, state: State) -> dict[str, Any]:
 async def retrieve_future(body: Retrieve, user: User, state: State) -> Response:
     """The request's answer once it is done (protobuf for passes and samples, else JSON; a failure is
     ``{"error", "category"}``), held open up to 25 s while it runs, then ``{"type": "try_again"}``."""
-    future = _answer(lambda: state.future(user, body.request_id))
+    future = _answer(lambda: state.requests.get(user, body.request_id))
     if not future.done.is_set():
         try:
             await asyncio.wait_for(future.wait_with(asyncio.get_running_loop()), POLL_SECONDS)
@@ -392,7 +405,7 @@ def _json(value: Any) -> Response:
 @router.get("/training_runs")
 def training_runs(user: User, state: State, limit: int = 20, offset: int = 0) -> dict[str, Any]:
     """The caller's training runs, newest first."""
-    runs = state.training_runs(user)
+    runs = state.checkpoints.runs(user)
     return {"training_runs": runs[offset:offset + limit],
             "cursor": {"offset": offset, "limit": limit, "total_count": len(runs)}}
 
@@ -400,7 +413,7 @@ def training_runs(user: User, state: State, limit: int = 20, offset: int = 0) ->
 @router.get("/training_runs/{model_id}")
 def training_run(model_id: str, user: User, state: State) -> dict[str, Any]:
     """One of the caller's training runs."""
-    for run in state.training_runs(user):
+    for run in state.checkpoints.runs(user):
         if run["training_run_id"] == model_id:
             return run
     raise HTTPException(404, f"training run '{model_id}' not found")
@@ -409,21 +422,21 @@ def training_run(model_id: str, user: User, state: State) -> dict[str, Any]:
 @router.get("/training_runs/{model_id}/checkpoints")
 def run_checkpoints(model_id: str, user: User, state: State) -> dict[str, Any]:
     """A training run's checkpoints, oldest first."""
-    return {"checkpoints": _answer(lambda: state.checkpoints(user, model_id))}
+    return {"checkpoints": _answer(lambda: state.checkpoints.list(user, model_id))}
 
 
 @router.delete("/training_runs/{model_id}/checkpoints/{kind}/{name}", status_code=204)
 def delete_checkpoint(model_id: str, kind: str, name: str, user: User, state: State) -> Response:
     """Delete one of the caller's checkpoints (``kind``: ``weights`` or ``sampler_weights``); another user's, or
     one that does not exist, is a 404."""
-    _answer(lambda: state.delete_checkpoint(user, model_id, f"{kind}/{name}"))
+    _answer(lambda: state.checkpoints.delete(user, model_id, f"{kind}/{name}"))
     return Response(status_code=204)
 
 
 @router.get("/checkpoints")
 def all_checkpoints(user: User, state: State, limit: int = 100, offset: int = 0) -> dict[str, Any]:
     """Every checkpoint of the caller's runs."""
-    found = [c for run in state.training_runs(user) for c in state.checkpoints(user, run["training_run_id"])]
+    found = [c for run in state.checkpoints.runs(user) for c in state.checkpoints.list(user, run["training_run_id"])]
     return {"checkpoints": found[offset:offset + limit],
             "cursor": {"offset": offset, "limit": limit, "total_count": len(found)}}
 
@@ -431,7 +444,7 @@ def all_checkpoints(user: User, state: State, limit: int = 100, offset: int = 0)
 @router.post("/weights_info")
 def weights_info(body: dict[str, Any], user: User, state: State) -> dict[str, Any]:
     """What a checkpoint holds: its base and adapters."""
-    _, record = _answer(lambda: state.checkpoint_folder(user, str(body.get("tinker_path", ""))))
+    _, record = _answer(lambda: state.checkpoints.folder(user, str(body.get("tinker_path", ""))))
     lora = record.get("lora", {})
     return {"base_model": record["base_model"], "is_lora": True, "lora_rank": lora.get("rank"),
             "train_unembed": lora.get("train_unembed"), "train_mlp": lora.get("train_mlp"),
