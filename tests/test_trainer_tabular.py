@@ -111,12 +111,18 @@ def test_int8_onnx_keeps_accuracy(trained) -> None:
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
 
 
-def test_unsupported_opset_and_torchscript_quantize_are_named_errors(trained) -> None:
+def test_unsupported_opset_and_torchscript_quantize_are_named_errors(trained, tmp_path) -> None:
+    """Options an exporter cannot honour, and an output under a file (issue 53: FileExistsError from deep in the
+    export before), are named errors that write nothing."""
     trainer, _, _ = trained
     with pytest.raises(TwinkleError, match="opset_version=30 cannot be written exactly"):
         trainer.export(format="onnx", opset_version=30)
     with pytest.raises(TwinkleError, match="quantize=True is not supported for torchscript"):
         trainer.export(format="torchscript", quantize=True)
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    with pytest.raises(TwinkleError, match=r"cannot be written: '.*notes\.txt' is a file, not a folder"):
+        trainer.export(format="onnx", output=str(tmp_path / "notes.txt" / "deeper" / "model.onnx"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
 def test_synthesize_is_a_named_error_for_a_model_that_makes_no_audio(trained) -> None:
@@ -303,7 +309,8 @@ def test_evaluate_on_the_validation_rows_reproduces_the_runs_validation_accuracy
 
 def test_evaluate_names_what_differs_from_the_run(trained, own_store, cancer_csv, tmp_path) -> None:
     """A test set of the run's format but not its shape is named with the fix, before any scoring: a missing and an
-    extra feature column, no label column; rows of a class the run never saw are left out and reported."""
+    extra feature column, no label column, a folder for evaluate and predict; rows of a class the run never saw
+    are left out and reported."""
     from twinkle_core.data import DataError, MissingColumnError
 
     _, result, _ = trained
@@ -317,6 +324,11 @@ def test_evaluate_names_what_differs_from_the_run(trained, own_store, cancer_csv
         frame.to_csv(tmp_path / name, index=False)
         with pytest.raises(error, match=message):
             trainer.evaluate(str(tmp_path / name))
+    with pytest.raises(DataError, match="is a folder; TabularProcessor reads one CSV or Parquet file.*e.g. '.*/"
+                                        "extra.csv'"):  # a folder: named, with a table in it (issue 53)
+        trainer.evaluate(str(tmp_path))
+    with pytest.raises(DataError, match="is a folder"):
+        trainer.predict(str(tmp_path), str(tmp_path / "out" / "rows.csv"))
     unseen = pd.concat([rows, rows.head(3).assign(target=7)])
     unseen.to_csv(tmp_path / "unseen.csv", index=False)
     evaluation = trainer.evaluate(str(tmp_path / "unseen.csv"))
@@ -408,7 +420,8 @@ def test_predict_on_two_processes_writes_every_row_once_in_order(trained, own_st
 def test_an_exported_onnx_file_predicts_alone_without_torch(trained, cancer_csv, tmp_path) -> None:
     """``twinkle predict model.onnx`` reads the card the export carries and predicts the same classes as the run
     (probabilities within 1e-5), in a process that never imports torch, Lightning or a plugin; an ONNX file with
-    no card is a named error."""
+    no card, a card that does not fit its graph, an empty table and a folder are named errors that leave no
+    file."""
     import subprocess
     import sys
 
@@ -442,6 +455,29 @@ def test_an_exported_onnx_file_predicts_alone_without_torch(trained, cancer_csv,
     onnx.save(bare, str(tmp_path / "bare.onnx"))
     with pytest.raises(NoInferenceCardError, match="carries no Twinkle inference card"):
         predict_export(str(tmp_path / "bare.onnx"), str(data), str(tmp_path / "bare.csv"))
+
+    # issue 53: a card that does not fit the graph, an empty table, a folder, a file the model cannot run — each a
+    # named error before or instead of a traceback, and no file (not even a 0-byte .partial) is left behind
+    from twinkle_core.errors import TwinkleError
+
+    card = json.loads(onnx.load(model).metadata_props[0].value)
+    mismatched = onnx.load(model)
+    card["preprocessing"]["columns"] = card["preprocessing"]["columns"][:5]
+    card["inputs"][0]["shape"] = ["batch", 5]
+    mismatched.metadata_props[0].value = json.dumps(card)
+    onnx.save(mismatched, str(tmp_path / "mismatched.onnx"))
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "header.csv").write_text(",".join(rows.columns[:-1]) + "\n")
+    cases = [(tmp_path / "mismatched.onnx", data, r"describes input 'input' of shape \['batch', 5\], but the graph "
+                                                  r"takes 'input' .*the card does not belong to this graph"),
+             (model, tmp_path / "empty.csv", "is empty; it needs a header row"),
+             (model, tmp_path / "header.csv", "has a header but no rows"),
+             (model, tmp_path, "is a folder; this model reads one CSV or Parquet table")]
+    for number, (onnx_file, table, message) in enumerate(cases):
+        output = tmp_path / f"refused-{number}.csv"
+        with pytest.raises(TwinkleError, match=message):
+            predict_export(str(onnx_file), str(table), str(output))
+        assert not output.exists() and not (tmp_path / f"refused-{number}.csv.partial").exists()
 
 
 def test_export_names_its_file_by_its_format_and_its_cards_hold_no_local_path(trained, cancer_csv, tmp_path,

@@ -138,7 +138,8 @@ def check_output(output: str, overwrite: bool) -> None:
 def write_rows(output: str, rows: Iterable[dict[str, Any]], class_names: Sequence[str] = ()) -> tuple[int, list[str]]:
     """Stream ``rows`` (dicts with the same keys) into ``output`` by its suffix — CSV (lists and dicts as JSON
     text), Parquet, JSON lines or a JSON document (``write_json``) — under a temporary name, then renamed; returns
-    the count and the columns. ``class_names``: a detection document's categories."""
+    the count and the columns (a failure while the rows are made leaves nothing at ``output``). ``class_names``: a
+    detection document's categories."""
     fs, path = filesystem(output)
     parent = path.rsplit("/", 1)[0] if "/" in path else ""
     if parent:
@@ -146,25 +147,30 @@ def write_rows(output: str, rows: Iterable[dict[str, Any]], class_names: Sequenc
     temporary = f"{path}.partial"
     kind = suffix(output)
     count, columns = 0, []
-    with fs.open(temporary, "wb" if kind == "parquet" else "w") as handle:
-        if kind == "parquet":
-            count, columns = _parquet(handle, rows)
-        elif kind == "csv":
-            writer = None
-            for row in rows:
-                if writer is None:
-                    columns = list(row)
-                    writer = csv.DictWriter(handle, fieldnames=columns)
-                    writer.writeheader()
-                writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in row.items()})
-                count += 1
-        elif kind == "json":
-            count, columns = write_json(handle, rows, class_names)
-        else:
-            for row in rows:
-                columns = columns or list(row)
-                handle.write(json.dumps(row) + "\n")
-                count += 1
+    try:
+        with fs.open(temporary, "wb" if kind == "parquet" else "w") as handle:
+            if kind == "parquet":
+                count, columns = _parquet(handle, rows)
+            elif kind == "csv":
+                writer = None
+                for row in rows:
+                    if writer is None:
+                        columns = list(row)
+                        writer = csv.DictWriter(handle, fieldnames=columns)
+                        writer.writeheader()
+                    writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in row.items()})
+                    count += 1
+            elif kind == "json":
+                count, columns = write_json(handle, rows, class_names)
+            else:
+                for row in rows:
+                    columns = columns or list(row)
+                    handle.write(json.dumps(row) + "\n")
+                    count += 1
+    except BaseException:  # the rows failed (bad data, a model that cannot run them): no partial file is left
+        if fs.exists(temporary):
+            fs.rm(temporary)
+        raise
     fs.mv(temporary, path)
     return count, columns
 

@@ -225,8 +225,23 @@ class TabularProcessor(IndexedProcessor):
             MissingColumnError: a feature column of the run is absent. DataError: columns the run did not train on,
                 an empty table. NonNumericError, MissingValueError: as for training.
         """
+        self._one_file(uri, *require_exists(uri))
         data, manifest = read_file(uri)
         return self._samples(self.read_table(uri, data), spec, uri, f"md5:{manifest.md5}", targets)
+
+    def _one_file(self, uri: str, fs: Any, path: str) -> None:
+        """Refuse a folder where one table is read (training, evaluation, prediction), naming the tables in it.
+
+        Raises:
+            DataError: ``uri`` is a folder.
+        """
+        if fs.isdir(path):
+            tables = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)
+                            if suffix(p) in ("csv", "parquet", "pq"))[:5]
+            raise DataError(f"'{uri}' is a folder; {type(self).__name__} reads one CSV or Parquet file (or an index "
+                            f"DataProcessor.build_index wrote): give the file's path"
+                            + (f", e.g. '{uri.rstrip('/')}/{tables[0]}' (the folder holds {', '.join(tables)})"
+                               if tables else ""))
 
     def preprocessing(self, spec: DataSpec) -> dict[str, Any]:
         """A table: the feature columns, in the model's order, as float32; the model standardises them itself."""
@@ -324,13 +339,8 @@ class TabularProcessor(IndexedProcessor):
         seed = context.seed
         fs, path = require_exists(uri)
         indexed = suffix(uri) not in ("csv", "parquet", "pq") and is_index(uri)  # a table is not even peeked at
-        if not indexed and fs.isdir(path):
-            tables = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)
-                            if suffix(p) in ("csv", "parquet", "pq"))[:5]
-            raise DataError(f"'{uri}' is a folder; {type(self).__name__} reads one CSV or Parquet file (or an index "
-                            f"DataProcessor.build_index wrote): give the file's path"
-                            + (f", e.g. '{uri.rstrip('/')}/{tables[0]}' (the folder holds {', '.join(tables)})"
-                               if tables else ""))
+        if not indexed:
+            self._one_file(uri, fs, path)
         if context.sharded:
             return self._prepare_sharded(uri, context, indexed)
         manifest = None

@@ -57,6 +57,10 @@ def export_and_verify(
         ExportError: the exporter refused an option; ExportVerificationError: outputs differ.
     """
     quantize = quantize or exporter.int8_only
+    fs, remote_path = filesystem(output)
+    local = is_local(fs)
+    if local:
+        check_output(output, remote_path, exporter.folder)
     if quantize and not exporter.supports_quantize:
         raise ExportError(f"quantize=True is not supported for {exporter.format}; use format='onnx' for INT8")
     module = algorithm.export_module().eval()
@@ -75,8 +79,6 @@ def export_and_verify(
         source = calibration if calibration is not None else val
         calib = [algorithm.export_inputs(b).numpy() for b in _batches(source, 32, calibration_samples, algorithm,
                                                                         collate_fn)]
-    fs, remote_path = filesystem(output)
-    local = is_local(fs)
     workdir = tempfile.mkdtemp(prefix="twinkle-export-")
     tmp = os.path.join(workdir, "artefact" + exporter.suffix)
     try:
@@ -141,6 +143,31 @@ def export_and_verify(
     finally:
         exporter.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def check_output(output: str, path: str, folder: bool) -> None:
+    """A local export's ``output`` can be placed: the nearest folder that exists above it is a writable folder
+    (not a file), and the output itself is not a folder where a file goes (nor a file where a folder goes) —
+    checked before anything is exported or written.
+
+    Raises:
+        ExportError: naming the output, what is in the way and the fix.
+    """
+    target = os.path.abspath(path)
+    if os.path.isdir(target) and not folder:
+        raise ExportError(f"output '{output}' is a folder; this format writes one file: give a file path such as "
+                          f"'{os.path.join(output, 'model')}'")
+    if os.path.isfile(target) and folder:
+        raise ExportError(f"output '{output}' is a file; this format writes a folder: give another path")
+    parent = os.path.dirname(target)
+    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ExportError(f"output '{output}' cannot be written: '{parent}' is a file, not a folder; choose an "
+                          "output whose folders are folders")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ExportError(f"output '{output}' cannot be written: '{parent}' is not writable by this user; choose a "
+                          "writable location")
 
 
 def _named(example: Any) -> list[tuple[str, torch.Tensor]]:

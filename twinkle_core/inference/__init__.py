@@ -102,6 +102,7 @@ def predict_export(model: str, data: str, output: str, *, batch_size: int | None
     decoding = (card.get("output") or {}).get("decoding")
     class_names = card.get("class_names") or []
     input_name = session.get_inputs()[0].name
+    check_card(model, card, session)
     batch_size = batch_size or BATCH_SIZES.get(str(reader), 32)
     batches: Iterator[tuple[int, np.ndarray, Any]]
     native = reader == "table" or (reads_itself(preprocessing) and (
@@ -123,7 +124,12 @@ def predict_export(model: str, data: str, output: str, *, batch_size: int | None
 
     def rows() -> Iterator[dict[str, Any]]:
         for start, inputs, batch in batches:
-            outputs = session.run(None, {input_name: inputs})[0]
+            try:
+                outputs = session.run(None, {input_name: inputs})[0]
+            except Exception as err:  # noqa: BLE001 — onnxruntime raises its own exception types
+                raise TwinkleError(f"'{model}' cannot run samples {start + 1}–{start + len(inputs)} of '{data}' "
+                                   f"(input of shape {list(inputs.shape)}): {str(err).splitlines()[0][:300]}"
+                                   ) from None
             if decoder is not None:
                 import torch
 
@@ -220,6 +226,30 @@ def _through_processor(card: dict[str, Any], model: str, data: str, batch_size: 
     return batches(), samples.ids, dict(samples.details)
 
 
+def check_card(model: str, card: dict[str, Any], session: Any) -> None:
+    """The card's inputs (``card["inputs"]``: name, dtype, ``["batch", ...]`` shape; and for a table the columns it
+    reads) agree with the graph's first input, before any data is read.
+
+    Raises:
+        TwinkleError: naming the model, what the card says and what the graph takes.
+    """
+    graph = session.get_inputs()[0]
+    dims = [d if isinstance(d, int) else None for d in graph.shape]
+    described = (card.get("inputs") or [None])[0]
+    if described:
+        shape = [None if isinstance(d, str) else int(d) for d in described.get("shape", [])]
+        fixed = [(a, b) for a, b in zip(shape[1:], dims[1:]) if a is not None and b is not None]
+        if described.get("name") != graph.name or len(shape) != len(dims) or any(a != b for a, b in fixed):
+            raise TwinkleError(f"the inference card of '{model}' describes input '{described.get('name')}' of shape "
+                               f"{described.get('shape')}, but the graph takes '{graph.name}' of shape "
+                               f"{graph.shape}: the card does not belong to this graph; export the run again")
+    columns = (card.get("preprocessing") or {}).get("columns")
+    if (card.get("preprocessing") or {}).get("reader") == "table" and columns and len(dims) == 2 \
+            and dims[1] is not None and dims[1] != len(columns):
+        raise TwinkleError(f"the inference card of '{model}' reads {len(columns)} column(s), but the graph takes "
+                           f"{dims[1]} feature(s) a row: the card does not belong to this graph; export the run again")
+
+
 def _session(model: str) -> Any:
     """An onnxruntime session of the file at ``model`` (read through fsspec)."""
     import onnxruntime as ort
@@ -238,8 +268,18 @@ def _table(data: str, card: dict[str, Any], batch_size: int
     import pandas as pd
 
     fs, path = require_exists(data)
-    with fs.open(path, "rb") as handle:
-        frame = pd.read_parquet(handle) if suffix(data) in ("parquet", "pq") else pd.read_csv(handle)
+    if fs.isdir(path):
+        raise TwinkleError(f"'{data}' is a folder; this model reads one CSV or Parquet table: give the file's path")
+    try:
+        with fs.open(path, "rb") as handle:
+            frame = pd.read_parquet(handle) if suffix(data) in ("parquet", "pq") else pd.read_csv(handle)
+    except pd.errors.EmptyDataError:
+        raise TwinkleError(f"'{data}' is empty; it needs a header row with the model's columns and data rows"
+                           ) from None
+    except (ValueError, OSError, pd.errors.ParserError) as err:
+        raise TwinkleError(f"cannot read '{data}' as a table: {err}") from None
+    if frame.empty:
+        raise TwinkleError(f"'{data}' has a header but no rows; give the rows to predict")
     frame.columns = [str(c) for c in frame.columns]
     names = [str(c) for c in card["preprocessing"].get("columns", [])]
     missing = [n for n in names if n not in frame.columns]
@@ -257,4 +297,4 @@ def _table(data: str, card: dict[str, Any], batch_size: int
     return names, ((start, array[start:start + batch_size]) for start in range(0, len(array), batch_size)), ids
 
 
-__all__ = ["BATCH_SIZES", "ExportPredictions", "NoInferenceCardError", "predict_export", "read_card"]
+__all__ = ["BATCH_SIZES", "ExportPredictions", "NoInferenceCardError", "check_card", "predict_export", "read_card"]

@@ -89,8 +89,15 @@ def test_a_model_folders_jinja_template_is_used_and_its_turns_found(tmp_path: Pa
     assert template.render([{"role": "user", "content": "hi"}], add_generation_prompt=True) == \
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     sneaky = ChatTemplate("sneaky", "", "{{ messages.__class__.__mro__ }}")
-    with pytest.raises(Exception, match="unsafe|__class__"):  # the sandbox: nothing in a template reaches Python
-        sneaky.render([{"role": "user", "content": "hi"}])
+    with pytest.raises(ChatTemplateError, match="reaches for what the sandbox refuses .*__class__"):
+        sneaky.render([{"role": "user", "content": "hi"}])  # the sandbox: nothing in a template reaches Python
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ cycler.__init__.__globals__ }}"}))
+    with pytest.raises(ChatTemplateError, match=r"tokenizer_config\.json' field 'chat_template' reaches for what the "
+                                                "sandbox refuses"):  # named by its file and field
+        ChatTemplate.for_folder(str(folder), "").render([{"role": "user", "content": "hi"}])
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{% for m in messages %}"}))
+    with pytest.raises(ChatTemplateError, match=r"field 'chat_template' is not a valid Jinja template \(line 1"):
+        ChatTemplate.for_folder(str(folder), "").render([{"role": "user", "content": "hi"}])
     reordering = ChatTemplate("reordering", "", "{% for m in messages | reverse %}{{ m['content'] }}{% endfor %}")
     with pytest.raises(ChatTemplateError, match="does not render the conversation turn by turn"):
         reordering.with_spans(_chat("a", "b")["messages"], "x.jsonl, line 1")  # type: ignore[arg-type]

@@ -91,7 +91,27 @@ def test_folders_that_would_run_code_or_are_not_supported_are_refused(twinkle_ho
         fit("qwen2-0.5b", weights=str(folder), adapter=str(adapter), lora_rank=8)
     with pytest.raises(HyperparameterError, match="'adapter' = .* adapts a base model, but 'weights' names none"):
         fit("llm-tiny", adapter=str(adapter))
+    with pytest.raises(HyperparameterError, match="'lora_alpha' = 16 and 'lora_targets' = 'q_proj' configure LoRA "
+                                                  "adapters, but lora_rank is 0"):  # silently ignored before
+        fit("qwen2-0.5b", weights=str(folder), lora_alpha=16, lora_targets="q_proj")
     assert RunStore().list() == []
+
+
+def test_a_folder_whose_weights_do_not_fit_its_config_is_named(small_base: Path, tmp_path: Path) -> None:
+    """Weights saved from one model beside another's config.json (here: a wider MLP in the config) are a
+    ModelFolderError naming the folder, the tensor and the fix — not transformers' RuntimeError asking for
+    ignore_mismatched_sizes."""
+    import shutil
+
+    from twinkle_llm.folders import load_folder_model
+
+    folder = tmp_path / "mismatched"
+    shutil.copytree(small_base, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": config["intermediate_size"] * 2}))
+    with pytest.raises(ModelFolderError, match=r"mismatched': its \*\.safetensors weights do not fit its "
+                                               r"config\.json \(.*mlp.*\); the two come from different models"):
+        load_folder_model(folder)
 
 
 def test_llm_tiny_beats_a_bigram_on_held_out_python_docs(pretrained: tuple, topics: Path) -> None:

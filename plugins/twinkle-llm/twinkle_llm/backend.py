@@ -35,7 +35,7 @@ from twinkle_core.lowlevel import (
     check_data,
 )
 
-from twinkle_llm.folders import read_config, tokenizer_file
+from twinkle_llm.folders import load_folder_model, read_config, tokenizer_file
 from twinkle_llm.tokenizing import TextTokenizer
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -94,12 +94,9 @@ class LoraBackend(TrainingBackend):
         if name not in self.folders:
             raise TwinkleError(f"base_model '{name}' is not served here; this server offers "
                                f"{', '.join(sorted(self.folders)) or 'no base model (start it with --tinker-model NAME=FOLDER)'}")
-        from transformers import AutoModelForCausalLM
-
         folder = self.folders[name]
         read_config(folder)
-        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, use_safetensors=True,
-                                                     dtype=torch.float32)
+        model = load_folder_model(folder, dtype=torch.float32)
         model.requires_grad_(False).eval()
         from tokenizers import Tokenizer
 

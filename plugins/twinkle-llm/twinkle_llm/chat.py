@@ -203,9 +203,11 @@ class ChatTemplate:
     """
 
     def __init__(self, source: str, end_of_turn: str, jinja: str | None = None,
-                 tokens: dict[str, str] | None = None) -> None:
-        """Keep the template; a Jinja one is compiled on first use."""
+                 tokens: dict[str, str] | None = None, origin: str | None = None) -> None:
+        """Keep the template; a Jinja one is compiled on first use. ``origin``: the file and field it was read
+        from, for errors (``<folder>/tokenizer_config.json's 'chat_template'``)."""
         self.source, self.end_of_turn, self.jinja, self.tokens = source, end_of_turn, jinja, dict(tokens or {})
+        self.origin = origin or f"the chat template of '{source}'"
         self._compiled: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -227,7 +229,13 @@ class ChatTemplate:
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
             env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
             env.globals["raise_exception"] = raise_exception
-            self._compiled = env.from_string(self.jinja)
+            from jinja2 import TemplateSyntaxError
+
+            try:
+                self._compiled = env.from_string(self.jinja)
+            except TemplateSyntaxError as err:
+                raise ChatTemplateError(f"{self.origin} is not a valid Jinja template (line {err.lineno}: "
+                                        f"{err.message}); fix it or remove it to use the default template") from None
         return self._compiled
 
     @classmethod
@@ -240,23 +248,36 @@ class ChatTemplate:
         if (path / "tokenizer_config.json").is_file():
             config = json.loads((path / "tokenizer_config.json").read_text())
         jinja = config.get("chat_template")
+        origin = f"'{path / 'tokenizer_config.json'}' field 'chat_template'"
         if isinstance(jinja, list):  # named templates: the default one
             jinja = next((t.get("template") for t in jinja if t.get("name") == "default"), None)
         if jinja is None and (path / "chat_template.jinja").is_file():
-            jinja = (path / "chat_template.jinja").read_text()
+            jinja, origin = (path / "chat_template.jinja").read_text(), f"'{path / 'chat_template.jinja'}'"
         if not jinja:
             return cls(DEFAULT_TEMPLATE, end_of_turn)
         tokens = {k: v if isinstance(v, str) else v.get("content", "") for k, v in config.items()
                   if k in ("bos_token", "eos_token") and isinstance(v, (str, dict))}
-        return cls(str(folder), end_of_turn, jinja, tokens)
+        return cls(str(folder), end_of_turn, jinja, tokens, origin)
 
     def render(self, messages: Messages, add_generation_prompt: bool = False) -> str:
         """The text of ``messages``; with ``add_generation_prompt`` it ends where the assistant's answer begins."""
         if self.jinja is None:
             text = "".join(self._default_turn(m) for m in messages)
             return text + "### Assistant:\n" if add_generation_prompt else text
-        return str(self.compiled().render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                         **{"bos_token": "", "eos_token": self.end_of_turn, **self.tokens}))
+        from jinja2 import TemplateError
+        from jinja2.exceptions import SecurityError
+
+        template = self.compiled()
+        try:
+            return str(template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                       **{"bos_token": "", "eos_token": self.end_of_turn, **self.tokens}))
+        except SecurityError as err:
+            raise ChatTemplateError(f"{self.origin} reaches for what the sandbox refuses ({err}); a chat template "
+                                    "may only format the messages: fix the template or remove it to use the "
+                                    "default one") from None
+        except TemplateError as err:
+            raise ChatTemplateError(f"{self.origin} failed to render a conversation ({type(err).__name__}: {err}); "
+                                    "fix the template or remove it to use the default one") from None
 
     def _default_turn(self, message: dict[str, str]) -> str:
         role, content = message["role"], message["content"]

@@ -50,6 +50,49 @@ def read_config(folder: str) -> dict[str, Any]:
     return config
 
 
+def load_folder_model(folder: str | Path, **options: Any) -> Any:
+    """``AutoModelForCausalLM.from_pretrained`` of a local folder (local files, safetensors only, ``options``
+    passed on), with a folder whose tensors do not fit its ``config.json`` a named error.
+
+    Raises:
+        ModelFolderError: a weight whose shape differs from what the config builds (transformers' "size mismatch"),
+            naming the folder, the first tensor and both shapes.
+    """
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, use_safetensors=True,
+                                                    **options)
+    except (RuntimeError, ValueError) as err:
+        text = str(err)
+        if "size mismatch" not in text and "ignore_mismatched_sizes" not in text:
+            raise
+        raise ModelFolderError(f"'{folder}': its *.safetensors weights do not fit its config.json "
+                               f"({_first_mismatch(Path(folder))}); the two come from different models — put the "
+                               "config.json saved with these weights beside them (model.save_pretrained(folder) "
+                               "writes both)") from None
+
+
+def _first_mismatch(folder: Path) -> str:
+    """The first tensor whose shape in the folder's safetensors differs from the shape its config builds
+    (``"model.layers.0.mlp.gate_proj.weight is [64, 32] in the weights, [128, 32] by the config"``); the config is
+    built on the meta device (no memory)."""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        expected = {name: list(t.shape) for name, t in AutoModelForCausalLM.from_config(
+            AutoConfig.from_pretrained(str(folder), local_files_only=True)).state_dict().items()}
+    for shard in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(shard), "pt") as tensors:
+            for name in tensors.keys():
+                shape = list(tensors.get_slice(name).get_shape())
+                if name in expected and expected[name] != shape:
+                    return f"{name} is {shape} in {shard.name}, {expected[name]} by config.json"
+    return "a tensor's shape differs from what config.json builds"
+
+
 def tokenizer_file(folder: str) -> Path:
     """The folder's ``tokenizer.json``.
 

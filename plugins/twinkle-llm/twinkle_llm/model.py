@@ -17,7 +17,7 @@ from twinkle_core.errors import HyperparameterError, TwinkleError
 from twinkle_core.types import NonNegativeInt, PositiveFloat
 
 from twinkle_llm.chat import DEFAULT_TEMPLATE, ChatTemplate, Messages, check_messages
-from twinkle_llm.folders import read_adapter, read_config
+from twinkle_llm.folders import load_folder_model, read_adapter, read_config
 from twinkle_llm.presets import PRESETS
 from twinkle_llm.prompts import Prompt, held_out_prompts
 from twinkle_llm.tokenizing import TextTokenizer
@@ -117,6 +117,14 @@ class CausalLM(Algorithm):
             raise HyperparameterError(f"'lora_rank' = {lora_rank} adapts a trained model, but 'weights' names none: "
                                       "give weights='/path/to/hf-folder' (a pretrained model, or one exported with "
                                       "format='hf'), or drop lora_rank to train every weight")
+        set_lora = [f"'{name}' = {value!r}" if isinstance(value, str) else f"'{name}' = {value:g}"
+                    for name, value, default in (
+            ("lora_alpha", lora_alpha, None), ("lora_targets", lora_targets, LORA_ALL),
+            ("lora_dropout", lora_dropout, 0.0)) if value != default]
+        if not lora_rank and adapter is None and set_lora:
+            raise HyperparameterError(f"{' and '.join(set_lora)} configure LoRA adapters, but lora_rank is 0 (every "
+                                      "weight trains, no adapters): set lora_rank (e.g. 8) to train adapters, or "
+                                      "drop them")
         if lora_alpha is not None and lora_alpha <= 0:
             raise HyperparameterError(f"'lora_alpha' = {lora_alpha} must be positive")
         if not 0.0 <= lora_dropout < 1.0:
@@ -168,8 +176,7 @@ class CausalLM(Algorithm):
         if spec.vocab_size is None:
             raise TwinkleError(f"{type(self).__name__} needs token ids with a vocabulary; got a {spec.task} spec")
         if self.folder_config is not None:
-            model = AutoModelForCausalLM.from_pretrained(self.weights, local_files_only=True, use_safetensors=True,
-                                                         dtype=torch.float32, attention_dropout=self.dropout)
+            model = load_folder_model(str(self.weights), dtype=torch.float32, attention_dropout=self.dropout)
             if model.config.vocab_size < spec.vocab_size:
                 raise TwinkleError(f"the tokenizer has {spec.vocab_size} ids but '{self.weights}' embeds "
                                    f"{model.config.vocab_size}")
