@@ -45,7 +45,8 @@ def _last_line(result: subprocess.CompletedProcess[str]) -> list[str]:
 
 def test_sigkill_mid_epoch_then_resume_is_bit_identical(twinkle_home, cancer_csv, tmp_path) -> None:
     """With a schedule that counts the run's steps (cosine: Lightning builds the training loader to count them),
-    the resumed run still carries on from the checkpoint's place in the epoch."""
+    the resumed run still carries on from the checkpoint's place in the epoch, and the resumed epoch's
+    train_loss_epoch is the uninterrupted run's."""
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     # 455 training rows / 32 = 15 steps per epoch; checkpoints every 4 steps; killed at step 22 (epoch 1,
@@ -68,6 +69,16 @@ def test_sigkill_mid_epoch_then_resume_is_bit_identical(twinkle_home, cancer_csv
     for a, b in zip(full["optimizer_states"][0]["state"].values(), resumed["optimizer_states"][0]["state"].values()):
         assert torch.equal(a["exp_avg"], b["exp_avg"])
     child = store.get(resumed_uri)
+    import pandas as pd
+
+    def epoch_losses(uri: str) -> dict[int, float]:  # each epoch's train_loss_epoch in the run's metrics.csv
+        rows = pd.read_csv(store.path(store.get(uri).id, "logs", "metrics.csv"))
+        rows = rows.dropna(subset=["train_loss_epoch"])
+        return dict(zip(rows["epoch"].astype(int), rows["train_loss_epoch"]))
+
+    # the resumed epoch's loss is over all of its batches, those before the kill included (issue 53: it was over
+    # the batches after the resume only)
+    assert epoch_losses(resumed_uri)[1] == pytest.approx(epoch_losses(full_uri)[1], rel=1e-6)
     assert child.parent == victim.id and child.mode == "resume" and child.status == "finished"
     assert store.get(victim.uri).status == "interrupted"
     assert resumed_uri.startswith("twinkle://tester/kill/")

@@ -212,14 +212,18 @@ def test_path_and_uri_traversal_is_refused_and_reads_nothing(service: dict, home
 
 
 def test_request_bodies_are_size_capped(service: dict) -> None:
-    """Proves an API body and a dashboard form over ``max_body_bytes`` are refused with 413 and the same JSON error
-    body as every other error, naming the limit."""
+    """Proves an API body and a dashboard form over ``max_body_bytes`` — with a Content-Length or chunked — are
+    refused with 413 and the same JSON error body as every other error, naming the limit."""
     big = {**JOB, "data": service["data"], "hyperparams": {"x": "a" * (2 << 20)}}
     response = service["client"].post("/api/v1/jobs", headers=auth(service, "alice"), json=big)
     assert response.status_code == 413 and response.headers["content-type"] == "application/json"
     assert "limit of 1048576 bytes (max_body_bytes)" in response.json()["detail"]
     form = service["client"].post("/login", data={"token": "a" * (2 << 20)})
     assert form.status_code == 413 and form.json()["detail"] == response.json()["detail"]
+    chunked = service["client"].post(  # no Content-Length: the limit is met while the body streams in (issue 53)
+        "/api/v1/jobs", headers={**auth(service, "alice"), "Content-Type": "application/json"},
+        content=iter([json.dumps(big).encode()[i:i + 65536] for i in range(0, len(json.dumps(big)), 65536)]))
+    assert chunked.status_code == 413 and chunked.json()["detail"] == response.json()["detail"]
 
 
 def test_auth_off_is_the_local_admin_and_refused_off_loopback(home: Path, cancer_csv: Path) -> None:
@@ -248,6 +252,10 @@ def test_algorithms_server_logs_metrics_and_events_endpoints(service: dict) -> N
     info = client.get("/api/v1/server", headers=alice).json()
     assert info["auth"] is True and info["jobs"]["queued"] == 0 and info["max_queued_per_user"] == 5
     job = submit(service, "alice")
+    bob, root = auth(service, "bob"), auth(service, "root")
+    counted = {name: client.get("/api/v1/server", headers=h).json()["jobs"]["queued"]  # per user (issue 53)
+               for name, h in (("alice", alice), ("bob", bob), ("root", root))}
+    assert counted == {"alice": 1, "bob": 0, "root": 1}  # bob sees none of alice's; an admin sees every user's
     assert client.get(f"/api/v1/jobs/{job['id']}/logs", headers=alice).json() == {"text": "", "offset": 0, "next_offset": 0}
     assert client.get(f"/api/v1/jobs/{job['id']}/metrics", headers=alice).json() == {"run": None, "rows": []}
     client.post(f"/api/v1/jobs/{job['id']}/cancel", headers=alice)

@@ -72,6 +72,18 @@ def test_twenty_jobs_from_two_users_survive_a_killed_worker_and_a_server_restart
     answering = wait_for(lambda: found if len(found := api_processes()) == 2 else None, 60, "two API processes")
     assert server.pid in answering  # the server itself and one copy forked from it
 
+    import socket  # a body longer than its Content-Length: the rest is parsed as a next request, which is broken
+
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
+        raw.sendall(b"POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 2\r\n\r\n{}garbage that is not a request line\r\n\r\n")
+        answer = b""
+        while chunk := raw.recv(65536):
+            answer += chunk
+    last = answer.split(b"HTTP/1.1 ")[-1]  # the answer to the broken part: JSON, as every error (issue 53)
+    assert last.startswith(b"400") and b"content-type: application/json" in last.lower()
+    assert "framing is broken" in json.loads(last.split(b"\r\n\r\n", 1)[1])["detail"]
+
     def submit(n: int) -> str:
         user = "alice" if n % 2 else "bob"
         return Client(url, tokens[user]).submit("tabular-mlp", data, HP, project="e2e").id

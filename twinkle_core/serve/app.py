@@ -25,7 +25,7 @@ from twinkle_core.serve.config import DataAccessError, ServerConfig
 from twinkle_core.serve.dashboard import mount_dashboard
 from twinkle_core.serve.deps import Service
 from twinkle_core.serve.queue import JobQueue, QueueFullError
-from twinkle_core.serve.strict_json import JSONTooLarge, validation_error
+from twinkle_core.serve.strict_json import JSONTooLarge, too_large, validation_error
 from twinkle_core.store.runs import RunStore
 from twinkle_core.uris import DataNotFoundError
 
@@ -53,6 +53,13 @@ def create_app(config: ServerConfig) -> FastAPI:
     mount_api_docs(app)
 
     app.add_exception_handler(RequestValidationError, validation_error)
+
+    @app.exception_handler(413)
+    def _too_large(request: Request, err: Exception) -> JSONResponse:
+        detail = getattr(err, "detail", None)
+        if detail in (None, "Content Too Large"):  # the body limit's own, met while a chunked body streamed in
+            detail = too_large(config.max_body_bytes)
+        return JSONResponse({"detail": detail}, status_code=413)
 
     @app.exception_handler(405)
     def _not_allowed(request: Request, err: Exception) -> JSONResponse:

@@ -148,7 +148,7 @@ def jobs_page(request: Request, svc: Svc, user: Viewer, state: str | None = None
     reasons = svc.queue.pending_reasons(jobs, workers)
     rows = [{"job": j, "pending": reasons[j.id]} for j in jobs]
     return _render(request, "jobs.html", user, rows=rows, states=STATES, state=state, algorithm=algorithm or "",
-                   owner=owner or "", counts=svc.queue.counts(), workers=workers)
+                   owner=owner or "", counts=svc.queue.counts(None if user.admin else user.name), workers=workers)
 
 
 def _run_details(svc: Service, run_uri: str | None) -> dict[str, Any] | None:

@@ -260,10 +260,14 @@ class JobQueue:
                 "SELECT seq, time, state, reason, worker FROM transitions WHERE job = ? AND seq > ? ORDER BY seq",
                 (job_id, seq))]
 
-    def counts(self) -> dict[str, int]:
-        """Jobs per state."""
+    def counts(self, user: str | None = None) -> dict[str, int]:
+        """Jobs per state: ``user``'s, or (``None``) every user's."""
         with self.db.connect() as conn:
-            found = dict(conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
+            if user is None:
+                found = dict(conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
+            else:
+                found = dict(conn.execute("SELECT state, COUNT(*) FROM jobs WHERE user = ? GROUP BY state",
+                                          (user,)).fetchall())
         return {state: found.get(state, 0) for state in STATES}
 
     # ------------------------------------------------------------------ workers

@@ -30,6 +30,7 @@ from twinkle_core.jobs.launcher import ForkedWorker, die_with_parent_now, signal
 from twinkle_core.processes import describe_exit
 from twinkle_core.serve.config import ServerConfig
 from twinkle_core.serve.queue import JobQueue
+from twinkle_core.serve.strict_json import json_error_protocol
 from twinkle_core.serve.worker import forked_main as worker_main
 
 
@@ -216,7 +217,7 @@ def serve(config: ServerConfig, announce: Any = print) -> None:
         # walk its half a million objects (about 0.3 s on a small machine) in the middle of requests
         gc.freeze()
         settings = uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
-                                  timeout_graceful_shutdown=3, access_log=False)
+                                  timeout_graceful_shutdown=3, access_log=False, http=json_error_protocol())
         sock = settings.bind_socket()
         api_children = [_fork_api_process(settings, sock, lock) for _ in range(config.api_process_count() - 1)]
         pool.start()  # after the forks: this process has no other thread yet when it forks

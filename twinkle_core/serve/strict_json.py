@@ -87,6 +87,12 @@ def validation_error(request: Request, err: RequestValidationError) -> JSONRespo
     return JSONResponse({"detail": detail}, status_code=422)
 
 
+def too_large(limit: int) -> str:
+    """What a 413 for a body over the server's ``max_body_bytes`` (``limit``) says."""
+    return (f"the request body is larger than this server's limit of {limit} bytes (max_body_bytes); uploads go to "
+            "PUT /api/v1/uploads/{name}")
+
+
 class JSONTooLarge:
     """ASGI middleware: the 413 that the body-size limit answers in plain text (``Content Too Large``) answered as
     every other error is, ``{"detail": ...}`` in JSON, naming the limit (``limit``: the server's
@@ -109,9 +115,7 @@ class JSONTooLarge:
                 headers = dict(message.get("headers", []))
                 rewriting = headers.get(b"content-type", b"").startswith(b"text/plain")
                 if rewriting:
-                    body = json.dumps({"detail": f"the request body is larger than this server's limit of "
-                                                 f"{self.limit} bytes (max_body_bytes); uploads go to "
-                                                 "PUT /api/v1/uploads/{name}"}).encode()
+                    body = json.dumps({"detail": too_large(self.limit)}).encode()
                     kept = [(k, v) for k, v in message.get("headers", [])
                             if k.lower() not in (b"content-type", b"content-length")]
                     await send({**message, "headers": [*kept, (b"content-type", b"application/json"),
@@ -123,3 +127,28 @@ class JSONTooLarge:
             await send(message)
 
         await self.app(scope, receive, as_json)
+
+
+def json_error_protocol() -> type:
+    """uvicorn's HTTP protocol (httptools where installed, as uvicorn's ``auto`` picks, else h11) whose answer to a
+    request it cannot parse — a body longer than its ``Content-Length`` says (the rest read as a next request), a
+    malformed header — is a 400 with ``{"detail": ...}`` in JSON, as every other error, instead of uvicorn's plain
+    text (the parse fails before any application code runs, so only the protocol can answer it)."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
+    except ImportError:  # no httptools: uvicorn runs h11
+        from uvicorn.protocols.http.h11_impl import H11Protocol as Base  # type: ignore[assignment]
+
+    class JSONErrorProtocol(Base):  # type: ignore[misc,valid-type]
+        """``Base`` with its 400 for an unparsable request in JSON."""
+
+        def send_400_response(self, msg: str) -> None:
+            """A JSON 400 naming what could not be parsed; the connection closes, as uvicorn's own does."""
+            body = json.dumps({"detail": f"{msg.rstrip('.')}: the request's framing is broken (a Content-Length "
+                                         "that does not match its body, or a malformed header line); what could "
+                                         "not be parsed was not run"}).encode()
+            self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: "
+                                 + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+            self.transport.close()
+
+    return JSONErrorProtocol

@@ -32,7 +32,7 @@ class ServerInfo(BaseModel):
     max_upload_bytes: int
     ray: bool = Field(description="whether jobs with backend='ray' go to the server's Ray cluster")
     workers: int = Field(description="worker processes alive now")
-    jobs: dict[str, int] = Field(description="jobs per state")
+    jobs: dict[str, int] = Field(description="the caller's jobs per state (an admin's: every user's)")
     api_processes: int = Field(description="processes answering the API on the server's socket")
     answered_by: int = Field(description="the process id of the API process that answered this request")
 

@@ -26,8 +26,9 @@ async def health() -> dict[str, str]:
 
 @router.get("/server", summary="The server's limits, workers and queue", response_model=ServerInfo)
 async def server_info(user: Caller, svc: Svc) -> dict[str, Any]:
-    """Limits, data roots, live workers and jobs per state."""
-    return {**svc.config.public(), "workers": svc.workers_alive(), "jobs": svc.queue.counts(),
+    """Limits, data roots, live workers and jobs per state — the caller's own jobs (an admin's: every user's)."""
+    return {**svc.config.public(), "workers": svc.workers_alive(),
+            "jobs": svc.queue.counts(None if user.admin else user.name),
             "api_processes": svc.config.api_process_count(), "answered_by": os.getpid()}
 
 
