@@ -59,7 +59,9 @@ def test_renamed_names_keep_working_for_a_release_with_a_warning_naming_the_new_
     """Issue 25, point 6: the names that meant several things were renamed — the Ray Train workers setting
     (``workers`` → ``ray_workers``, in ``Trainer`` and in a service job's ``resources``), a plan's process count
     (``PlanDraft.workers`` → ``world_size``) and the loader-workers concern (``workers`` → ``loader_workers``);
-    the planner's distribution concern is ``distribution``, not ``strategy`` (a resource strategy is the plugin).
+    the planner's distribution concern is ``distribution``, not ``strategy`` (a resource strategy is the plugin);
+    issue 52: a job's training process is its child (``jobs.child``, ``start_child``, ``ChildProcess``,
+    ``ForkedProcess``: "worker" is a service worker only) and a plan's ``strategy_name`` its ``resource_strategy``.
     Each old name still works, with a ``DeprecationWarning`` that names the new one; an old name given beside
     its new one is refused."""
     from twinkle_core import Trainer
@@ -89,3 +91,26 @@ def test_renamed_names_keep_working_for_a_release_with_a_warning_naming_the_new_
     with pytest.warns(DeprecationWarning, match="WorkersDecider is renamed LoaderWorkersDecider"):
         from twinkle_core.planning import WorkersDecider
     assert WorkersDecider is LoaderWorkersDecider
+    # "worker" is a service worker only: a job's training process is its child (jobs.child, start_child, ...)
+    from twinkle_core.jobs import child, launcher
+
+    for old, new in launcher.RENAMED.items():
+        with pytest.warns(DeprecationWarning, match=f"launcher.{old} is renamed {new}"):
+            assert getattr(launcher, old) is getattr(launcher, new)
+    import importlib
+    import sys
+
+    sys.modules.pop("twinkle_core.jobs.worker", None)
+    with pytest.warns(DeprecationWarning, match="twinkle_core.jobs.worker is renamed twinkle_core.jobs.child"):
+        old_module = importlib.import_module("twinkle_core.jobs.worker")
+    assert old_module.run is child.run
+    # "strategy" is the distribution only: the planner that made a plan is its resource strategy
+    from twinkle_core.planning import Plan
+
+    plan = Plan(accelerator="cpu", devices=1, num_nodes=1, precision="32-true", strategy="auto", micro_batch_size=32,
+                accumulate_grad_batches=1, effective_batch_size=32, data_loading="in-memory", num_workers=0,
+                torch_threads=1)
+    with pytest.warns(DeprecationWarning, match="Plan.strategy_name is renamed Plan.resource_strategy"):
+        assert plan.strategy_name == plan.resource_strategy == "default"
+    stored = {k: v for k, v in plan.to_dict().items() if k != "resource_strategy"}
+    assert Plan.from_dict({**stored, "strategy_name": "yolo"}).resource_strategy == "yolo"  # a plan.json before 0.4

@@ -1,5 +1,5 @@
 """Job workers forked from a template that imported the Trainer once (``twinkle_core.jobs.launcher``) behave as
-fresh ``python -m twinkle_core.jobs.worker`` processes do: the same weights, the environment they were given,
+fresh ``python -m twinkle_core.jobs.child`` processes do: the same weights, the environment they were given,
 their own process group, a checkpoint and exit status 143 on SIGTERM. (That a forked worker dies with the service
 worker that started it is proved by ``test_serve_e2e.py``, which SIGKILLs a worker.)"""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from twinkle_core import RunStore
-from twinkle_core.jobs.launcher import start_worker
+from twinkle_core.jobs.launcher import start_child
 from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, read_json
 
 HP = {"batch_size": 16, "seed": 3, "progress_bar": False}
@@ -28,7 +28,7 @@ def _start(tmp_path: Path, name: str, data: Path, epochs: int, fresh: bool = Fal
     Job(algorithm="tabular-mlp", data=str(data), hyperparams={**HP, "max_epochs": epochs, **extra}, user="tester",
         project="launch").save(str(folder))
     env = {**os.environ, "TWINKLE_HOME": str(home), JOB_DIR_ENV: str(folder), "PYTHONUNBUFFERED": "1"}
-    return folder, home, start_worker(str(folder), env, log=str(folder / "log.txt"), fresh=fresh)
+    return folder, home, start_child(str(folder), env, log=str(folder / "log.txt"), fresh=fresh)
 
 
 def test_a_forked_worker_trains_like_a_fresh_one_into_the_store_its_environment_names(tmp_path, cancer_csv) -> None:

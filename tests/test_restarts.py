@@ -61,7 +61,7 @@ def test_a_killed_training_process_restarts_by_itself_and_ends_as_if_never_kille
               what="a mid-training checkpoint")
     # the CLI forked its training process (it had imported the Trainer already) rather than start an interpreter
     # that imports it all again: the worker still has the CLI's command line
-    assert state["forked"] and "twinkle_core.jobs.worker" not in Path(f"/proc/{state['worker_pid']}/cmdline").read_text()
+    assert state["forked"] and "twinkle_core.jobs.child" not in Path(f"/proc/{state['worker_pid']}/cmdline").read_text()
     os.kill(state["worker_pid"], signal.SIGKILL)  # the test's only action: the restart is the supervisor's
     out, err = job.communicate(timeout=300)
     assert job.returncode == 0, err[-3000:]

@@ -93,7 +93,7 @@ def test_resuming_from_an_epoch_end_checkpoint_is_bit_identical(twinkle_home, ca
     import lightning as L
 
     from twinkle_core import Trainer
-    from twinkle_core.jobs.worker import weights_digest
+    from twinkle_core.jobs.child import weights_digest
 
     hp = {"max_epochs": 3, "batch_size": 16, "checkpoint_every_n_steps": 4, "seed": 3, "progress_bar": False}
     kept: dict[int, str] = {}
@@ -125,7 +125,7 @@ def test_a_stop_asked_on_an_epochs_last_batch_resumes_exactly(twinkle_home, canc
 
     from twinkle_core import Trainer
     from twinkle_core.engine.stopping import StoppedBySignal
-    from twinkle_core.jobs.worker import weights_digest
+    from twinkle_core.jobs.child import weights_digest
 
     hp = {"max_epochs": 3, "batch_size": 16, "checkpoint_every_n_steps": 4, "seed": 3, "progress_bar": False}
 
@@ -154,7 +154,7 @@ def test_a_rule_stop_on_an_epochs_last_batch_resumes_exactly(twinkle_home, cance
     import lightning as L
 
     from twinkle_core import Trainer
-    from twinkle_core.jobs.worker import weights_digest
+    from twinkle_core.jobs.child import weights_digest
     from twinkle_core.ops.notify import stop_with_checkpoint
 
     hp = {"max_epochs": 3, "batch_size": 16, "seed": 3, "progress_bar": False}

@@ -26,7 +26,7 @@ from twinkle_core.exporting.base import ExportResult
 from twinkle_core.jobs import Job, supervise
 from twinkle_core.jobs.from_session import job_of
 from twinkle_core.jobs.ray_backend import goes_to_ray, run_on_ray
-from twinkle_core.jobs.worker import ray_train_loop
+from twinkle_core.jobs.child import ray_train_loop
 from twinkle_core.operations import Operations
 from twinkle_core.planning import Plan
 from twinkle_core.processes import DEFAULT_MAX_RESTARTS

@@ -24,7 +24,7 @@ def torchrun_command(folder: str, nodes: int, devices: int, endpoint: str, job_i
     """The torchrun command line every node runs for the job in ``folder``."""
     return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--nproc-per-node={devices}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={job_id}",
-            f"--max-restarts={max_restarts}", "-m", "twinkle_core.jobs.worker", folder]
+            f"--max-restarts={max_restarts}", "-m", "twinkle_core.jobs.child", folder]
 
 
 @click.command()

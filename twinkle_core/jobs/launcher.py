@@ -1,17 +1,17 @@
-"""Starting a job's worker process (``twinkle_core.jobs.worker``) — forked from a warm template, or fresh.
+"""Starting a job's training process (``twinkle_core.jobs.child``) — forked from a warm template, or fresh.
 
-A worker process spends most of its start importing Lightning and what Lightning imports (about 4,000 modules,
+A training process spends most of its start importing Lightning and what Lightning imports (about 4,000 modules,
 10–15 s of CPU on a small machine) before it trains a step; a short job can spend more CPU starting than training.
-``start_worker`` by default forks each worker from a template process that imported the Trainer once
+``start_child`` by default forks each training process from a template process that imported the Trainer once
 (Python's ``multiprocessing`` *forkserver*, one per launching process, started by ``warm_template`` or on
-first use — the way Celery's prefork pool and gunicorn's ``--preload`` start workers), so a worker starts in well
+first use — the way Celery's prefork pool and gunicorn's ``--preload`` start workers), so it starts in well
 under a second. The forked
-worker is set up as the fresh one would be: its own session and process group, the job's environment, its output
-to the job's log, ``sys.argv`` and ``__main__`` as ``python -m twinkle_core.jobs.worker FOLDER`` (Lightning starts
+process is set up as the fresh one would be: its own session and process group, the job's environment, its output
+to the job's log, ``sys.argv`` and ``__main__`` as ``python -m twinkle_core.jobs.child FOLDER`` (Lightning starts
 a multi-device job's other ranks from them), and optionally killed when the template goes away with its launcher.
 
-``fresh=True`` (``twinkle serve --fresh-processes``) starts ``python -m twinkle_core.jobs.worker FOLDER`` instead,
-which sees code upgraded while the launcher runs. Either way the caller gets a ``WorkerProcess`` with
+``fresh=True`` (``twinkle serve --fresh-processes``) starts ``python -m twinkle_core.jobs.child FOLDER`` instead,
+which sees code upgraded while the launcher runs. Either way the caller gets a ``ChildProcess`` with
 ``subprocess.Popen``'s ``pid``, ``returncode`` and ``wait()``.
 """
 
@@ -30,14 +30,14 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-WORKER_MODULE = "twinkle_core.jobs.worker"
-"""The module a worker process runs (``python -m``)."""
+CHILD_MODULE = "twinkle_core.jobs.child"
+"""The module a job's training process runs (``python -m``)."""
 PRELOAD = ["twinkle_core.jobs.preload"]
-"""What the template imports once, before it forks workers (the Trainer, with the collector paused)."""
+"""What the template imports once, before it forks training processes (the Trainer, with the collector paused)."""
 
 
-class WorkerProcess(Protocol):
-    """What ``start_worker`` returns: the part of ``subprocess.Popen`` a launcher uses."""
+class ChildProcess(Protocol):
+    """What ``start_child`` returns: the part of ``subprocess.Popen`` a launcher uses."""
 
     pid: int
     returncode: int | None
@@ -48,7 +48,7 @@ class WorkerProcess(Protocol):
         ...
 
 
-class ForkedWorker:
+class ForkedProcess:
     """A process forked from the template (a ``multiprocessing`` process) behind ``Popen``'s interface."""
 
     def __init__(self, process: Any, folder: str) -> None:
@@ -59,10 +59,10 @@ class ForkedWorker:
         self.returncode: int | None = None
 
     def wait(self, timeout: float | None = None) -> int:
-        """See ``WorkerProcess``."""
+        """See ``ChildProcess``."""
         self.process.join(timeout)
         if self.process.exitcode is None:
-            raise subprocess.TimeoutExpired([WORKER_MODULE, self.folder], timeout or 0.0)
+            raise subprocess.TimeoutExpired([CHILD_MODULE, self.folder], timeout or 0.0)
         self.returncode = self.process.exitcode
         return self.returncode
 
@@ -86,9 +86,9 @@ class ForkedWorker:
         self.send_signal(signal.SIGKILL)
 
 
-def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_with_parent: bool = False,
-                 fresh: bool = False, here: bool = False, quiet: bool = False) -> WorkerProcess:
-    """Start the worker process of the job in ``folder``.
+def start_child(folder: str, env: dict[str, str], log: str | None = None, die_with_parent: bool = False,
+                fresh: bool = False, here: bool = False, quiet: bool = False) -> ChildProcess:
+    """Start the training process of the job in ``folder``.
 
     Args:
         folder: the job folder.
@@ -105,7 +105,7 @@ def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_w
     if fresh:
         out = open(log if log else os.devnull, "ab") if log or quiet else None  # noqa: SIM115 — the child holds it
         try:
-            return subprocess.Popen([sys.executable, "-m", WORKER_MODULE, folder], env=env, stdout=out,
+            return subprocess.Popen([sys.executable, "-m", CHILD_MODULE, folder], env=env, stdout=out,
                                     stderr=subprocess.STDOUT if log else None, stdin=subprocess.DEVNULL,
                                     start_new_session=True,
                                     preexec_fn=_new_session_dying_with_parent if die_with_parent
@@ -118,7 +118,7 @@ def start_worker(folder: str, env: dict[str, str], log: str | None = None, die_w
     process = context.Process(target=_forked_main, args=(folder, env, stdout, log, die_with_parent), daemon=False,
                               name=f"twinkle-job-{os.path.basename(folder)}")
     process.start()
-    return ForkedWorker(process, folder)
+    return ForkedProcess(process, folder)
 
 
 def can_fork_here() -> bool:
@@ -136,7 +136,7 @@ def can_fork_here() -> bool:
 
 def warm_template() -> None:
     """Start this process's template now and wait until it has imported what workers need — otherwise the first
-    ``start_worker`` waits for that (10–15 s), e.g. while a job's lease runs."""
+    ``start_child`` waits for that (10–15 s), e.g. while a job's lease runs."""
     process = template().Process(target=_ready, name="twinkle-template-ready")
     process.start()
     process.join()
@@ -270,14 +270,31 @@ def run_exit_handlers() -> None:
 
 def _forked_main(folder: str, env: dict[str, str], stdout: str | None, stderr: str | None,
                  die_with_parent: bool) -> None:
-    """The forked worker: become what ``python -m twinkle_core.jobs.worker FOLDER`` would be, then run the job."""
+    """The forked training process: become what ``python -m twinkle_core.jobs.child FOLDER`` would be, then run the job."""
     become_fresh(env, stdout, stderr, die_with_parent=die_with_parent)  # its own group: stopping the job stops its ranks
-    from twinkle_core.jobs import worker
+    from twinkle_core.jobs import child
 
-    sys.argv = [str(worker.__file__), folder]
-    sys.modules["__main__"].__spec__ = worker.__spec__  # Lightning starts a job's other ranks with -m from these
+    sys.argv = [str(child.__file__), folder]
+    sys.modules["__main__"].__spec__ = child.__spec__  # Lightning starts a job's other ranks with -m from these
     try:
-        code = worker.run(folder)
+        code = child.run(folder)
     finally:
         run_exit_handlers()
     sys.exit(code)
+
+
+RENAMED = {"WorkerProcess": "ChildProcess", "start_worker": "start_child", "ForkedWorker": "ForkedProcess",
+           "WORKER_MODULE": "CHILD_MODULE"}
+"""Old names of this module (old → new): "worker" now means a service worker only; a job's training process is
+its child. Accepted for this release, with a ``DeprecationWarning``."""
+
+
+def __getattr__(name: str) -> Any:
+    """An old name (``RENAMED``): the new one's value, with a ``DeprecationWarning``."""
+    if name in RENAMED:
+        import warnings
+
+        warnings.warn(f"twinkle_core.jobs.launcher.{name} is renamed {RENAMED[name]}", DeprecationWarning,
+                      stacklevel=2)
+        return globals()[RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """Ray Train as the scale-out engine (``Trainer(backend="ray", ray_workers=N)``; the ``twinkle-core[ray]`` extra).
 
 ``run_on_ray`` hands a ``Job`` to Ray Train's ``TorchTrainer``: ``N`` workers, each
-running the job's worker (``twinkle_core.jobs.worker``) inside Ray's torch process group, with Lightning on
+running the job's worker (``twinkle_core.jobs.child``) inside Ray's torch process group, with Lightning on
 Ray's DDP strategy and cluster environment (``RayDDPStrategy``, ``RayLightningEnvironment``). The run store
 stays Twinkle's: rank 0 creates the one run and writes its checkpoints there. When a worker dies, Ray's
 ``FailureConfig(max_failures=job.max_restarts)`` restarts the group; the restarted workers find the job's

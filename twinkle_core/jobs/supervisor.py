@@ -1,6 +1,6 @@
 """``supervise``: run a ``Job`` in a worker process and restart it from its last checkpoint when it dies.
 
-The worker (``python -m twinkle_core.jobs.worker JOB_DIR``, or a fork of the supervising process that becomes
+The worker (``python -m twinkle_core.jobs.child JOB_DIR``, or a fork of the supervising process that becomes
 what that command would be, see ``twinkle_core.jobs.launcher``) trains as ``Trainer.fit`` does and writes, into
 the job folder, ``run.json`` as soon as its run exists and ``result.json`` when it ends. When the worker
 dies — killed by a signal (SIGKILL, the OOM killer), or gone without leaving its run ``failed`` — the
@@ -23,7 +23,7 @@ import time
 from twinkle_core.engine.result import FitResult
 from twinkle_core.errors import TwinkleError
 from twinkle_core.jobs.folder import JobFolder, Outcome
-from twinkle_core.jobs.launcher import can_fork_here, signal_group, start_worker
+from twinkle_core.jobs.launcher import can_fork_here, signal_group, start_child
 from twinkle_core.jobs.restarts import FailureDecision, FailurePolicy, record_restart, resume_source
 from twinkle_core.ops.alerts import AlertAction
 from twinkle_core.jobs.spec import JOB_DIR_ENV, Job, job_dir
@@ -93,7 +93,7 @@ def _attempt(files: JobFolder, attempt: int, verbose: bool) -> int:
     # import it all again), else a fresh one; either way its own session and process group, so the ranks
     # Lightning starts for a multi-device job go with it when it dies
     forked = can_fork_here()
-    process = start_worker(folder, env, quiet=not verbose, fresh=not forked, here=True)
+    process = start_child(folder, env, quiet=not verbose, fresh=not forked, here=True)
     files.write(JobFolder.SUPERVISOR, {"supervisor_pid": os.getpid(), "worker_pid": process.pid, "attempt": attempt,
                                        "started": time.time(), "forked": forked})
     try:

@@ -185,7 +185,9 @@ class Plan:
             setting applies).
         val_check_interval: validate every this many training batches (a fraction: of an epoch); ``None``: once
             an epoch.
-        strategy_name: the resource strategy that made the plan.
+        resource_strategy: the resource strategy that made the plan (its registered name; ``strategy`` is the
+            distribution — one word, one meaning; the old name ``strategy_name`` reads it, with a
+            ``DeprecationWarning``).
         estimates: figures behind the choices (parameters, FLOPs, memory, steps, time).
         decisions: every choice with its reason, in order.
         history_run: the earlier run whose measurements were reused, if any.
@@ -209,7 +211,7 @@ class Plan:
     compile: str = "off"
     precision_switching: str = "off"
     checkpoint_every_n_epochs: int = 1
-    strategy_name: str = "default"
+    resource_strategy: str = "default"
     gradient_compression: str = "none"
     max_epochs: int | None = None
     val_check_interval: float | None = None
@@ -246,10 +248,21 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
-        """Rebuild a plan from ``to_dict`` output."""
+        """Rebuild a plan from ``to_dict`` output (one stored before 0.4 names its resource strategy
+        ``strategy_name``)."""
         values = dict(data)
+        if "strategy_name" in values:
+            values.setdefault("resource_strategy", values.pop("strategy_name"))
         values["decisions"] = [Decision(**d) for d in values.get("decisions", [])]
         return cls(**values)
+
+    @property
+    def strategy_name(self) -> str:
+        """The old name of ``resource_strategy`` (a ``DeprecationWarning``; accepted for this release)."""
+        import warnings
+
+        warnings.warn("Plan.strategy_name is renamed Plan.resource_strategy", DeprecationWarning, stacklevel=2)
+        return self.resource_strategy
 
     @property
     def tensor_parallel_size(self) -> int:
@@ -265,7 +278,7 @@ class Plan:
         """A readable table of the decisions (``name  value  reason``) and the estimates behind them."""
         width = max((len(d.name) for d in self.decisions), default=4)
         vwidth = max((len(str(d.value)) for d in self.decisions), default=5)
-        lines = [f"Resource plan ({self.strategy_name})"]
+        lines = [f"Resource plan ({self.resource_strategy})"]
         lines += [f"  {d.name:<{width}}  {str(d.value):<{vwidth}}  {d.reason}" for d in self.decisions]
         e = self.estimates
         if e:

@@ -156,7 +156,7 @@ class DefaultStrategy(ResourceStrategy):
             data_loading=str(v["data_loading"]),
             num_workers=int(v["num_workers"]),
             torch_threads=int(v["torch_threads"]),
-            strategy_name=self.name,
+            resource_strategy=self.name,
             gradient_compression=str(v.get("gradient_compression", "none")),
             max_epochs=None if decided is None else epochs,
             val_check_interval=v.get("val_check_interval"),

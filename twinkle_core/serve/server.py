@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.jobs.launcher import ForkedWorker, die_with_parent_now, signal_group, start_template, template
+from twinkle_core.jobs.launcher import ForkedProcess, die_with_parent_now, signal_group, start_template, template
 from twinkle_core.processes import describe_exit
 from twinkle_core.serve.config import ServerConfig
 from twinkle_core.serve.queue import JobQueue
@@ -58,7 +58,7 @@ class WorkerPool:
     def __init__(self, config: ServerConfig, count: int, config_path: str) -> None:
         """Nothing starts before ``start``."""
         self.config, self.count, self.config_path = config, count, config_path
-        self.processes: dict[str, subprocess.Popen[bytes] | ForkedWorker] = {}
+        self.processes: dict[str, subprocess.Popen[bytes] | ForkedProcess] = {}
         self.slots: dict[str, int] = {}
         self.queue = JobQueue(config.db_path, config.max_running_per_user)
         self._started = 0
@@ -88,7 +88,7 @@ class WorkerPool:
             process = template().Process(target=worker_main, args=(self.config_path, name, env, log, os.getpid()),
                                          name=f"twinkle-worker-{name}", daemon=False)
             process.start()
-            self.processes[name] = ForkedWorker(process, name)
+            self.processes[name] = ForkedProcess(process, name)
         self.slots[name] = index
 
     def _keep(self) -> None:
@@ -127,7 +127,7 @@ class WorkerPool:
         stop_processes(list(self.processes.values()), self.config.grace_seconds + 15)
 
 
-def stop_processes(processes: list[subprocess.Popen[bytes] | ForkedWorker], timeout: float) -> None:
+def stop_processes(processes: list[subprocess.Popen[bytes] | ForkedProcess], timeout: float) -> None:
     """SIGTERM each of ``processes`` still running, wait for them together up to ``timeout`` seconds, then
     SIGKILL what is left."""
     for process in processes:
@@ -206,7 +206,7 @@ def serve(config: ServerConfig, announce: Any = print) -> None:
     pool = WorkerPool(config, count, config_path)
     if count and not config.fresh_processes:
         start_template()  # the workers' template imports the Trainer meanwhile, on the other core
-    api_children: list[ForkedWorker] = []
+    api_children: list[ForkedProcess] = []
     try:
         # a submission is checked by resolving its spec (the algorithms' and processors' classes, Lightning under
         # them): import it now, before the first request, not during one (10-15 s of CPU on a small machine)
@@ -247,14 +247,14 @@ def _warm_submission_check(config: ServerConfig) -> None:
         pass
 
 
-def _fork_api_process(settings: Any, sock: Any, lock: Any) -> ForkedWorker:
+def _fork_api_process(settings: Any, sock: Any, lock: Any) -> ForkedProcess:
     """Fork a process that answers the API on ``sock`` until SIGTERM or this process's death."""
     import multiprocessing
 
     process = multiprocessing.get_context("fork").Process(target=_serve_api, args=(settings, sock, lock, os.getpid()),
                                                           name="twinkle-api", daemon=False)
     process.start()
-    return ForkedWorker(process, "api")
+    return ForkedProcess(process, "api")
 
 
 def _serve_api(settings: Any, sock: Any, lock: Any, parent: int) -> None:

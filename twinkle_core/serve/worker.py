@@ -2,7 +2,7 @@
 template (how ``twinkle serve`` starts them unless ``--fresh-processes``).
 
 It claims a job from the queue under a lease, runs it in a training process of its own process group (the job
-folder's ``twinkle_core.jobs.worker``, forked from a template that imported the Trainer once —
+folder's ``twinkle_core.jobs.child``, forked from a template that imported the Trainer once —
 ``twinkle_core.jobs.launcher`` — its output in the job's ``log.txt``), renews the lease while it runs
 and, between beats, watches for a cancel request, the wall-clock limit and its own shutdown. The training
 process dies with the worker (``PR_SET_PDEATHSIG``): a worker killed with SIGKILL leaves nothing running, and
@@ -24,13 +24,13 @@ import time
 from typing import Any
 
 from twinkle_core.jobs.launcher import (
-    WorkerProcess,
+    ChildProcess,
     become_fresh,
     die_with_parent_now,
     run_exit_handlers,
     signal_group,
     signal_when_gone,
-    start_worker,
+    start_child,
     warm_template,
 )
 from twinkle_core.jobs.folder import JobFolder, Outcome
@@ -94,7 +94,7 @@ class Worker:
         with open(log, "ab") as handle:
             handle.write(f"--- attempt {job.attempts} on {self.name} at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n"
                          .encode())
-        process = start_worker(folder, self._env(folder, request), log=log, die_with_parent=True,
+        process = start_child(folder, self._env(folder, request), log=log, die_with_parent=True,
                                fresh=self.config.fresh_processes, here=self.warm and not self.config.fresh_processes)
         self.queue.set_process(job.id, self.name, process.pid)
         why = self._watch(job, process, limit - job.used_seconds, started, files, run)
@@ -110,7 +110,7 @@ class Worker:
             env["RAY_ADDRESS"] = self.config.ray_address
         return env
 
-    def _watch(self, job: JobRow, process: WorkerProcess, remaining: float, started: float, files: JobFolder,
+    def _watch(self, job: JobRow, process: ChildProcess, remaining: float, started: float, files: JobFolder,
                run: str | None) -> str | None:
         """Wait for the training process, renewing the lease; returns why it was stopped (``None``: it ended)."""
         why: str | None = None

@@ -56,7 +56,7 @@ def test_loss_falls_and_metrics_are_logged(trained) -> None:
 def test_plan_uses_the_detection_strategy(trained) -> None:
     _, result = trained
     plan = result.plan
-    assert plan.strategy_name == "yolo-detection"
+    assert plan.resource_strategy == "yolo-detection"
     assert (plan.micro_batch_size, plan.accumulate_grad_batches, plan.effective_batch_size) == (8, 8, 64)
     gpu = Hardware("cuda", 1, "NVIDIA H200", 141 * 10**9, True, True, 16, 128 * 10**9)
     context = PlanContext("yolov8n", "object_detection", ModelFacts(3_000_000, 3_000_000, 10**9, 10**6, 48 * 10**6),
