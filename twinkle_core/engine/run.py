@@ -78,8 +78,9 @@ class RunSetup:
     """``time.perf_counter()`` when the fit began (before its data was read), for the run's ``run_seconds``."""
 
 
-class TwinkleRecord(L.Callback):
-    """Write Twinkle's record (algorithm, hyperparameters, data spec, run) into every checkpoint."""
+class RecordWriter(L.Callback):
+    """Write Twinkle's record of the checkpoint (``CheckpointRecord``: algorithm, hyperparameters, data spec, run)
+    into every checkpoint."""
 
     def __init__(self, record: CheckpointRecord) -> None:
         """Keep the record to write."""
@@ -108,7 +109,7 @@ class RunCallbacks:
         best: the best checkpoint (``best.ckpt``, by the algorithm's monitored metric).
         last: the newest state (``last.ckpt``) after every validation, or every few epochs as the plan says.
         resume: the exact data position and RNG state in every checkpoint.
-        record: Twinkle's record (algorithm, hyperparameters, data spec, run) in every checkpoint.
+        record_writer: Twinkle's record (algorithm, hyperparameters, data spec, run) in every checkpoint.
         utilisation: step times, throughput and MFU, for the plan's history and the run's figures.
         sigterm: SIGTERM saves a checkpoint after the current batch, then stops the run.
         last_path: where ``last.ckpt`` is written (also by a stop the monitor or the budget asks for).
@@ -123,7 +124,7 @@ class RunCallbacks:
     best: ModelCheckpoint
     last: ModelCheckpoint
     resume: ExactResume
-    record: TwinkleRecord
+    record_writer: RecordWriter
     utilisation: Utilisation
     sigterm: StopOnSigterm
     last_path: str
@@ -136,7 +137,8 @@ class RunCallbacks:
     def all(self) -> list[L.Callback]:
         """Every callback in the order Lightning runs them (the SIGTERM stop last)."""
         switch = [self.precision] if self.precision is not None else []
-        return [self.best, self.last, self.resume, self.record, self.utilisation, *switch, *self.extra, self.sigterm]
+        return [self.best, self.last, self.resume, self.record_writer, self.utilisation, *switch, *self.extra,
+                self.sigterm]
 
     @property
     def stopped_by(self) -> Alert | None:
@@ -156,7 +158,7 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Callable[[Alert], None]) 
         # last.ckpt only when another checkpoint was saved in the same step), every epoch or as the plan says
         last=LastCheckpoint(ckpt_dir, setup.plan.checkpoint_every_n_epochs),
         resume=ExactResume(),
-        record=TwinkleRecord(setup.checkpoint_record),
+        record_writer=RecordWriter(setup.checkpoint_record),
         utilisation=Utilisation(),
         sigterm=StopOnSigterm(last_path),
         last_path=last_path,

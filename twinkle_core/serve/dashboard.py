@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from twinkle_core.errors import TwinkleError
 from twinkle_core.serve.deps import Service, Svc, client_address, optional_user, owned_job
 from twinkle_core.serve.queue import STATES, JobRow
-from twinkle_core.serve.records import list_files
+from twinkle_core.serve.run_files import list_files
 from twinkle_core.serve.services.jobs import accept
 from twinkle_core.serve.security import (
     LOGIN_CSRF_COOKIE,

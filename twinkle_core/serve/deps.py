@@ -21,7 +21,7 @@ from twinkle_core.errors import TwinkleError
 from twinkle_core.serve.accounts import Accounts
 from twinkle_core.serve.config import ServerConfig
 from twinkle_core.serve.queue import JobQueue, JobRow, finite
-from twinkle_core.serve.records import UnsafePathError, safe_file
+from twinkle_core.serve.run_files import UnsafePathError, safe_file
 from twinkle_core.serve.security import SESSION_COOKIE, User
 from twinkle_core.store.catalogue import RunRecord
 from twinkle_core.store.runs import RunStore, default_user

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from twinkle_core.serve.records import metric_rows, metrics_version, read_log
+from twinkle_core.serve.run_files import metric_rows, metrics_version, read_log
 
 POLL_SECONDS = 0.5
 """How often a stream looks for news."""

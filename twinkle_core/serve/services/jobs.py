@@ -7,7 +7,7 @@ from typing import Any
 from twinkle_core.serve.config import check_data_uri, check_hyperparameter_uris
 from twinkle_core.serve.deps import Service
 from twinkle_core.serve.queue import JobRow
-from twinkle_core.serve.records import metric_rows
+from twinkle_core.serve.run_files import metric_rows
 from twinkle_core.serve.security import User
 from twinkle_core.serve.submission import JobRequest, check_request
 

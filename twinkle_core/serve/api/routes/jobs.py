@@ -11,7 +11,7 @@ from twinkle_core.serve.api.errors import error_response, resource_router
 from twinkle_core.serve.api.schemas import JobLogs, MetricRows
 from twinkle_core.serve.deps import Caller, OwnedJob, Svc, client_address, job_view, job_views
 from twinkle_core.serve.queue import JobRow, JobState
-from twinkle_core.serve.records import read_log
+from twinkle_core.serve.run_files import read_log
 from twinkle_core.serve.services.jobs import accept, run_metric_rows
 from twinkle_core.serve.streams import job_events
 from twinkle_core.serve.submission import JobRequest

@@ -12,7 +12,7 @@ from twinkle_core.serve.security import User
 from twinkle_core.serve.api.errors import resource_router
 from twinkle_core.serve.api.schemas import ModelDetail, ModelSummary
 from twinkle_core.serve.deps import Caller, Service, Svc, download, json_safe
-from twinkle_core.serve.records import list_files, published_models
+from twinkle_core.serve.run_files import list_files, published_models
 from twinkle_core.uris import store_owner
 
 router = resource_router()

@@ -10,7 +10,7 @@ from fastapi.responses import FileResponse
 from twinkle_core.serve.api.errors import resource_router
 from twinkle_core.serve.api.schemas import FileEntry, MetricRows, RunDetail, RunSummary
 from twinkle_core.serve.deps import Caller, OwnedRun, Svc, download, json_safe
-from twinkle_core.serve.records import list_files
+from twinkle_core.serve.run_files import list_files
 from twinkle_core.serve.services.jobs import run_metric_rows
 from twinkle_core.store.catalogue import RunStatus
 
