@@ -96,7 +96,8 @@ class ExactResume(L.Callback):
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         """Store every rank's current random states and epoch sums (lists in rank order; every rank calls this)."""
-        checkpoint[_KEY] = {"ranks": all_gather(capture_rng()), "epoch_sums": all_gather(epoch_sums(trainer))}
+        gathered = all_gather((capture_rng(), epoch_sums(trainer)))  # one collective
+        checkpoint[_KEY] = {"ranks": [rng for rng, _ in gathered], "epoch_sums": [sums for _, sums in gathered]}
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         """Remember this rank's saved states until training restarts."""

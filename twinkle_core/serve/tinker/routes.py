@@ -118,7 +118,9 @@ class OptimStep(_Body):
 
     model_id: str
     seq_id: int
-    adam_params: dict[str, Any] | None = None
+    adam_params: dict[str, Any] | None = Field(
+        None, description="the SDK's AdamParams (``Adam``): learning_rate ≥ 0, beta1 and beta2 in [0, 1), eps > 0, "
+                          "weight_decay ≥ 0, grad_clip_norm ≥ 0, all finite")
 
 
 class SaveWeights(_Body):

@@ -51,7 +51,6 @@ CATALOGUE_SECONDS = 2.0
 POLL_SECONDS = 25.0
 """How long ``retrieve_future`` holds a poll open (the SDK gives up on one after 45 s)."""
 
-
 EXPIRED_CHECKPOINT = "session-expired"
 """The checkpoint (``tinker://<model>/weights/session-expired``) an expired session's models are saved as."""
 
