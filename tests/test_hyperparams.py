@@ -97,12 +97,11 @@ def test_renamed_names_keep_working_for_a_release_with_a_warning_naming_the_new_
     for old, new in launcher.RENAMED.items():
         with pytest.warns(DeprecationWarning, match=f"launcher.{old} is renamed {new}"):
             assert getattr(launcher, old) is getattr(launcher, new)
-    import importlib
     import sys
 
-    sys.modules.pop("twinkle_core.jobs.worker", None)
+    sys.modules.pop("twinkle_core.jobs.worker", None)  # imported afresh: its warning comes at import
     with pytest.warns(DeprecationWarning, match="twinkle_core.jobs.worker is renamed twinkle_core.jobs.child"):
-        old_module = importlib.import_module("twinkle_core.jobs.worker")
+        import twinkle_core.jobs.worker as old_module
     assert old_module.run is child.run
     # "strategy" is the distribution only: the planner that made a plan is its resource strategy
     from twinkle_core.planning import Plan

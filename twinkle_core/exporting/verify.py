@@ -60,7 +60,7 @@ def export_and_verify(
     fs, remote_path = filesystem(output)
     local = is_local(fs)
     if local:
-        check_output(output, remote_path, exporter.folder)
+        check_export_output(output, remote_path, exporter.folder)
     if quantize and not exporter.supports_quantize:
         raise ExportError(f"quantize=True is not supported for {exporter.format}; use format='onnx' for INT8")
     module = algorithm.export_module().eval()
@@ -145,7 +145,7 @@ def export_and_verify(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def check_output(output: str, path: str, folder: bool) -> None:
+def check_export_output(output: str, path: str, folder: bool) -> None:
     """A local export's ``output`` can be placed: the nearest folder that exists above it is a writable folder
     (not a file), and the output itself is not a folder where a file goes (nor a file where a folder goes) —
     checked before anything is exported or written.

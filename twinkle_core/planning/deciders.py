@@ -438,37 +438,37 @@ class PrecisionSwitchingDecider(Decider):
 
     def decide(self, draft: PlanDraft) -> None:
         """Decide ``precision_switching``."""
-        c = draft.context
-        value, reason = self.choose(draft)
-        if c.overrides.get("precision_switching") == "on" and value == "off" and not self.possible(draft):
-            raise PlanningError(f"precision_switching='on' cannot apply: {reason}; drop it (or set "
+        impossible = self.impossible(draft)
+        if draft.context.overrides.get("precision_switching") == "on" and impossible:
+            raise PlanningError(f"precision_switching='on' cannot apply: {impossible}; drop it (or set "
                                 "precision_switching='off')")
-        draft.decide("precision_switching", value, reason)
+        draft.decide("precision_switching", *self.choose(draft))
 
     @staticmethod
-    def possible(draft: PlanDraft) -> bool:
-        """Whether the run could switch at all: bf16 autocast on a CPU that has it, one device or DDP, eager,
-        precision not pinned."""
-        c, v = draft.context, draft.values
-        return (c.hardware.accelerator == "cpu" and c.hardware.bf16 and c.supports_mixed_precision
-                and c.overrides.get("precision") is None and str(v.get("strategy", "auto")) in ("auto", "ddp")
-                and draft.layout is None and str(v.get("compile", "off")) == "off")
-
-    @staticmethod
-    def choose(draft: PlanDraft) -> tuple[str, str]:
-        """The value and its reason."""
+    def impossible(draft: PlanDraft) -> str | None:
+        """Why the run could not switch at all (precision pinned, not a CPU with bf16 autocast, not one device or
+        DDP, compiled), or ``None`` where it could."""
         c, v, hw = draft.context, draft.values, draft.context.hardware
         if c.overrides.get("precision") is not None:
-            return "off", f"precision={c.overrides['precision']} is set by the user"
+            return f"precision={c.overrides['precision']} is set by the user"
         if hw.accelerator != "cpu":
-            return "off", f"on {hw.device_name} 16-bit arithmetic is steadily faster: the plan's precision holds"
+            return f"on {hw.device_name} 16-bit arithmetic is steadily faster: the plan's precision holds"
         if not hw.bf16 or not c.supports_mixed_precision:
-            return "off", ("this CPU has no native bf16 arithmetic" if not hw.bf16
-                           else f"{c.algorithm_name} does not support mixed precision") + ": fp32 throughout"
+            return ("this CPU has no native bf16 arithmetic" if not hw.bf16
+                    else f"{c.algorithm_name} does not support mixed precision") + ": fp32 throughout"
         if str(v.get("strategy", "auto")) not in ("auto", "ddp") or draft.layout is not None:
-            return "off", f"distribution {v.get('strategy')} brings its own precision handling"
+            return f"distribution {v.get('strategy')} brings its own precision handling"
         if str(v.get("compile", "off")) != "off":
-            return "off", "a compiled network would recompile at each switch"
+            return "a compiled network would recompile at each switch"
+        return None
+
+    @classmethod
+    def choose(cls, draft: PlanDraft) -> tuple[str, str]:
+        """The value and its reason."""
+        impossible = cls.impossible(draft)
+        if impossible:
+            return "off", impossible
+        c = draft.context
         probe = c.probe
         run = probe.run("bf16-mixed") if probe is not None else None
         if probe is None or run is None:

@@ -55,10 +55,15 @@ def load_folder_model(folder: str | Path, **options: Any) -> Any:
     passed on), with a folder whose tensors do not fit its ``config.json`` a named error.
 
     Raises:
-        ModelFolderError: a weight whose shape differs from what the config builds (transformers' "size mismatch"),
-            naming the folder, the first tensor and both shapes.
+        ModelFolderError: not a local folder (nothing is ever downloaded: ``read_config`` checks it first); a weight
+            whose shape differs from what the config builds (transformers' "size mismatch"), naming the folder, the
+            first tensor and both shapes.
     """
     from transformers import AutoModelForCausalLM
+
+    if not Path(folder).expanduser().is_dir():
+        raise ModelFolderError(f"weights '{folder}' is not a local folder; give a Hugging Face model folder — nothing "
+                               "is downloaded")
 
     try:
         return AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, use_safetensors=True,
