@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from twinkle_core.testing import once, run_script
+from twinkle_core.testing import once, run_script, warm_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -150,18 +150,19 @@ in a process of its own forked from a template that imported them once (``twinkl
 a fresh ``python`` — importing Lightning takes 5-10 s of CPU, most of a short page's time."""
 
 
-def page_environment(folder: Path) -> dict[str, str]:
-    """The environment a page runs in, inside ``folder``: its own run store and user, ``.venv/bin`` first on
-    ``PATH``, and ``pip install`` going to ``folder/site`` — without dependencies (the venv has them), without
+def page_environment(folder: Path, commands: Path | None = None) -> dict[str, str]:
+    """The environment a page runs in, inside ``folder``: its own run store and user, ``commands`` (the warm
+    stand-ins of ``twinkle_core.testing.warm_commands``, if given) then ``.venv/bin`` first on ``PATH``, and ``pip install`` going to ``folder/site`` — without dependencies (the venv has them), without
     build isolation and without an index (nothing is downloaded) — which a ``sitecustomize`` on ``PYTHONPATH``
     adds to every Python the page starts as a site folder (so an editable install's ``.pth`` hook runs too)."""
     site, hook = folder / "site", folder / "site-hook"
     site.mkdir(parents=True, exist_ok=True)
     hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site)!r})\n")
-    bin_dir = str(Path(sys.executable).parent)
+    bin_dirs = [str(commands)] if commands is not None else []
+    bin_dirs.append(str(Path(sys.executable).parent))
     env = {**os.environ, "TWINKLE_HOME": str(folder / "home"), "TWINKLE_USER": "me", "PYTHONWARNINGS": "ignore",
-           "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+           "PATH": os.pathsep.join([*bin_dirs, os.environ.get("PATH", "")]),
            # pip reads PIP_NO_BUILD_ISOLATION=0 as --no-build-isolation (its environment quirk for no- options)
            "PIP_TARGET": str(site), "PIP_NO_DEPS": "1", "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_INDEX": "1",
            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
@@ -175,13 +176,14 @@ def page_environment(folder: Path) -> dict[str, str]:
 def test_the_pages_code_runs(page: Path, tmp_path: Path) -> None:
     script = tmp_path / "page.py"
     script.write_text(page_script(page))
-    env = page_environment(tmp_path)
     if re.search(r"^def test_", script.read_text(), flags=re.M):
         script = script.rename(tmp_path / "test_page.py")
         argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider", str(script)]
     else:
         argv = [str(script)]
-    done = run_script(argv, cwd=tmp_path, env=env, timeout=1200, preload=PRELOAD)
+    with warm_commands(preload=PRELOAD) as commands:  # the page's `twinkle ...` lines skip Lightning's import too
+        done = run_script(argv, cwd=tmp_path, env=page_environment(tmp_path, commands), timeout=1200,
+                          preload=PRELOAD)
     assert done.returncode == 0, f"{page.name}:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
 
 

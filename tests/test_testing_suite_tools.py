@@ -4,14 +4,17 @@ worker, one after another."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from twinkle_core.testing import copy_of, once, run_script
+from twinkle_core.testing import copy_of, once, run_script, warm_commands
 
 ASK = textwrap.dedent('''
     import sys, time
@@ -135,6 +138,33 @@ def test_run_script_behaves_like_python_in_a_process_of_its_own(tmp_path: Path) 
     assert slow.returncode == -9 and "still running after 1 s" in slow.stderr
     module = run_script(["-m", "json.tool", "--help"], env=env)
     assert module.returncode == 0 and "usage:" in module.stdout
+
+
+def test_a_warm_stand_in_runs_as_the_shell_would_and_its_run_dies_with_it(tmp_path: Path) -> None:
+    """``warm_commands``: a stand-in on ``PATH`` (here for the standard library's ``code.interact`` console) gives
+    its run the caller's arguments, folder, environment and standard input and output, and exits with the run's
+    status; a stand-in killed with SIGKILL takes its run with it (the run's pid is gone)."""
+    with warm_commands({"console": "code:interact"}) as commands:
+        env = {**os.environ, "PATH": f"{commands}{os.pathsep}{os.environ['PATH']}", "PROBE": "given"}
+        code = "import os, sys; print(os.getcwd(), os.environ['PROBE'], sys.argv[1:]); raise SystemExit(3)\n"
+        done = subprocess.run(["console", "one", "two"], input=code, cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 3 and done.stdout.endswith(f">>> {tmp_path} given ['one', 'two']\n"), done
+        caller = subprocess.Popen(["console"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+        caller.stdin.write("import os; print(os.getpid(), flush=True)\n")
+        caller.stdin.flush()
+        run = int(caller.stdout.readline().removeprefix(">>> "))  # after the console's prompt
+        caller.kill()
+        caller.wait()
+        for _ in range(100):
+            try:
+                os.kill(run, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(run, signal.SIGKILL)
+            raise AssertionError(f"the run {run} outlived its killed stand-in")
 
 
 def test_the_journeys_run_the_longest_ready_task_first_and_tasks_may_add_tasks() -> None:

@@ -13,7 +13,8 @@
 * ``once`` / ``copy_of`` — work done once per test session and shared read-only by every pytest-xdist
   worker (a trained run, a built site), and a private copy of it for a test that changes it;
 * ``run_script`` — ``python SCRIPT ARGS...`` in a process of its own, forked from a template that imported the
-  Trainer once (a test that trains in a separate process skips 10–20 s of imports);
+  Trainer once (a test that trains in a separate process skips 10–20 s of imports); ``warm_commands`` — the
+  same for console scripts a shell runs (``twinkle train ...`` in a documentation page's shell block);
 * ``ServiceRunner`` — ``twinkle serve`` on loopback ports, killed whole at the end (the fixture ``twinkle_service``
   gives one per test); imported on first use;
 * the marker ``processes`` (declared by the pytest plugin): tests that start several busy processes themselves run
@@ -35,7 +36,7 @@ from twinkle_core.testing.inprocess import registered_plugin
 from twinkle_core.testing.listing import listed_plugin
 from twinkle_core.testing.once import copy_of, once
 from twinkle_core.testing.processors import assert_data_processor, check_data_processor
-from twinkle_core.testing.scripts import run_script
+from twinkle_core.testing.scripts import run_script, warm_commands
 
 __all__ = [
     "CONTRACT_CHECKS",
@@ -52,6 +53,7 @@ __all__ = [
     "once",
     "registered_plugin",
     "run_script",
+    "warm_commands",
 ]
 
 
