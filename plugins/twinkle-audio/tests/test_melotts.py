@@ -59,10 +59,9 @@ def test_every_validation_saves_spoken_held_out_sentences(english) -> None:
 
 
 def test_trainer_synthesize_and_twinkle_tts_say_write_wavs(english, tmp_path) -> None:
-    import subprocess
-    import sys
-
     import soundfile
+
+    from twinkle_core.testing import run_script
 
     trainer = Trainer.from_checkpoint(english.run_uri, mode="finetune", verbose=False)
     written = trainer.synthesize("Seven green apples.", lang="en")
@@ -70,8 +69,8 @@ def test_trainer_synthesize_and_twinkle_tts_say_write_wavs(english, tmp_path) ->
     samples, rate = soundfile.read(written)
     assert rate == 16000 and len(samples) > 1000
     out = tmp_path / "say.wav"
-    said = subprocess.run([sys.executable, "-m", "twinkle_core", "tts", "say", english.run_uri, "Good night.", "-o",
-                           str(out)], capture_output=True, text=True, timeout=300)
+    said = run_script(["-m", "twinkle_core", "tts", "say", english.run_uri, "Good night.", "-o", str(out)],
+                      timeout=300)  # a process of its own, forked warm (Lightning imported once)
     assert said.returncode == 0, said.stderr[-2000:]
     assert out.exists() and soundfile.info(str(out)).samplerate == 16000
 

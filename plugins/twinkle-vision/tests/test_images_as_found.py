@@ -24,8 +24,9 @@ from twinkle_vision.transforms import choose_size
 
 @pytest.fixture(scope="module")
 def as_found(tmp_path_factory) -> Path:
-    """600 digits as RGB JPEGs of 16–96 px (some not square), one RGBA PNG, one palette GIF."""
-    return write_digits_as_found(tmp_path_factory.mktemp("found") / "digits")
+    """600 digits as RGB JPEGs of 16–64 px (some not square; median about 40: mixed as found, at half the pixels
+    of the default 16–96), one RGBA PNG, one palette GIF."""
+    return write_digits_as_found(tmp_path_factory.mktemp("found") / "digits", sides=(16, 64))
 
 
 def test_the_articles_call_trains_a_mixed_size_folder_without_image_size(twinkle_home, as_found) -> None:

@@ -79,9 +79,11 @@ def write_shapes(root: str | Path, train: int = 300, val: int = 60, size: int = 
     return root / "data.yaml"
 
 
-def write_digits_as_found(root: str | Path, count: int = 600, seed: int = 0) -> Path:
+def write_digits_as_found(root: str | Path, count: int = 600, seed: int = 0,
+                          sides: tuple[int, int] = (16, 96)) -> Path:
     """Write ``count`` of scikit-learn's digits as a folder as users have them: RGB JPEGs of random sizes
-    (16–96 px, some not square), one RGBA PNG and one palette GIF, in ``root/<digit>/``. Returns ``root``.
+    (a shorter side from ``sides``, 16–96 px by default; some not square), one RGBA PNG and one palette GIF, in
+    ``root/<digit>/``. Returns ``root``.
 
     Deterministic for a seed; needs scikit-learn.
     """
@@ -97,7 +99,7 @@ def write_digits_as_found(root: str | Path, count: int = 600, seed: int = 0) -> 
         folder = root / str(digits.target[i])
         folder.mkdir(parents=True, exist_ok=True)
         grey = Image.fromarray(np.clip(digits.images[i] * (255 / 16), 0, 255).astype(np.uint8), mode="L")
-        side = int(rng.integers(16, 97))
+        side = int(rng.integers(sides[0], sides[1] + 1))
         wide = side + int(rng.integers(0, side // 4 + 1)) if rng.random() < 0.3 else side
         image = grey.resize((wide, side), Image.BICUBIC).convert("RGB")
         if n == 0:
