@@ -607,3 +607,25 @@ def test_a_runs_page_shows_its_evaluations(service: dict, home: Path, tmp_path: 
     assert f'src="/api/v1/runs/{result.run_uri.removeprefix("twinkle://")}/files/{image}"' in page
     served = client.get(f"/api/v1/runs/alice/p/run1/files/{image}")
     assert served.status_code == 200 and served.content[:4] == b"\x89PNG" and evaluation.number == 1
+
+
+def test_a_job_continues_only_a_run_of_its_users_and_a_refusal_queues_nothing(service: dict, home: Path) -> None:
+    """``continues``: alice's job may start from her run; bob's request naming
+    her run is 403 and a run that does not exist 404, each naming ``continues.run`` — and neither queues a job."""
+    from twinkle_core import Trainer
+
+    run = Trainer("tabular-mlp", hyperparams={"max_epochs": 1, "progress_bar": False}, user="alice",
+                  home=str(home), verbose=False).fit(service["data"]).run_uri
+    client = service["client"]
+    body = {"algorithm": "tabular-mlp", "data": service["data"], "hyperparams": {"max_epochs": 1},
+            "continues": {"run": run, "mode": "finetune"}}
+    refused = client.post("/api/v1/jobs", headers=auth(service, "bob"), json=body)
+    assert refused.status_code == 403 and "continues.run" in refused.json()["detail"], refused.text
+    gone = client.post("/api/v1/jobs", headers=auth(service, "alice"),
+                       json={**body, "continues": {"run": run.replace("run1", "run7")}})
+    assert gone.status_code == 404 and "run7" in gone.json()["detail"], gone.text
+    assert client.get("/api/v1/jobs", headers=auth(service, "bob")).json() == []
+    assert client.get("/api/v1/jobs", headers=auth(service, "alice")).json() == []
+    accepted = client.post("/api/v1/jobs", headers=auth(service, "alice"), json=body)
+    assert accepted.status_code == 201, accepted.text
+    assert accepted.json()["request"]["continues"] == {"run": run, "mode": "finetune"}

@@ -92,3 +92,48 @@ def test_a_spec_that_holds_code_cannot_become_a_job_and_says_what_it_holds(tmp_p
         TrainingSpec.from_dict({"algorithm": "tabular-mlp", "data": "x.csv"})
     with pytest.raises(UnknownComponentError):
         resolve(TrainingSpec("no-such-algorithm"))
+
+
+def test_a_continuation_is_one_spec_from_a_trainer_a_job_file_and_a_request_and_a_supervised_fit_keeps_it(
+        tmp_path: Path, cancer_csv: Path) -> None:
+    """``Trainer.from_checkpoint``'s training is a spec that ``continues`` a checkpoint: it survives its serialised
+    form and a job (``supervise()`` now trains the child run of the checkpoint's, not a fresh one); a service
+    request naming the run (the algorithm read from the run when not given) describes the same continuation; a
+    bad mode is refused where the spec is made."""
+    from twinkle_core.spec import ContinueFrom
+    from twinkle_core.store.runs import RunNotFoundError
+
+    home = str(tmp_path / "home")
+    parent = Trainer("tabular-mlp", hyperparams={"max_epochs": 1, "progress_bar": False}, user="alice", home=home,
+                     verbose=False).fit(str(cancer_csv))
+    child = Trainer.from_checkpoint(parent.run_uri, mode="finetune", hyperparams={"max_epochs": 1}, home=home,
+                                    verbose=False)
+    spec = child.session.spec
+    assert spec.continues == ContinueFrom(parent.run_uri, "finetune") and spec.algorithm == "tabular-mlp"
+    assert TrainingSpec.from_dict(spec.to_dict()) == spec and spec.to_dict()["continues"]["mode"] == "finetune"
+    rebuilt = Session.from_spec(TrainingSpec.from_dict(spec.to_dict()), verbose=False)
+    assert rebuilt.continuation.mode == "finetune" and rebuilt.spec == spec
+    job = job_of(child.session, None, 1, "a test")
+    assert job.spec.continues == spec.continues and job.data == str(cancer_csv)
+    supervised = child.supervise(max_restarts=1)
+    assert supervised.status == "finished" and supervised.parent == parent.run_uri
+    assert Session.from_spec(spec, verbose=False).variant({"lr": 0.01}).continuation is None  # a tuning trial
+
+    request = JobRequest(algorithm="tabular-mlp", data=str(cancer_csv), hyperparams={"max_epochs": 1},
+                         continues={"run": parent.run_uri, "mode": "finetune"})
+    from_request = request.to_spec("alice", home)
+    assert from_request.continues == spec.continues and from_request.algorithm == "tabular-mlp"
+    assert Session.from_spec(from_request, verbose=False).spec.hyperparams == spec.hyperparams
+    check_request(request, home, "alice")  # alice's own run, with a checkpoint
+    with pytest.raises(TwinkleError, match="not a run of yours"):
+        check_request(request, home, "bob")
+    missing = request.model_copy(update={"continues": request.continues.model_copy(
+        update={"run": "twinkle://alice/default/run99"})})
+    with pytest.raises(RunNotFoundError, match="run99"):
+        check_request(missing, home, "alice")
+    with pytest.raises(TwinkleError, match="is a run of 'tabular-mlp', not 'resnet18'"):
+        check_request(request.model_copy(update={"algorithm": "resnet18"}), home, "alice")
+    with pytest.raises(TwinkleError, match="unknown mode 'again'; choose one of resume, continue, finetune"):
+        ContinueFrom(parent.run_uri, "again")
+    with pytest.raises(TwinkleError, match="same_run=True resumes the run exactly"):
+        Trainer.from_checkpoint(parent.run_uri, mode="finetune", same_run=True, home=home)

@@ -53,6 +53,7 @@ _LAZY: dict[str, str] = {
     "Session": "twinkle_core.session:Session",
     "Trainer": "twinkle_core.trainer:Trainer",
     "TrainingSpec": "twinkle_core.spec.training:TrainingSpec",
+    "ContinueFrom": "twinkle_core.spec.training:ContinueFrom",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,7 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from twinkle_core.predictions import PredictionFile
     from twinkle_core.metrics import EvaluationReport
     from twinkle_core.engine.result import FitResult
-    from twinkle_core.spec.training import TrainingSpec
+    from twinkle_core.spec.training import ContinueFrom, TrainingSpec
     from twinkle_core.trainer import Trainer
 
 

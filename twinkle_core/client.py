@@ -34,7 +34,7 @@ DEFAULT_SERVER = "http://127.0.0.1:8765"
 FINAL = ("finished", "failed", "cancelled", "stopped")
 """Job states that do not change any more."""
 _JOB_FIELDS = ("priority", "resources", "monitor", "budget", "max_restarts", "wall_clock_limit", "task",
-               "data_processor", "resource_strategy", "project")
+               "data_processor", "resource_strategy", "project", "continues")
 
 
 class ServiceError(TwinkleError):
@@ -100,7 +100,9 @@ class Client:
 
     # ------------------------------------------------------------------ jobs
     def submit(self, algorithm: str, data: str, hyperparams: dict[str, Any] | None = None, **options: Any) -> Job:
-        """Queue a job; returns its handle. Keywords that are not job fields are hyperparameters.
+        """Queue a job; returns its handle. Keywords that are not job fields are hyperparameters;
+        ``continues={"run": "twinkle://you/project/runN", "mode": "finetune"}`` starts from a run of yours (of
+        ``algorithm``).
 
         Raises:
             ServiceError: the server refused it (a bad algorithm or hyperparameter: 400; data outside the

@@ -25,7 +25,7 @@ from twinkle_core.errors import TwinkleError
 from twinkle_core.exporting.base import ExportResult
 from twinkle_core.jobs import Job, supervise
 from twinkle_core.jobs.from_session import job_of
-from twinkle_core.jobs.ray_backend import goes_to_ray, run_on_ray
+from twinkle_core.jobs.ray_backend import check_not_continued_on_ray, goes_to_ray, run_on_ray
 from twinkle_core.jobs.child import ray_train_loop
 from twinkle_core.operations import Operations
 from twinkle_core.planning import Plan
@@ -131,10 +131,8 @@ class Trainer(Operations):
         With ``backend="ray"`` (or ``RAY_ADDRESS`` set) the run trains on Ray Train workers
         (``twinkle_core.jobs.ray_backend``), restarted from its last checkpoint when one dies.
         """
-        if self._on_ray() and self.continuation is not None:
-            raise TwinkleError("backend='ray' trains a job as a new run; continue or resume this checkpoint with "
-                               "backend='local' (a Ray job that loses a worker resumes by itself)")
         if self._on_ray():
+            check_not_continued_on_ray(self.continuation is not None)
             self.result = run_on_ray(self._job(data, self.settings.max_restarts, "backend='ray'"),
                                      self.settings.ray_workers or 2, ray_train_loop)
             return self.result

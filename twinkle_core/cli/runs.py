@@ -38,11 +38,17 @@ def _training_options(func: Any) -> Any:
 @click.option("--nodes", type=click.IntRange(min=1), help="Machines taking part (start each with `twinkle launch`, "
                                                           "torchrun or SLURM); shorthand for --hp num_nodes=N.")
 @click.option("--devices", type=click.IntRange(min=1), help="Devices (processes) per machine; --hp devices=M.")
+@click.option("--from", "from_run", metavar="RUN", help="Start from a run (twinkle://user/project/runN) or a "
+                                                        "checkpoint file; ALGORITHM must be its algorithm.")
+@click.option("--mode", type=click.Choice(["continue", "finetune", "resume"]), default="continue", show_default=True,
+              help="With --from: keep the optimizer state (continue), the weights only (finetune), or everything "
+                   "on the same data (resume).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def train(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epochs: int | None,
           user: str | None, project: str | None, max_restarts: int, nodes: int | None, devices: int | None,
-          as_json: bool) -> None:
-    """Train ALGORITHM on --data as a new run; prints the plan, progress and the run URI.
+          from_run: str | None, mode: str, as_json: bool) -> None:
+    """Train ALGORITHM on --data as a new run (with --from, a child of that run); prints the plan, progress and the
+    run URI.
 
     The training runs in a worker process that is restarted from the run's last checkpoint (exactly: the same
     data position and random state) if it is killed, up to --max-restarts times; each restart is recorded in
@@ -56,7 +62,12 @@ def train(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epoc
         torch.set_num_threads(1)
     values = hyperparams_from(hp, epochs)
     values.update({k: v for k, v in (("num_nodes", nodes), ("devices", devices)) if v is not None})
-    trainer = Trainer(algorithm, task, values, user=user, project=project, verbose=not as_json)
+    given = {k: v for k, v in (("user", user), ("project", project)) if v is not None}
+    if from_run:
+        trainer = Trainer.from_checkpoint(from_run, data, mode, values, algorithm=algorithm, verbose=not as_json,
+                                          **given)
+    else:
+        trainer = Trainer(algorithm, task, values, verbose=not as_json, **given)
     result = trainer.supervise(data, max_restarts=max_restarts) if max_restarts else trainer.fit(data=data)
     if as_json:
         echo_json({"run": result.run_uri, "status": result.status, "metrics": result.metrics,

@@ -177,15 +177,21 @@ def _client(server: str | None, token: str | None) -> Any:
 @click.option("--priority", type=click.IntRange(-100, 100), default=0, show_default=True, help="Higher runs first.")
 @click.option("--max-restarts", type=click.IntRange(0, 20), default=DEFAULT_MAX_RESTARTS, show_default=True)
 @click.option("--wall-clock", type=click.FloatRange(min=0, min_open=True), help="Seconds it may run.")
+@click.option("--from", "from_run", metavar="RUN", help="Start from a run of yours (twinkle://you/project/runN).")
+@click.option("--mode", type=click.Choice(["continue", "finetune", "resume"]), default="continue", show_default=True,
+              help="With --from: keep the optimizer state (continue), the weights only (finetune), or everything "
+                   "on the same data (resume).")
 @click.option("--wait", "wait_", is_flag=True, help="Follow its output until it ends; exit 1 unless it finished.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @_client_options
 def submit(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epochs: int | None, project: str,
-           priority: int, max_restarts: int, wall_clock: float | None, wait_: bool, as_json: bool,
-           server: str | None, token: str | None) -> None:
-    """Submit a training job to a Twinkle server."""
+           priority: int, max_restarts: int, wall_clock: float | None, from_run: str | None, mode: str,
+           wait_: bool, as_json: bool, server: str | None, token: str | None) -> None:
+    """Submit a training job to a Twinkle server (with --from, one that starts from a run of yours)."""
+    continues = {"continues": {"run": from_run, "mode": mode}} if from_run else {}
     job = _client(server, token).submit(algorithm, data, hyperparams_from(hp, epochs), task=task, project=project,
-                                        priority=priority, max_restarts=max_restarts, wall_clock_limit=wall_clock)
+                                        priority=priority, max_restarts=max_restarts, wall_clock_limit=wall_clock,
+                                        **continues)
     if as_json and not wait_:
         echo_json(job.data)
         return

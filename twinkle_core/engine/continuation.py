@@ -20,9 +20,6 @@ from twinkle_core.data.errors import DataError
 from twinkle_core.engine.checkpoints import CheckpointError, load_checkpoint
 from twinkle_core.engine.record import CheckpointRecord
 
-MODES = ("resume", "continue", "finetune")
-
-
 class DataChangedError(DataError):
     """``resume`` was asked for, but the data is not the data the checkpoint trained on."""
 

@@ -30,7 +30,7 @@ def run(folder: str) -> int:
     from twinkle_core.engine.ranks import global_rank, is_global_zero
     from twinkle_core.engine.stopping import StoppedBySignal
     from twinkle_core.jobs.from_session import job_of
-    from twinkle_core.jobs.ray_backend import goes_to_ray, run_on_ray
+    from twinkle_core.jobs.ray_backend import check_not_continued_on_ray, goes_to_ray, run_on_ray
     from twinkle_core.jobs.restarts import record_restart, resume_source
     from twinkle_core.store.runs import RunStore
 
@@ -52,6 +52,7 @@ def run(folder: str) -> int:
                                             f"resuming from {resume_source(store, existing)}")
         session = Session.from_spec(spec)
         if goes_to_ray(session.settings):  # a Ray driver: Ray Train's workers resume the folder's run themselves
+            check_not_continued_on_ray(spec.continues is not None)
             result = run_on_ray(job_of(session, job.data, session.settings.max_restarts, "backend='ray'"),
                                 session.settings.ray_workers or 2, ray_train_loop)
         elif existing and store.last_checkpoint(store.get(existing).id):

@@ -32,6 +32,18 @@ def goes_to_ray(settings: TrainerSettings) -> bool:
     return settings.backend == "ray" or (settings.backend is None and bool(os.environ.get("RAY_ADDRESS")))
 
 
+def check_not_continued_on_ray(continuing: bool) -> None:
+    """Ray Train trains a job as a new run: a training that continues a checkpoint is refused (before anything
+    starts) — in this process, a job's child and a service's job alike.
+
+    Raises:
+        TwinkleError: ``continuing``.
+    """
+    if continuing:
+        raise TwinkleError("backend='ray' trains a job as a new run; continue or resume this checkpoint with "
+                           "backend='local' (a Ray job that loses a worker resumes by itself)")
+
+
 def run_on_ray(job: Job, workers: int, train_loop: Callable[[dict[str, Any]], None], folder: str | None = None,
                use_gpu: bool = False) -> FitResult:
     """Train ``job`` on ``workers`` Ray Train workers, each running ``train_loop`` (the job worker's

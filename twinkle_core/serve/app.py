@@ -26,7 +26,7 @@ from twinkle_core.serve.dashboard import mount_dashboard
 from twinkle_core.serve.deps import Service
 from twinkle_core.serve.queue import JobQueue, QueueFullError
 from twinkle_core.serve.strict_json import JSONTooLarge, too_large, validation_error
-from twinkle_core.store.runs import RunStore
+from twinkle_core.store.runs import RunNotFoundError, RunStore
 from twinkle_core.uris import DataNotFoundError
 
 class _App(FastAPI):
@@ -72,6 +72,10 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.exception_handler(DataNotFoundError)
     def _no_data(request: Request, err: DataNotFoundError) -> JSONResponse:
+        return JSONResponse({"detail": str(err)}, status_code=404)
+
+    @app.exception_handler(RunNotFoundError)
+    def _no_run(request: Request, err: RunNotFoundError) -> JSONResponse:
         return JSONResponse({"detail": str(err)}, status_code=404)
 
     @app.exception_handler(DataAccessError)

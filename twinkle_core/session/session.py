@@ -50,7 +50,7 @@ from twinkle_core.planning import (DataLoadingDecider, Hardware, PastRun, Plan, 
                                    measure_example)
 from twinkle_core.session.recording import RunRecorder
 from twinkle_core.session.trained import TrainedModel
-from twinkle_core.spec import TrainingSpec, resolve
+from twinkle_core.spec import ContinueFrom, TrainingSpec, resolve
 from twinkle_core.spec.resolution import processor_class
 from twinkle_core.store.runs import RunStore
 from twinkle_core.uris import is_store_uri, size_of
@@ -109,7 +109,16 @@ class Session:
 
     @classmethod
     def from_spec(cls, spec: TrainingSpec, *, verbose: bool = True) -> Session:
-        """The session of ``spec`` (resolved now, as ``Session(...)`` resolves the spec it builds)."""
+        """The session of ``spec`` (resolved now, as ``Session(...)`` resolves the spec it builds); a spec that
+        continues from a checkpoint (``spec.continues``) is ``from_checkpoint``'s session, its hyperparameters
+        overriding the checkpoint's."""
+        if spec.continues is not None:
+            given = {"data_processor": spec.data_processor, "resource_strategy": spec.resource_strategy,
+                     "user": spec.user, "project": spec.project, "home": spec.home, "monitor": spec.monitor,
+                     "budget": spec.budget, "callbacks": list(spec.callbacks) or None}
+            return cls.from_checkpoint(spec.continues.checkpoint, None, spec.continues.mode, dict(spec.hyperparams),
+                                       algorithm=spec.algorithm, same_run=spec.continues.same_run, verbose=verbose,
+                                       **{k: v for k, v in given.items() if v is not None})
         session = cls.__new__(cls)
         session._start(spec, verbose)
         return session
@@ -160,7 +169,8 @@ class Session:
         verbose = kwargs.pop("verbose", self.verbose)
         if "callbacks" in kwargs:
             kwargs["callbacks"] = tuple(kwargs["callbacks"] or ())
-        spec = self.spec.replace(hyperparams={**self.hyperparams, **hyperparams}, home=self.store.home, **kwargs)
+        spec = self.spec.replace(hyperparams={**self.hyperparams, **hyperparams}, home=self.store.home,
+                                 continues=None, **kwargs)  # a variant trains afresh (a tuning trial)
         other = Session.from_spec(spec, verbose=verbose)
         other.shared_data = self.shared_data
         other.new_data = self.new_data  # data named by keyword (voice_samples=...) or by from_checkpoint
@@ -358,11 +368,9 @@ class Session:
     ) -> Session:
         """A session that continues from a run or checkpoint; the arguments are
         ``Trainer.from_checkpoint``'s."""
-        if mode not in cont.MODES:
-            raise TwinkleError(f"unknown mode '{mode}'; choose one of {', '.join(cont.MODES)}")
-        if same_run and mode != "resume":
-            raise TwinkleError(f"same_run=True resumes the run exactly; it does not combine with mode='{mode}'")
-        keys = {f.name for f in dataclasses.fields(TrainingSpec)} - {"algorithm", "task", "hyperparams"} | {"verbose"}
+        continues = ContinueFrom(checkpoint, mode, same_run)  # checks the mode
+        keys = {f.name for f in dataclasses.fields(TrainingSpec)} - {"algorithm", "task", "hyperparams",
+                                                                      "continues"} | {"verbose"}
         kwargs = {k: options.pop(k) for k in list(options) if k in keys}  # the spec's other fields, not hyperparameters
         store = RunStore(kwargs.get("home"))
         uri = _checkpoint_uri(store, checkpoint, mode)
@@ -398,6 +406,7 @@ class Session:
             raise TwinkleError(f"checkpoint '{uri}' names no run to resume into; drop same_run=True")
         session.new_data = new_data or record.data_uri
         session.best_checkpoint = _checkpoint_uri(store, checkpoint, "finetune")  # what evaluate and predict score
+        session.resolved.spec = session.resolved.spec.replace(continues=continues)
         return session
 
     def data_uri(self, data: str | None) -> str:

@@ -1,5 +1,6 @@
 """What a training is, as one value resolved once: ``TrainingSpec`` (the algorithm, task, hyperparameters, data
-processor, resource strategy, where the run goes, its monitor rules and budget) and ``resolve`` (the algorithm and
+processor, resource strategy, where the run goes, its monitor rules and budget, and the checkpoint it continues
+from: ``ContinueFrom``) and ``resolve`` (the algorithm and
 task chosen, every hyperparameter name and type checked, the trainer's settings typed) — what ``Trainer``,
 ``Session``, a ``Job``, the service's ``JobRequest`` and the CLI all build, and what the service validates a
 submission with, without a ``Trainer``.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from twinkle_core.spec.training import TrainingSpec
+from twinkle_core.spec.training import MODES, ContinueFrom, TrainingSpec
 
 if TYPE_CHECKING:
     from twinkle_core.spec.resolution import Resolved, resolve
@@ -26,4 +27,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'twinkle_core.spec' has no attribute '{name}'")
 
 
-__all__ = ["Resolved", "TrainingSpec", "resolve"]
+__all__ = ["MODES", "ContinueFrom", "Resolved", "TrainingSpec", "resolve"]

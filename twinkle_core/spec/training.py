@@ -18,6 +18,36 @@ if TYPE_CHECKING:
     from twinkle_core.ops.monitor import MonitorConfig
 
 
+MODES = ("resume", "continue", "finetune")
+"""How a training continues from a checkpoint (``twinkle_core.engine.continuation``): ``resume`` (everything, the
+same data), ``continue`` (weights and optimizer state, a new schedule), ``finetune`` (weights only)."""
+
+
+@dataclass(frozen=True)
+class ContinueFrom:
+    """Where a training starts from: a checkpoint, and how it continues (``Trainer.from_checkpoint``'s arguments).
+
+    Attributes:
+        checkpoint: ``twinkle://user/project/runN`` (its last checkpoint; the best one for ``finetune``) or a
+            checkpoint file at any URI.
+        mode: ``resume``, ``continue`` or ``finetune`` (``MODES``).
+        same_run: with ``resume``, train on in the run that wrote the checkpoint (a restart after a crash).
+
+    Raises:
+        TwinkleError: an unknown mode, or ``same_run`` with another mode than ``resume``.
+    """
+
+    checkpoint: str
+    mode: str = "continue"
+    same_run: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise TwinkleError(f"unknown mode '{self.mode}'; choose one of {', '.join(MODES)}")
+        if self.same_run and self.mode != "resume":
+            raise TwinkleError(f"same_run=True resumes the run exactly; it does not combine with mode='{self.mode}'")
+
+
 @dataclass(frozen=True)
 class TrainingSpec:
     """One training, as ``Trainer(...)`` describes it: two specs are equal when they describe the same training,
@@ -34,6 +64,8 @@ class TrainingSpec:
         monitor: ``Trainer.monitor``'s metrics and alert rules.
         budget: ``Trainer.set_budget_alert``'s limits.
         callbacks: extra Lightning callbacks for every fit (code).
+        continues: the checkpoint the training starts from, if any (``Trainer.from_checkpoint``); its
+            ``hyperparams`` are then overrides of the checkpoint's.
     """
 
     algorithm: str | type[Algorithm]
@@ -47,20 +79,21 @@ class TrainingSpec:
     monitor: MonitorConfig | None = None
     budget: BudgetConfig | None = None
     callbacks: tuple[Any, ...] = ()
+    continues: ContinueFrom | None = None
 
     @classmethod
     def of(cls, algorithm: str | type[Algorithm], task: str | None = None, hyperparams: dict[str, Any] | None = None,
            *, callbacks: list[Any] | tuple[Any, ...] | None = None, data_processor: str | DataProcessor | None = None,
            resource_strategy: str | None = None, user: str | None = None, project: str | None = None,
            home: str | None = None, monitor: MonitorConfig | None = None, budget: BudgetConfig | None = None,
-           **options: Any) -> TrainingSpec:
+           continues: ContinueFrom | None = None, **options: Any) -> TrainingSpec:
         """The spec of ``Trainer(algorithm, task, hyperparams, ..., **options)``: ``options`` are more
         hyperparameters, merged over ``hyperparams`` (``steps=``, the article's name for the step budget, is
         ``max_steps``)."""
         if "steps" in options:
             options["max_steps"] = options.pop("steps")
         return cls(algorithm, task, {**(hyperparams or {}), **options}, data_processor, resource_strategy, user,
-                   project, home, monitor, budget, tuple(callbacks or ()))
+                   project, home, monitor, budget, tuple(callbacks or ()), continues)
 
     def held_code(self) -> list[str]:
         """What this spec holds that is code, not data (another process cannot rebuild it from a file)."""
@@ -92,7 +125,8 @@ class TrainingSpec:
                 "data_processor": self.data_processor, "resource_strategy": self.resource_strategy,
                 "user": self.user, "project": self.project, "home": self.home,
                 "monitor": asdict(self.monitor) if self.monitor is not None else None,
-                "budget": asdict(self.budget) if self.budget is not None else None}
+                "budget": asdict(self.budget) if self.budget is not None else None,
+                "continues": asdict(self.continues) if self.continues is not None else None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainingSpec:
@@ -102,6 +136,7 @@ class TrainingSpec:
         if unknown:
             raise TwinkleError(f"unknown field(s) of a training: {', '.join(unknown)}")
         monitor, budget = values.pop("monitor", None), values.pop("budget", None)
+        continues = values.pop("continues", None)
         if monitor is not None:  # imported only when there are rules: Lightning's callbacks live beside them
             from twinkle_core.ops.monitor import MonitorConfig
 
@@ -110,7 +145,8 @@ class TrainingSpec:
             from twinkle_core.ops.budget import BudgetConfig
 
             budget = BudgetConfig(**budget)
-        return cls(**values, monitor=monitor, budget=budget)
+        return cls(**values, monitor=monitor, budget=budget,
+                   continues=ContinueFrom(**continues) if continues is not None else None)
 
 
-__all__ = ["TrainingSpec"]
+__all__ = ["MODES", "ContinueFrom", "TrainingSpec"]
