@@ -40,6 +40,63 @@ def test_ppo_clips_the_ratio_to_its_thresholds() -> None:
     assert wider.tolist() == pytest.approx([-1.5, 2.0])
 
 
+def _random_tokens(seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(seed)
+    now = -torch.rand(12, generator=generator, dtype=torch.float64) * 3
+    sampled = now + (torch.rand(12, generator=generator, dtype=torch.float64) - 0.5)  # ratios 0.6 … 1.6
+    advantages = torch.randn(12, generator=generator, dtype=torch.float64)
+    return now, {"logprobs": sampled, "advantages": advantages}
+
+
+def test_cispo_weighs_each_tokens_gradient_by_its_clipped_ratio_as_published() -> None:
+    """CISPO (MiniMax-M1; Tinker's definition): the loss equals ``-Σ clip(p/q, low, high) × log p × A`` computed
+    independently in NumPy (within 1e-6), and its gradient with respect to each log-probability is
+    ``-clip(ratio) × A`` — the ratio is a constant, and clipped tokens still get a gradient (PPO's would be 0)."""
+    import numpy as np
+
+    now, inputs = _random_tokens(0)
+    for settings, (low, high) in (({}, (0.8, 1.2)), ({"clip_low_threshold": 0.5, "clip_high_threshold": 1.1},
+                                                    (0.5, 1.1))):
+        lp = now.clone().requires_grad_(True)
+        elementwise, total = get_loss("cispo", settings)(lp, inputs, settings)
+        q, a = inputs["logprobs"].numpy(), inputs["advantages"].numpy()
+        clipped = np.clip(np.exp(now.numpy() - q), low, high)
+        assert float(total) == pytest.approx(float(-(clipped * now.numpy() * a).sum()), abs=1e-6)
+        total.backward()
+        assert np.allclose(lp.grad.numpy(), -clipped * a, atol=1e-9)
+        assert elementwise.shape == now.shape
+
+
+def test_dro_is_the_advantage_weighted_logprob_less_a_quadratic_drift_penalty_as_published() -> None:
+    """DRO (Richemond et al. 2024; Tinker's definition): ``-Σ (log p × A - ½ β (log p - log q)²)`` computed
+    independently (within 1e-6) for the default β = 0.05 and a given one; its gradient is ``-(A - β (log p -
+    log q))``."""
+    import numpy as np
+
+    now, inputs = _random_tokens(1)
+    q, a = inputs["logprobs"].numpy(), inputs["advantages"].numpy()
+    for settings, beta in (({}, 0.05), ({"beta": 0.5}, 0.5)):
+        lp = now.clone().requires_grad_(True)
+        _, total = get_loss("dro", settings)(lp, inputs, settings)
+        expected = -(now.numpy() * a - 0.5 * beta * (now.numpy() - q) ** 2).sum()
+        assert float(total) == pytest.approx(float(expected), abs=1e-6)
+        total.backward()
+        assert np.allclose(lp.grad.numpy(), -(a - beta * (now.numpy() - q)), atol=1e-9)
+
+
+@pytest.mark.parametrize(("loss", "settings", "message"), [
+    ("ppo", {"clip_low_threshold": 1.5, "clip_high_threshold": 1.2}, "clip_low_threshold=1.5 and "
+                                                                     "clip_high_threshold=1.2"),
+    ("cispo", {"clip_low_threshold": -0.1}, "clip_low_threshold=-0.1"),
+    ("dro", {"beta": -1.0}, "beta=-1.0: give a penalty weight of 0 or more"),
+])
+def test_loss_settings_a_loss_cannot_use_are_named_before_it_runs(loss: str, settings: dict, message: str) -> None:
+    """Thresholds out of order or negative, and a negative ``beta``, are a ``TwinkleError`` from ``get_loss``
+    (what the Tinker server calls before queueing a request), naming the setting."""
+    with pytest.raises(TwinkleError, match=message):
+        get_loss(loss, settings)
+
+
 def test_an_unknown_loss_is_named_with_the_known_ones() -> None:
     """A loss name that does not exist is a ``TwinkleError`` listing every built-in loss."""
     with pytest.raises(TwinkleError, match="loss_fn 'mystery' does not exist; use one of " + ", ".join(LOSSES)):

@@ -27,6 +27,7 @@ CORE_MODULES = {
     "twinkle_core.lowlevel": "Writing a training backend (the Tinker API)",
     "twinkle_core.pretrained": "Loading pretrained weights (weights=)",
     "twinkle_core.doctor": "What twinkle doctor checks",
+    "twinkle_core.rewards": "Rewards for reinforcement learning",
     "twinkle_core.client": "The service's Python client",
 }
 PLUGIN_OBJECTS = {
@@ -53,7 +54,7 @@ PLUGIN_OBJECTS = {
         "twinkle_llm.data.PreferenceProcessor", "twinkle_llm.preference",
         "twinkle_llm.chat.ChatTemplate", "twinkle_llm.chat.ChatTemplateError", "twinkle_llm.tokenizing.TextTokenizer",
         "twinkle_llm.exporting.HuggingFaceExporter", "twinkle_llm.exporting.PeftExporter",
-        "twinkle_llm.folders.ModelFolderError", "twinkle_llm.baselines", "twinkle_llm.samples",
+        "twinkle_llm.folders.ModelFolderError", "twinkle_llm.baselines", "twinkle_llm.samples", "twinkle_llm.rewards",
     ],
 }
 

@@ -126,10 +126,11 @@ KINDS: dict[str, Kind] = {
         Kind("training_backend", "register_training_backends", (), "twinkle_core.lowlevel.backend:TrainingBackend",
              "training-backends"),
         Kind("check", "register_checks", (), "twinkle_core.doctor:Check", "checks"),
+        Kind("reward", "register_rewards", (), "twinkle_core.rewards:Reward", "rewards"),
     )
 }
 """The component kinds, by name: tasks, algorithms, data processors, resource strategies, exporters, commands,
-training backends, checks (``twinkle doctor``)."""
+training backends, checks (``twinkle doctor``), rewards (reinforcement learning)."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*([/-]\*)?$")
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")

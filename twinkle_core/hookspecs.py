@@ -188,6 +188,22 @@ def register_checks(register: Register) -> None:
     """
 
 
+@hookspec
+def register_rewards(register: Register) -> None:
+    """Register rewards for reinforcement learning: a ``twinkle_core.rewards.Reward`` subclass, built with the
+    options a training gives it and called with a batch of completions and their prompts' rows, returning one score
+    per completion (``twinkle rewards list`` shows them).
+
+    For example:
+
+    ```python
+    @hookimpl
+    def register_rewards(register):
+        register("exact_answer", "twinkle_llm.rewards:ExactAnswer", description="1 when the answer is the row's")
+    ```
+    """
+
+
 HOOK_NAMES: tuple[str, ...] = tuple(
     name for name, value in dict(globals()).items() if name.startswith("register_") and callable(value)
 )

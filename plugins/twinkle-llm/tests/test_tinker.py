@@ -406,8 +406,9 @@ def test_a_refused_request_never_freezes_its_model(server: Server) -> None:
 
 def test_rl_losses_go_through_the_sdk(server: Server) -> None:
     """``importance_sampling`` and ``ppo`` take the sampler's log-probabilities and advantages through the SDK:
-    with the model's own log-probabilities as the sampler's (ratio 1) each token's loss is ``-advantage``, and a
-    backward pass with them trains (the next forward's log-probabilities change)."""
+    with the model's own log-probabilities as the sampler's (ratio 1) each token's loss is ``-advantage`` (and
+    ``cispo``'s and ``dro``'s ``-log p × advantage``; a ``beta`` dro cannot use is refused), and a backward pass
+    with them trains (the next forward's log-probabilities change)."""
     training = server.client("alice").create_lora_training_client(base_model="tiny", rank=8).result()
     tokens = SEQUENCE[:12]
     own = training.forward([_datum(tokens)], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
@@ -418,6 +419,12 @@ def test_rl_losses_go_through_the_sdk(server: Server) -> None:
         out = training.forward([rl], loss).result()
         assert out.metrics["loss:sum"] == pytest.approx(-sum(advantages), abs=1e-4)
         assert out.loss_fn_outputs[0]["elementwise_loss"].tolist() == pytest.approx([-a for a in advantages], abs=1e-5)
+    weighted = [-lp * a for lp, a in zip(own, advantages)]  # cispo's and dro's at ratio 1: -log p × A
+    for loss, config in (("cispo", {}), ("dro", {"beta": 0.1})):
+        out = training.forward([rl], loss, loss_fn_config=config).result()
+        assert out.loss_fn_outputs[0]["elementwise_loss"].tolist() == pytest.approx(weighted, abs=1e-4)
+    with pytest.raises(tinker.APIStatusError, match="beta=-1.0"):
+        training.forward([rl], "dro", loss_fn_config={"beta": -1.0}).result(timeout=60)
     training.forward_backward([rl], "ppo", loss_fn_config={"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}
                               ).result()
     training.optim_step(types.AdamParams(learning_rate=1e-2)).result()

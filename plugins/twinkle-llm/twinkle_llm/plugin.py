@@ -1,9 +1,10 @@
 """The Twinkle plugin of twinkle-llm, found through the ``twinkle`` entry-point group.
 
 It registers the ``causal_lm``, ``instruction_tuning`` and ``preference_tuning`` tasks, their processors (raw text,
-conversations, preference pairs), the ``twinkle llm`` commands and the decoder-only models: ``llm-tiny``
-(CPU minutes), ``llama-<size>``, ``qwen2-<size>`` and ``qwen3-<size>`` (``twinkle_llm.presets``). Like every plugin
-module it imports nothing heavy at its top level.
+conversations, preference pairs), the ``twinkle llm`` commands, rewards for reinforcement learning
+(``twinkle_llm.rewards``) and the decoder-only models: ``llm-tiny`` (CPU minutes), ``llama-<size>``,
+``qwen2-<size>`` and ``qwen3-<size>`` (``twinkle_llm.presets``). Like every plugin module it imports nothing heavy
+at its top level.
 """
 
 from __future__ import annotations
@@ -87,3 +88,13 @@ def register_checks(register: Register) -> None:
     """``twinkle doctor``: transformers' model classes (and libsndfile, which they import) and peft."""
     register("transformers", "twinkle_llm.checks:transformers_models",
              description="transformers' Llama/Qwen2/Qwen3 classes and peft import")
+
+
+@hookimpl
+def register_rewards(register: Register) -> None:
+    """Verifiable rewards for reinforcement learning on text (``twinkle_llm.rewards``)."""
+    register("exact_answer", "twinkle_llm.rewards:ExactAnswer",
+             description="1 when the completion's answer is the row's answer (numbers compared as numbers)")
+    register("format", "twinkle_llm.rewards:FormatMatch", description="1 when the completion matches a regex")
+    register("length_penalty", "twinkle_llm.rewards:LengthPenalty",
+             description="0 up to limit characters, then minus the excess as a share of the limit")

@@ -307,14 +307,16 @@ class TinkerService:
 
     # ------------------------------------------------------------ training
     @staticmethod
-    def check_data(model: TrainingModel, data: list[Datum], loss_fn: str) -> None:
-        """The request's data fit the model and the loss (``twinkle_core.lowlevel.check_data``), before it is
-        queued.
+    def check_data(model: TrainingModel, data: list[Datum], loss_fn: str, settings: dict[str, Any] | None = None
+                   ) -> None:
+        """The request's data fit the model and the loss (``twinkle_core.lowlevel.check_data``), and its
+        ``loss_fn_config`` the loss, before it is queued.
 
         Raises:
-            TwinkleError: an unknown loss, a missing input, lengths that differ, a token outside the vocabulary.
+            TwinkleError: an unknown loss or settings it cannot use, a missing input, lengths that differ, a token
+                outside the vocabulary.
         """
-        get_loss(loss_fn)
+        get_loss(loss_fn, settings or {})
         check_data(data, model.vocab, REQUIRED[loss_fn], loss_fn)
 
     def forward_backward(self, user: str, request: dict[str, Any], encode: Callable[[Any], bytes]) -> Future:
@@ -323,7 +325,7 @@ class TinkerService:
         model = self.model(user, request["model_id"])
         loss_fn, data, backward = request["loss_fn"], request["data"], not request["forward_only"]
         with self.requests.refusing(model, request["seq_id"], user):
-            self.check_data(model, data, loss_fn)
+            self.check_data(model, data, loss_fn, request["loss_fn_config"])
         loss, settings = get_loss(loss_fn), request["loss_fn_config"]
 
         def done(result: Any) -> bytes:

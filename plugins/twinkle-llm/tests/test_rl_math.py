@@ -1,0 +1,133 @@
+"""Reinforcement learning's arithmetic (``twinkle_llm.rl``) is the published formulas', each checked against an
+independent plain-Python computation of the formula on fixed numbers (within 1e-6); and the built-in rewards
+(``twinkle_llm.rewards``) score what their descriptions say, through ``twinkle_core.rewards``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from twinkle_core.errors import TwinkleError
+from twinkle_core.rewards import RewardError, resolve_rewards, score
+from twinkle_llm.rl import group_advantages, kl_penalty, policy_loss
+
+
+def _batch(seed: int = 0) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    old = -torch.rand(4, 6, generator=generator, dtype=torch.float64) * 3
+    now = old + (torch.rand(4, 6, generator=generator, dtype=torch.float64) - 0.5) * 0.8  # ratios 0.67 … 1.5
+    ref = old + (torch.rand(4, 6, generator=generator, dtype=torch.float64) - 0.5) * 0.4
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0], [1, 0, 0, 0, 0, 0]],
+                        dtype=torch.float64)
+    return {"now": now, "old": old, "ref": ref, "mask": mask, "adv": torch.tensor([1.5, -0.5, 0.25, -1.0],
+                                                                                 dtype=torch.float64)}
+
+
+def _by_hand(b: dict[str, torch.Tensor], low: float, high: float, beta: float, normalisation: str) -> float:
+    """GRPO's loss token by token, in plain Python floats."""
+    rows = []
+    for i in range(4):
+        terms = []
+        for t in range(6):
+            if not b["mask"][i, t]:
+                continue
+            ratio = math.exp(float(b["now"][i, t] - b["old"][i, t]))
+            a = float(b["adv"][i])
+            objective = min(ratio * a, min(max(ratio, 1 - low), 1 + high) * a)
+            d = float(b["ref"][i, t] - b["now"][i, t])
+            terms.append(-objective + beta * (math.exp(d) - d - 1))
+        rows.append(terms)
+    if normalisation == "sequence":  # DeepSeekMath: mean over completions of each one's token mean
+        return sum(sum(r) / len(r) for r in rows) / len(rows)
+    if normalisation == "token":  # DAPO: every completion token weighs the same
+        return sum(sum(r) for r in rows) / sum(len(r) for r in rows)
+    return sum(sum(r) for r in rows) / (4 * 6)  # Dr. GRPO: completions × the longest allowed
+
+
+@pytest.mark.parametrize("normalisation", ["sequence", "token", "constant"])
+@pytest.mark.parametrize(("low", "high", "beta"), [(0.2, 0.2, 0.0), (0.2, 0.28, 0.04)])
+def test_the_grpo_loss_is_the_published_formula_under_each_normalisation(normalisation: str, low: float,
+                                                                         high: float, beta: float) -> None:
+    """The clipped surrogate plus ``beta × k3``, averaged per sequence (GRPO), per token (DAPO) or over a constant
+    (Dr. GRPO), with symmetric and "clip higher" bounds, equals the hand computation within 1e-6; its gradient
+    is zero on tokens the clip took (positive advantage above ``1 + high``)."""
+    b = _batch()
+    now = b["now"].clone().requires_grad_(True)
+    result = policy_loss(now, b["old"], b["adv"], b["mask"], clip_low=low, clip_high=high,
+                         normalisation=normalisation, ref_logprobs=b["ref"] if beta else None, beta=beta)
+    assert float(result.loss.detach()) == pytest.approx(_by_hand(b, low, high, beta, normalisation), abs=1e-6)
+    result.loss.backward()
+    ratio = torch.exp(b["now"] - b["old"])
+    took = (ratio > 1 + high) & (b["adv"].unsqueeze(1) > 0) & b["mask"].bool()
+    if not beta:
+        assert bool(took.any()) and float(now.grad[took].abs().max()) == 0.0
+    tokens = b["mask"].sum()
+    assert result.clip_fraction == pytest.approx(float((
+        ((ratio > 1 + high) & (b["adv"].unsqueeze(1) > 0)) | ((ratio < 1 - low) & (b["adv"].unsqueeze(1) < 0))
+    ).double().mul(b["mask"]).sum() / tokens))
+
+
+def test_k3_is_nonnegative_zero_where_the_policies_agree_and_the_published_expression() -> None:
+    """``k3 = exp(ref - logp) - (ref - logp) - 1``: 0 for equal log-probabilities, ≥ 0 always, by hand elsewhere."""
+    logp = torch.tensor([-1.0, -2.0, -0.5], dtype=torch.float64)
+    ref = torch.tensor([-1.0, -1.0, -3.0], dtype=torch.float64)
+    got = kl_penalty(logp, ref).tolist()
+    assert got[0] == 0.0 and all(v >= 0 for v in got)
+    assert got[1] == pytest.approx(math.exp(1.0) - 1.0 - 1) and got[2] == pytest.approx(math.exp(-2.5) + 2.5 - 1)
+
+
+def test_group_advantages_are_grpos_dr_grpos_and_rloos() -> None:
+    """Per prompt: GRPO ``(r - mean) / (std + 1e-4)`` (sample standard deviation, as DeepSeekMath and TRL), Dr.
+    GRPO ``r - mean``, RLOO ``r - mean of the others``, by hand; a group whose rewards are equal gets 0; groups of
+    one and an unknown method are named errors."""
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5], [3.0, 1.0, 2.0, 0.0]], dtype=torch.float64)
+    for row, r in enumerate(rewards.tolist()):
+        mean = sum(r) / 4
+        std = math.sqrt(sum((x - mean) ** 2 for x in r) / 3)
+        assert group_advantages(rewards)[row].tolist() == pytest.approx([(x - mean) / (std + 1e-4) for x in r])
+        assert group_advantages(rewards, scale=False)[row].tolist() == pytest.approx([x - mean for x in r])
+        others = [(sum(r) - x) / 3 for x in r]
+        assert group_advantages(rewards, "rloo")[row].tolist() == pytest.approx([x - o for x, o in zip(r, others)])
+    assert group_advantages(rewards)[1].abs().max() == 0
+    with pytest.raises(TwinkleError, match="groups of 2 or more"):
+        group_advantages(torch.ones(3, 1))
+    with pytest.raises(TwinkleError, match="advantages='ppo' is not a method; choose one of grpo, rloo"):
+        group_advantages(rewards, "ppo")
+    with pytest.raises(TwinkleError, match="loss_normalisation='batch'"):
+        policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2), normalisation="batch")
+
+
+def test_the_built_in_rewards_score_answers_formats_and_lengths() -> None:
+    """``exact_answer`` compares numbers as numbers after the last answer marker and text whole; ``format`` matches
+    a regex; ``length_penalty`` is 0 up to its limit; weights combine them; a row without an answer, a reward that
+    raises or gives NaN, and a bad pattern are ``RewardError``s naming the reward and the prompt."""
+    rows = [{"prompt": "2+2=", "answer": "4"}, {"prompt": "3*3=", "answer": "9"}, {"prompt": "hi", "answer": "Hello"}]
+    completions = ["so the answer is 4.0", "#### 8", "hello."]
+    with pytest.raises(RewardError, match="reward 'format' was given no options: .*'pattern'"):
+        resolve_rewards({"exact_answer": 1.0, "format": 0.5})  # format needs its pattern
+    rewards = resolve_rewards(["exact_answer", {"name": "format", "weight": 0.5, "pattern": r".*\d.*"},
+                               {"name": "length_penalty", "weight": 2.0, "limit": 10}])
+    total, parts = score(rewards, completions, rows)
+    assert parts["exact_answer"] == [1.0, 0.0, 1.0] and parts["format"] == [1.0, 1.0, 0.0]
+    assert parts["length_penalty"] == pytest.approx([-1.0, 0.0, 0.0])  # 20 characters: twice the limit
+    assert total == pytest.approx([1.0 + 0.5 - 2.0, 0.5, 1.0])
+    with pytest.raises(RewardError, match="lacks \\(it has prompt\\)|which this row lacks"):
+        score(resolve_rewards("exact_answer"), ["4"], [{"prompt": "2+2="}])
+    with pytest.raises(RewardError, match="reward 'broken' raised ZeroDivisionError.*'2\\+2='"):
+        score(resolve_rewards(broken), ["4"], rows[:1])
+    with pytest.raises(RewardError, match="reward 'nan_reward' gave nan to the completion of prompt '2\\+2=' \\(#0\\)"):
+        score(resolve_rewards(nan_reward), ["4"], rows[:1])
+    with pytest.raises(RewardError, match="not a regular expression"):
+        resolve_rewards({"name": "format", "pattern": "(("})
+
+
+def broken(completions, rows):
+    """A reward with a bug."""
+    return [1 / 0 for _ in completions]
+
+
+def nan_reward(completions, rows):
+    """A reward that returns NaN."""
+    return [float("nan") for _ in completions]
