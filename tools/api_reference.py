@@ -55,6 +55,7 @@ PLUGIN_OBJECTS = {
         "twinkle_llm.chat.ChatTemplate", "twinkle_llm.chat.ChatTemplateError", "twinkle_llm.tokenizing.TextTokenizer",
         "twinkle_llm.exporting.HuggingFaceExporter", "twinkle_llm.exporting.PeftExporter",
         "twinkle_llm.folders.ModelFolderError", "twinkle_llm.baselines", "twinkle_llm.samples", "twinkle_llm.rewards",
+        "twinkle_llm.rl", "twinkle_llm.data.PromptProcessor",
     ],
 }
 

@@ -470,3 +470,135 @@ class PreferenceProcessor(LanguageDataProcessor):
         prepared = self.finish(tokenizer, train, val, reader, uri, details, layout,
                                {"chat_template": template.source}, input_shape=(2, length))
         return self.count_truncated(prepared, truncated, "sequences")
+
+
+@dataclass
+class RLPrompt:
+    """One prompt of a reinforcement-learning data set: raw text to continue, or messages (ending with the user's
+    turn) the assistant answers; ``fields``, every other field of its record, go to the rewards."""
+
+    prompt: str | Messages
+    fields: dict[str, Any]
+    file: str
+    line: int
+
+    def where(self) -> str:
+        """``file, line N`` for messages."""
+        return f"{self.file}, line {self.line}"
+
+    def row(self) -> dict[str, Any]:
+        """What a reward sees: the record's other fields, and ``prompt`` as text (the last user turn of
+        messages)."""
+        text = self.prompt if isinstance(self.prompt, str) else str(self.prompt[-1]["content"])
+        return {**self.fields, "prompt": text}
+
+
+def rl_prompt(row: Any) -> RLPrompt:
+    """The prompt of a record: ``prompt`` (text, or messages ending with the user's turn), the rest for rewards.
+
+    Raises:
+        MissingColumnError: no ``prompt``; DataError: an empty one, or messages in a wrong order.
+    """
+    from twinkle_llm.chat import check_messages
+
+    value = row.values.get("prompt")
+    prompt = check_messages(value, row.where(), complete=False) if isinstance(value, list) else row.text(
+        "prompt", "; a prompt record holds 'prompt' (text or messages) and what its rewards compare with")
+    return RLPrompt(prompt, {k: v for k, v in row.values.items() if k != "prompt"}, row.file, row.line)
+
+
+class PromptBatch:
+    """The collate function of prompts: token ids padded on the left (generation continues every row at the same
+    position) with the attention mask, and the prompts' rows — ``(ids int64 [B, L], mask int64 [B, L], rows)``."""
+
+    def __init__(self, pad_id: int) -> None:
+        self.pad_id = pad_id
+
+    def __call__(self, items: list[tuple[list[int], dict[str, Any]]]) -> tuple[torch.Tensor, torch.Tensor, list]:
+        length = max(len(ids) for ids, _ in items)
+        ids = torch.full((len(items), length), self.pad_id, dtype=torch.int64)
+        mask = torch.zeros((len(items), length), dtype=torch.int64)
+        for row, (tokens, _) in enumerate(items):
+            ids[row, length - len(tokens):] = torch.tensor(tokens, dtype=torch.int64)
+            mask[row, length - len(tokens):] = 1
+        return ids, mask, [dict(fields) for _, fields in items]
+
+
+class PromptDataset(Dataset):
+    """Tokenized prompts and their rows (``PromptBatch`` collates them)."""
+
+    def __init__(self, items: list[tuple[list[int], dict[str, Any]]]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> tuple[list[int], dict[str, Any]]:
+        return self.items[index]
+
+
+class PromptProcessor(LanguageDataProcessor):
+    """Prompts → ``(ids [B, L] left-padded, mask [B, L], rows)`` batches for ``reinforcement_learning``.
+
+    Each record holds ``prompt`` — raw text the model continues, or messages ending with the user's turn, rendered
+    with the model's chat template and its generation prompt, as TRL's GRPO data — and any other fields (an
+    ``answer``, tests), which go to the rewards with the completion. The tokenizer is the model folder's (or a
+    continued run's): reinforcement learning starts from a trained model.
+    """
+
+    task = "reinforcement_learning"
+    formats = ("jsonl", "parquet", "folder")
+
+    def __init__(self, max_seq_len: PositiveInt | None = None, vocab_size: PositiveInt = 2048,
+                 val_fraction: Fraction = 0.1) -> None:
+        """Configure the processor.
+
+        Args:
+            max_seq_len: the longest prompt, in tokens; a longer one is refused, naming its file and line. Default:
+                the longest prompt of the data.
+            vocab_size: unused (the model's tokenizer is used); kept for the processors' shared settings.
+            val_fraction: the share of prompts held out: validation answers them greedily and scores the answers.
+        """
+        super().__init__(max_seq_len, vocab_size, val_fraction)
+
+    def prepare(self, uri: str, context: PrepareContext | None = None) -> PreparedData:
+        """Read, check, split by prompt, tokenize each prompt (text as it is; messages in the chat template)."""
+        from twinkle_llm.reading import read_records
+
+        context = self.context(context)
+        if context.model_input is None or not context.model_input.tokenizer:
+            raise DataError(f"'{uri}': reinforcement learning samples from a trained model, whose tokenizer reads "
+                            "the prompts: give weights='/path/to/hf-folder' (or continue a run)")
+        prompts, reader = read_records(uri, "prompts", '{"prompt": "...", "answer": "..."}', rl_prompt)
+        train_index, val_index = self.held_out(len(prompts), context.seed, uri, "prompts")
+        tokenizer = self.tokenizer(context, ())
+        template = self.template(tokenizer)
+        encoded = []
+        for p in prompts:
+            text = p.prompt if isinstance(p.prompt, str) else template.render(p.prompt, add_generation_prompt=True)
+            ids = tokenizer.encode(text)
+            if not ids:
+                raise DataError(f"{p.where()}: the prompt encodes to no tokens; give it text")
+            encoded.append(ids)
+        longest = max(len(ids) for ids in encoded)
+        if self.max_seq_len is None:
+            self.max_seq_len = longest
+            self.window_decision = Decision("max_seq_len", longest, f"the longest of the {len(prompts)} prompts is "
+                                            f"{longest} tokens; pin max_seq_len= to choose")
+        for p, ids in zip(prompts, encoded):
+            if len(ids) > self.max_seq_len:
+                raise DataError(f"{p.where()}: the prompt is {len(ids)} tokens, longer than max_seq_len = "
+                                f"{self.max_seq_len}; raise max_seq_len or shorten it")
+
+        def dataset(index: list[int]) -> PromptDataset:
+            return PromptDataset([(encoded[i], prompts[i].row()) for i in index])
+
+        layout = Decision("padding", longest, f"prompts are padded on the left to the longest of their batch (at most "
+                                              f"{longest} tokens); completions are sampled after them")
+        details = {"prompts": len(prompts), "split": f"{len(train_index)} prompts for training, {len(val_index)} held "
+                                                     "out", "chat_template": template.source,
+                   "fields": sorted({k for p in prompts for k in p.fields})}
+        prepared = self.finish(tokenizer, dataset(train_index), dataset(val_index), reader, uri, details, layout,
+                               {"chat_template": template.source})
+        prepared.collate_fn = PromptBatch(tokenizer.pad_id)
+        return prepared

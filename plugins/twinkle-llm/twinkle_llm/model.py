@@ -14,11 +14,12 @@ from torch import nn
 from twinkle_core import Algorithm, DataSpec
 from twinkle_core.data import ModelInput
 from twinkle_core.errors import HyperparameterError, TwinkleError
-from twinkle_core.types import NonNegativeInt, PositiveFloat
+from twinkle_core.types import NonNegativeInt, PositiveFloat, PositiveInt
 
 from twinkle_llm.chat import DEFAULT_TEMPLATE, ChatTemplate, Messages, check_messages
 from twinkle_llm.folders import load_folder_model, read_adapter, read_config
 from twinkle_llm.presets import PRESETS
+from twinkle_llm.rl import RL_TASK, RLSettings, rl_figures, rl_loss, rl_sums
 from twinkle_llm.prompts import Prompt, held_out_prompts
 from twinkle_llm.tokenizing import TextTokenizer
 
@@ -68,7 +69,13 @@ class CausalLM(Algorithm):
                  lora_rank: NonNegativeInt = 0, lora_alpha: float | None = None, lora_targets: str = LORA_ALL,
                  lora_dropout: float = 0.0, adapter: str | None = None, beta: PositiveFloat = 0.1,
                  val_generations: NonNegativeInt = 2, fused_loss: bool = True,
-                 task: Literal["causal_lm", "instruction_tuning", "preference_tuning"] = "causal_lm") -> None:
+                 rewards: str | list[Any] | dict[str, Any] | None = None, group_size: PositiveInt = 8,
+                 max_new_tokens: PositiveInt = 64, temperature: float = 1.0, kl_coef: float = 0.0,
+                 clip_low: float = 0.2, clip_high: float = 0.2,
+                 loss_normalisation: Literal["sequence", "token", "constant"] = "token",
+                 advantages: Literal["grpo", "rloo"] = "grpo", scale_rewards: bool = True,
+                 task: Literal["causal_lm", "instruction_tuning", "preference_tuning",
+                               "reinforcement_learning"] = "causal_lm") -> None:
         """Choose the model.
 
         Args:
@@ -96,8 +103,26 @@ class CausalLM(Algorithm):
                 pass, never materialising the whole vocabulary's logits (``twinkle_llm.fused_loss``); ``False``:
                 the head's logits, then the loss. Where the head is not a plain linear layer (adapted by LoRA, logit
                 soft-capping, split by tensor parallelism, pipelined) the logits path is used whatever this says.
-            task: ``causal_lm`` (raw text), ``instruction_tuning`` (conversations) or ``preference_tuning``
-                (DPO on chosen and rejected answers, against the starting model as the reference).
+            rewards: ``reinforcement_learning``'s rewards (``twinkle rewards list``): a name, a list, ``{name:
+                weight}``, ``{"name": ..., "weight": ..., <option>: ...}`` items, or a ``Reward`` or function from
+                code (``twinkle_core.rewards.resolve_rewards``).
+            group_size: completions sampled per prompt, compared with each other (GRPO's group; at least 2).
+            max_new_tokens: the longest completion sampled, in tokens.
+            temperature: the sampling temperature of the rollouts (1: the policy's own distribution).
+            kl_coef: the weight of the KL term to the reference model — the base without the adapters with LoRA
+                (no extra memory), else a frozen copy of the starting model; 0 (the default, as TRL's) runs none.
+            clip_low, clip_high: the probability ratio is kept in ``[1 - clip_low, 1 + clip_high]`` (a higher
+                ``clip_high`` is DAPO's "clip higher").
+            loss_normalisation: how the per-token losses are averaged: ``token`` (every completion token of the
+                batch alike, DAPO's and TRL's default), ``sequence`` (each completion's mean, then their mean:
+                DeepSeekMath's GRPO) or ``constant`` (completions × ``max_new_tokens``: Dr. GRPO).
+            advantages: ``grpo`` (the reward minus the group's mean, over its standard deviation) or ``rloo`` (minus
+                the mean of the group's other completions).
+            scale_rewards: GRPO's division by the group's standard deviation (``False``: Dr. GRPO).
+            task: ``causal_lm`` (raw text), ``instruction_tuning`` (conversations), ``preference_tuning``
+                (DPO on chosen and rejected answers, against the starting model as the reference) or
+                ``reinforcement_learning`` (GRPO on prompts: completions sampled, scored by ``rewards``,
+                ``twinkle_llm.rl``).
         """
         super().__init__(task=task)
         sizes = PRESETS[self.family]
@@ -137,6 +162,19 @@ class CausalLM(Algorithm):
             raise HyperparameterError("task 'preference_tuning' tunes a trained model (the reference DPO compares "
                                       "with): give weights='/path/to/hf-folder' (an instruction-tuned model, or one "
                                       "exported with format='hf')")
+        self.rl: RLSettings | None = None
+        """How a ``reinforcement_learning`` run samples, scores and updates (``twinkle_llm.rl``)."""
+        rl_given = [f"'{name}' = {value!r}" for name, value, default in (
+            ("rewards", rewards, None), ("group_size", group_size, 8), ("max_new_tokens", max_new_tokens, 64),
+            ("temperature", temperature, 1.0), ("kl_coef", kl_coef, 0.0), ("clip_low", clip_low, 0.2),
+            ("clip_high", clip_high, 0.2), ("loss_normalisation", loss_normalisation, "token"),
+            ("advantages", advantages, "grpo"), ("scale_rewards", scale_rewards, True)) if value != default]
+        if self.task == RL_TASK:
+            self.rl = self._rl_settings(weights, rewards, group_size, max_new_tokens, temperature, kl_coef, clip_low,
+                                        clip_high, loss_normalisation, advantages, scale_rewards)
+        elif rl_given:
+            raise HyperparameterError(f"{' and '.join(rl_given)} configure reinforcement learning, but the task is "
+                                      f"'{self.task}': pass task='reinforcement_learning', or drop them")
         self.lora_rank, self.lora_dropout, self.beta = lora_rank, lora_dropout, beta
         self.val_generations, self.fused_loss = val_generations, fused_loss
         self._val_prompts: list[Prompt] = []
@@ -153,6 +191,35 @@ class CausalLM(Algorithm):
         self._val_sum: torch.Tensor | None = None
         self._test_sum = torch.zeros(5, dtype=torch.float64)
         self._split_logits = False  # the logits come split by vocabulary (tensor parallel with loss parallel)
+
+    @staticmethod
+    def _rl_settings(weights: str | None, rewards: Any, group_size: int, max_new_tokens: int, temperature: float,
+                     kl_coef: float, clip_low: float, clip_high: float, loss_normalisation: str, advantages: str,
+                     scale_rewards: bool) -> RLSettings:
+        """``reinforcement_learning``'s settings, each checked.
+
+        Raises:
+            HyperparameterError: no weights or rewards, a group of one, a negative temperature or KL weight,
+                clipping bounds out of range; RewardError and UnknownComponentError: rewards that cannot be built.
+        """
+        from twinkle_core.rewards import resolve_rewards
+
+        if not weights:
+            raise HyperparameterError("task 'reinforcement_learning' samples from a trained model: give weights="
+                                      "'/path/to/hf-folder' (an instruction-tuned model, or one exported with "
+                                      "format='hf')")
+        if rewards is None:
+            raise HyperparameterError("task 'reinforcement_learning' needs rewards= (twinkle rewards list), e.g. "
+                                      "rewards='exact_answer' or {'exact_answer': 1.0, 'format': 0.2}")
+        for name, value, low in (("group_size", group_size, 2), ("temperature", temperature, 0.0),
+                                 ("kl_coef", kl_coef, 0.0), ("clip_low", clip_low, 0.0), ("clip_high", clip_high, 0.0)):
+            if not value >= low:
+                raise HyperparameterError(f"'{name}' = {value} must be at least {low:g}")
+        if clip_low >= 1:
+            raise HyperparameterError(f"'clip_low' = {clip_low}: the ratio's lower bound 1 - clip_low must stay above "
+                                      "0; use a value below 1 (0.2 is usual)")
+        return RLSettings(resolve_rewards(rewards), group_size, max_new_tokens, temperature, kl_coef, clip_low,
+                          clip_high, loss_normalisation, advantages, scale_rewards)
 
     @property
     def min_optimizer_steps(self) -> int | None:
@@ -180,7 +247,8 @@ class CausalLM(Algorithm):
             if model.config.vocab_size < spec.vocab_size:
                 raise TwinkleError(f"the tokenizer has {spec.vocab_size} ids but '{self.weights}' embeds "
                                    f"{model.config.vocab_size}")
-            if self.task == "preference_tuning" and not self.lora_rank:
+            keeps_reference = self.task == "preference_tuning" or (self.rl is not None and self.rl.kl_coef > 0)
+            if keeps_reference and not self.lora_rank:
                 self._reference = [copy.deepcopy(model).eval().requires_grad_(False)]
             return self.with_adapters(model) if self.lora_rank else model
         settings = {**PRESETS[self.family][self.size], "vocab_size": spec.vocab_size,
@@ -416,18 +484,19 @@ class CausalLM(Algorithm):
                                                ignore_index=-100, reduction="sum")
         return loss.full_tensor() if split else loss
 
-    def reference_logits(self, ids: torch.Tensor) -> torch.Tensor:
-        """DPO's reference logits of ``ids``: the base without its adapters (LoRA), or the frozen copy of the
-        starting model (no gradients)."""
+    def reference_logits(self, ids: torch.Tensor, **inputs: Any) -> torch.Tensor:
+        """The reference model's logits of ``ids`` (DPO's; GRPO's KL term): the base without its adapters (LoRA),
+        or the frozen copy of the starting model (no gradients). ``inputs``: the model's other inputs
+        (``attention_mask``, ``position_ids``)."""
         with torch.no_grad():
             if self.adapted:
                 with self.model.disable_adapter():
-                    return self.model(input_ids=ids, use_cache=False).logits
+                    return self.model(input_ids=ids, use_cache=False, **inputs).logits
             if not self._reference:
-                raise TwinkleError(f"{type(self).__name__} has no reference model: only LoRA and preference_tuning "
-                                   "runs keep one")
+                raise TwinkleError(f"{type(self).__name__} has no reference model: LoRA runs, preference_tuning and "
+                                   "reinforcement_learning with kl_coef keep one")
             reference = self._reference[0].to(self.device)
-            return reference(input_ids=ids, use_cache=False).logits
+            return reference(input_ids=ids, use_cache=False, **inputs).logits
 
     def preference_terms(self, batch: Any) -> Any:
         """DPO's loss, rewards and log-likelihoods of a batch of pairs (``twinkle_llm.preference``)."""
@@ -441,6 +510,10 @@ class CausalLM(Algorithm):
     def batch_loss(self, batch: Any) -> torch.Tensor:
         """The mean cross-entropy per predicted token; for ``preference_tuning`` DPO's loss per pair (the reward
         margin and preference accuracy are logged beside it)."""
+        if self.rl is not None:
+            loss, figures = rl_loss(self, self.rl, batch)
+            self.log_dict(figures, on_step=True, on_epoch=True, batch_size=len(batch[0]))
+            return loss
         if self.task == "preference_tuning":
             terms = self.preference_terms(batch)
             self.log_dict({"train_reward_margin": terms.margin.mean(),
@@ -451,15 +524,20 @@ class CausalLM(Algorithm):
         return total / count.clamp(min=1)
 
     def on_validation_epoch_start(self) -> None:
-        """Start the sums (token-weighted; per pair for DPO)."""
-        self._val_sum = torch.zeros(5, dtype=torch.float64, device=self.device)
+        """Start the sums (token-weighted; per pair for DPO; per prompt for reinforcement learning)."""
+        self._val_sum = torch.zeros(self._sum_size, dtype=torch.float64, device=self.device)
+
+    @property
+    def _sum_size(self) -> int:
+        """How many figures ``_sums`` adds up: 5, or reinforcement learning's 3 and one per reward."""
+        return 3 + len(self.rl.rewards) if self.rl is not None else 5
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         """Add the batch's summed loss and its count (tokens; pairs, with rewards and likelihoods, for DPO)."""
         if self._val_sum is None:
             self.on_validation_epoch_start()
         self._val_sum += self._sums(batch)
-        if batch_idx == 0 and self.val_generations:
+        if batch_idx == 0 and self.val_generations and self.rl is None:
             self._val_prompts = held_out_prompts(batch, self.task, self.val_generations, GENERATED_TOKENS)
 
     def on_validation_epoch_end(self) -> None:
@@ -474,7 +552,7 @@ class CausalLM(Algorithm):
 
     def on_test_epoch_start(self) -> None:
         """Start the test sums (``evaluate``), as validation's."""
-        self._test_sum = torch.zeros(5, dtype=torch.float64, device=self.device)
+        self._test_sum = torch.zeros(self._sum_size, dtype=torch.float64, device=self.device)
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
         """Add the batch's sums, as ``validation_step`` does."""
@@ -508,7 +586,10 @@ class CausalLM(Algorithm):
         return [{"text": text} for text in outputs]
 
     def _sums(self, batch: Any) -> torch.Tensor:
-        """A batch's summed loss and its count (tokens; pairs, with rewards and likelihoods, for DPO)."""
+        """A batch's summed loss and its count (tokens; pairs, with rewards and likelihoods, for DPO; for
+        reinforcement learning the greedy answers' rewards: ``rl_sums``)."""
+        if self.rl is not None:
+            return rl_sums(self, self.rl, batch)
         if self.task == "preference_tuning":
             terms = self.preference_terms(batch)
             parts = [terms.loss.sum(), torch.tensor(len(terms.loss)), (terms.margin > 0).sum(), terms.margin.sum(),
@@ -520,9 +601,11 @@ class CausalLM(Algorithm):
 
     def _figures(self, sums: torch.Tensor | None, prefix: str) -> dict[str, float]:
         """The figures of summed batches (over every rank's), named ``<prefix>_loss`` and so on."""
-        sums = sums if sums is not None else torch.zeros(5, dtype=torch.float64)
+        sums = sums if sums is not None else torch.zeros(self._sum_size, dtype=torch.float64)
         if self.trainer.world_size > 1:
             sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
+        if self.rl is not None:
+            return rl_figures(self.rl, sums, prefix)
         count = float(sums[1].clamp(min=1))
         loss = float(sums[0]) / count
         figures = {f"{prefix}_loss": loss}
@@ -551,8 +634,12 @@ class CausalLM(Algorithm):
         return {"input_ids": batch[0].flatten(0, 1) if batch[0].dim() == 3 else batch[0]}
 
     def export_metrics(self, outputs: torch.Tensor, batch: Any) -> dict[str, torch.Tensor]:
-        """The share of labelled next tokens an exported model's logits rank first (``token_accuracy``)."""
-        labels = batch[1].flatten(0, 1) if batch[1].dim() == 3 else batch[1]
+        """The share of labelled next tokens an exported model's logits rank first (``token_accuracy``; a
+        reinforcement-learning run's prompts: their own tokens, padding left out)."""
+        if self.rl is not None:  # (ids, attention mask, rows): the prompt's tokens are the labels
+            labels = torch.where(batch[1].bool(), batch[0], torch.full_like(batch[0], -100))
+        else:
+            labels = batch[1].flatten(0, 1) if batch[1].dim() == 3 else batch[1]
         targets = labels[:, 1:]
         mask = targets != -100
         hits = (outputs[:, :-1].argmax(-1) == targets) & mask

@@ -1,10 +1,10 @@
 """The Twinkle plugin of twinkle-llm, found through the ``twinkle`` entry-point group.
 
-It registers the ``causal_lm``, ``instruction_tuning`` and ``preference_tuning`` tasks, their processors (raw text,
-conversations, preference pairs), the ``twinkle llm`` commands, rewards for reinforcement learning
-(``twinkle_llm.rewards``) and the decoder-only models: ``llm-tiny`` (CPU minutes), ``llama-<size>``,
-``qwen2-<size>`` and ``qwen3-<size>`` (``twinkle_llm.presets``). Like every plugin module it imports nothing heavy
-at its top level.
+It registers the ``causal_lm``, ``instruction_tuning``, ``preference_tuning`` and ``reinforcement_learning`` tasks,
+their processors (raw text, conversations, preference pairs, prompts), the ``twinkle llm`` commands, rewards for
+reinforcement learning (``twinkle_llm.rewards``) and the decoder-only models: ``llm-tiny`` (CPU minutes),
+``llama-<size>``, ``qwen2-<size>`` and ``qwen3-<size>`` (``twinkle_llm.presets``). Like every plugin module it
+imports nothing heavy at its top level.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from twinkle_llm.presets import PRESETS  # plain data: the sizes of each family
 
 @hookimpl
 def register_tasks(register: Register) -> None:
-    """Causal language modelling (raw text), instruction tuning (conversations) and preference tuning (DPO)."""
+    """Causal language modelling (raw text), instruction tuning (conversations), preference tuning (DPO) and
+    reinforcement learning (GRPO)."""
     register("causal_lm", kind="generation", monitor="val_loss", mode="min",
              batch="(token ids int64 [B, L], labels int64 [B, L], position ids int64 [B, L])",
              description="predict the next token of raw text (pre-training, continued pre-training)")
@@ -28,6 +29,11 @@ def register_tasks(register: Register) -> None:
              batch="(token ids int64 [B, 2, L]: the chosen then the rejected answer, labels int64 [B, 2, L] "
                    "(-100 off the answers))",
              description="prefer the chosen answer over the rejected one (DPO against the starting model)")
+    register("reinforcement_learning", kind="generation", monitor="val_reward", mode="max",
+             batch="(prompt token ids int64 [B, L] padded on the left, attention mask int64 [B, L], the prompts' "
+                   "rows: list of dicts)",
+             description="raise the rewards of sampled completions (GRPO: groups of completions per prompt, "
+                         "scored by rewards, twinkle rewards list)")
 
 
 @hookimpl
@@ -36,7 +42,7 @@ def register_commands(register: Register) -> None:
     register("llm", "twinkle_llm.cli:llm", description="Language models: generate text with a trained run")
 
 
-TASKS = ["causal_lm", "instruction_tuning", "preference_tuning"]
+TASKS = ["causal_lm", "instruction_tuning", "preference_tuning", "reinforcement_learning"]
 """The tasks every twinkle-llm model serves (``Trainer(..., task=...)``; ``causal_lm`` by default)."""
 
 
@@ -65,6 +71,9 @@ def register_data_processors(register: Register) -> None:
     register("preference", "twinkle_llm.data:PreferenceProcessor", task="preference_tuning",
              formats=["jsonl", "parquet", "folder"],
              description="preference pairs (prompt, chosen, rejected) in the model's chat template, for DPO")
+    register("prompts", "twinkle_llm.data:PromptProcessor", task="reinforcement_learning",
+             formats=["jsonl", "parquet", "folder"],
+             description="prompts (text, or messages) with the fields their rewards read, for reinforcement learning")
 
 
 @hookimpl

@@ -19,12 +19,18 @@
   the constant denominator keeps neither a length bias nor a per-batch scale.
 
 Tensors are ``[completions, tokens]`` with a mask of the completion tokens (prompt and padding are 0).
+
+The ``reinforcement_learning`` task's step (``rl_loss``) puts them together: ``group_size`` completions of each
+prompt sampled from the current policy (``sample_completions``), scored by the run's rewards
+(``twinkle_core.rewards``), group advantages, and the policy loss on the completion tokens' log-probabilities
+(``token_logprobs``), with the KL term to the reference model when ``kl_coef`` is set; validation answers the
+held-out prompts greedily and averages their rewards (``rl_sums``, ``rl_figures``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -136,5 +142,152 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
                       float((kl.detach() * mask).sum() / tokens), float((ratio.detach() * mask).sum() / tokens))
 
 
-__all__ = ["ADVANTAGES", "NORMALISATIONS", "Normalisation", "PolicyLoss", "group_advantages", "kl_penalty",
-           "policy_loss"]
+
+# ------------------------------------------------------------------ the reinforcement_learning task's step
+RL_TASK = "reinforcement_learning"
+"""The task whose training samples completions, scores them and follows the policy gradient (GRPO)."""
+
+
+@dataclass
+class RLSettings:
+    """How a ``reinforcement_learning`` run trains (``CausalLM``'s hyperparameters of the same names).
+
+    Attributes:
+        rewards: the rewards and their weights (``twinkle_core.rewards.resolve_rewards``).
+        group_size: completions sampled per prompt (GRPO's group, G).
+        max_new_tokens: the longest completion.
+        temperature: the sampling temperature (1: the policy's own distribution).
+        kl_coef: the KL term's weight (GRPO's β; 0: no reference model is run).
+        clip_low, clip_high: the ratio's clipping bounds.
+        loss_normalisation: ``sequence``, ``token`` or ``constant`` (``policy_loss``).
+        advantages: ``grpo`` or ``rloo``.
+        scale_rewards: GRPO's division by the group's standard deviation.
+    """
+
+    rewards: list[Any]
+    group_size: int = 8
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    kl_coef: float = 0.0
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    loss_normalisation: str = "token"
+    advantages: str = "grpo"
+    scale_rewards: bool = True
+
+
+def sample_completions(alg: Any, ids: torch.Tensor, mask: torch.Tensor, count: int, max_new_tokens: int,
+                       temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` completions of each left-padded prompt (transformers' ``generate``, KV cache; plain sampling at
+    ``temperature``: no top-k or top-p cut; greedy at 0): ``(tokens [B·count, T], mask [B·count, T])``, the mask
+    1 up to and including the first stop token."""
+    tokenizer = alg.tokenizer
+    prompts, prompt_mask = ids.repeat_interleave(count, 0), mask.repeat_interleave(count, 0)
+    options: dict[str, Any] = {"do_sample": temperature > 0, "max_new_tokens": max_new_tokens,
+                               "eos_token_id": list(tokenizer.stop_ids), "pad_token_id": tokenizer.pad_id}
+    if temperature > 0:
+        options.update(temperature=temperature, top_k=0, top_p=1.0)
+    was_training = alg.model.training
+    alg.model.eval()
+    try:
+        with torch.no_grad():
+            out = alg.model.generate(input_ids=prompts, attention_mask=prompt_mask, **options)
+    finally:
+        alg.model.train(was_training)
+    completions = out[:, prompts.shape[1]:]
+    stops = torch.isin(completions, torch.tensor(list(tokenizer.stop_ids), device=completions.device))
+    before_stop = (stops.long().cumsum(1) - stops.long()) == 0  # up to and including the first stop
+    return completions, before_stop.long()
+
+
+def token_logprobs(alg: Any, ids: torch.Tensor, mask: torch.Tensor, completions: torch.Tensor,
+                   completion_mask: torch.Tensor, reference: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The log-probabilities ``[N, T]`` the policy (or, with ``reference``, the reference model: the base without
+    its adapters, or the frozen starting model) gives each completion token after its prompt, and the policy's
+    entropy per token (``None`` for the reference)."""
+    full = torch.cat([ids, completions], 1)
+    attention = torch.cat([mask, completion_mask], 1)
+    positions = (attention.cumsum(1) - 1).clamp(min=0)
+    start = ids.shape[1] - 1
+    if reference:
+        logits = alg.reference_logits(full, attention_mask=attention, position_ids=positions)
+    else:
+        logits = alg.model(input_ids=full, attention_mask=attention, position_ids=positions, use_cache=False).logits
+    logp = torch.log_softmax(logits[:, start:-1].float(), dim=-1)
+    picked = logp.gather(-1, completions.unsqueeze(-1)).squeeze(-1)
+    if reference:
+        return picked.detach(), None
+    entropy = -(logp.exp() * logp).sum(-1).detach()
+    return picked, entropy
+
+
+def completion_texts(alg: Any, completions: torch.Tensor, completion_mask: torch.Tensor) -> list[str]:
+    """Each completion's text, up to (without) its stop token."""
+    stops = set(alg.tokenizer.stop_ids)
+    texts = []
+    for tokens, keep in zip(completions.tolist(), completion_mask.tolist()):
+        kept = [t for t, k in zip(tokens, keep) if k and t not in stops]
+        texts.append(alg.tokenizer.decode(kept))
+    return texts
+
+
+def rl_loss(alg: Any, settings: RLSettings, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+    """One GRPO step on a batch of prompts: sample ``group_size`` completions of each, score them, advantages
+    within each group, and the clipped policy loss (one update per rollout: the ratio is 1 and its gradient the
+    policy gradient) with the KL term; returns the loss and the step's figures (``train_reward`` and its
+    within-group spread, each reward's mean, KL, clip fraction, completion length, entropy)."""
+    from twinkle_core.rewards import score
+
+    ids, mask, rows = batch
+    k = settings.group_size
+    completions, completion_mask = sample_completions(alg, ids, mask, k, settings.max_new_tokens,
+                                                      settings.temperature)
+    texts = completion_texts(alg, completions, completion_mask)
+    grouped_rows = [rows[i // k] for i in range(len(texts))]
+    total, parts = score(settings.rewards, texts, grouped_rows, [str(r.get("prompt", "")) for r in grouped_rows])
+    rewards = torch.tensor(total, dtype=torch.float32, device=ids.device).view(-1, k)
+    advantages = group_advantages(rewards, settings.advantages, settings.scale_rewards).view(-1)
+    prompts, prompt_mask = ids.repeat_interleave(k, 0), mask.repeat_interleave(k, 0)
+    logp, entropy = token_logprobs(alg, prompts, prompt_mask, completions, completion_mask)
+    ref = token_logprobs(alg, prompts, prompt_mask, completions, completion_mask, reference=True)[0] \
+        if settings.kl_coef else None
+    result = policy_loss(logp, logp.detach(), advantages, completion_mask, clip_low=settings.clip_low,
+                         clip_high=settings.clip_high, normalisation=settings.loss_normalisation,
+                         max_length=settings.max_new_tokens, ref_logprobs=ref, beta=settings.kl_coef)
+    cmask = completion_mask.float()
+    figures = {"train_reward": float(rewards.mean()), "train_reward_std": float(rewards.std(dim=1).mean()),
+               "train_kl": result.kl, "train_clip_fraction": result.clip_fraction,
+               "train_completion_length": float(cmask.sum(1).mean()),
+               "train_entropy": float((entropy * cmask).sum() / cmask.sum().clamp(min=1)) if entropy is not None
+               else 0.0}
+    figures.update({f"train_reward_{name}": sum(values) / len(values) for name, values in parts.items()})
+    return result.loss, figures
+
+
+def rl_sums(alg: Any, settings: RLSettings, batch: Any) -> torch.Tensor:
+    """Validation's sums over a batch of held-out prompts, each answered greedily and scored: ``[reward sum,
+    prompts, completion tokens, each reward's sum...]``."""
+    from twinkle_core.rewards import score
+
+    ids, mask, rows = batch
+    completions, completion_mask = sample_completions(alg, ids, mask, 1, settings.max_new_tokens, 0.0)
+    texts = completion_texts(alg, completions, completion_mask)
+    total, parts = score(settings.rewards, texts, rows, [str(r.get("prompt", "")) for r in rows])
+    values = [sum(total), float(len(texts)), float(completion_mask.sum())]
+    values += [sum(parts[w.name]) for w in settings.rewards]
+    return torch.tensor(values, dtype=torch.float64, device=ids.device)
+
+
+def rl_figures(settings: RLSettings, sums: torch.Tensor, prefix: str) -> dict[str, float]:
+    """``<prefix>_reward`` (the mean weighted reward of the greedy answers), ``<prefix>_completion_length`` and
+    each reward's mean, from ``rl_sums`` added over batches (and ranks)."""
+    count = float(sums[1].clamp(min=1))
+    figures = {f"{prefix}_reward": float(sums[0]) / count, f"{prefix}_completion_length": float(sums[2]) / count}
+    figures.update({f"{prefix}_reward_{w.name}": float(sums[3 + i]) / count for i, w in enumerate(settings.rewards)})
+    return figures
+
+
+__all__ = ["ADVANTAGES", "NORMALISATIONS", "RL_TASK", "Normalisation", "PolicyLoss", "RLSettings", "completion_texts",
+           "group_advantages", "kl_penalty", "policy_loss", "rl_figures", "rl_loss", "rl_sums", "sample_completions",
+           "token_logprobs"]
