@@ -31,7 +31,7 @@ from torch.nn import functional as F
 
 from twinkle_core.data.spec import DataSpec, ModelInput
 from twinkle_core.errors import TwinkleError
-from twinkle_core.hyperparams import Hyperparameter, declared, validate, with_new_names
+from twinkle_core.hyperparams import Hyperparameter, declared, recorded, validate, with_new_names
 from twinkle_core.metrics import EvaluationReport
 from twinkle_core.parallel import tied_names
 from twinkle_core.tasks import Task, get_task
@@ -149,7 +149,8 @@ class Algorithm(L.LightningModule):
         for name, value in values.items():
             if declared_hps[name].owner == "optimizer":
                 setattr(algorithm.optim, name, value)
-        algorithm.hparams.update({**own, **asdict(algorithm.optim)})
+        # Lightning writes hparams into every checkpoint: code (a reward function) only by its name
+        algorithm.hparams.update(recorded({**own, **asdict(algorithm.optim)}))
         return algorithm
 
     # ---------------------------------------------------------------- the model

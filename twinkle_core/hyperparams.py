@@ -284,3 +284,33 @@ def _type_name(annotation: Any) -> str:
     if annotation is _MISSING:
         return "any"
     return getattr(annotation, "__name__", str(annotation))
+
+
+CODE_PREFIX = "code:"
+"""How a record names a hyperparameter value that was code: ``code:<module>.<qualified name>``."""
+
+
+def holds_code(value: Any) -> bool:
+    """Whether ``value`` is, or holds (in a list, tuple or mapping), a function, class or callable object."""
+    if isinstance(value, Mapping):
+        return any(holds_code(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(holds_code(v) for v in value)
+    return callable(value)
+
+
+def recorded(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` as a run's record keeps them: code given from Python (a reward function, a callable object) is
+    written as its name, ``code:<module>.<qualname>`` — a record is data, never code to import — and everything else
+    as it is."""
+    def one(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: one(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [one(v) for v in value]
+        if callable(value):
+            named = value if inspect.isfunction(value) or inspect.isclass(value) else type(value)
+            return f"{CODE_PREFIX}{named.__module__}.{named.__qualname__}"
+        return value
+
+    return {name: one(value) for name, value in values.items()}

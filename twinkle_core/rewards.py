@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twinkle_core.errors import TwinkleError
+from twinkle_core.hyperparams import CODE_PREFIX
 from twinkle_core.lookup import get_component
 
 
@@ -105,6 +106,9 @@ def _one(item: Any) -> WeightedReward:
         return WeightedReward(getattr(name, "__name__", type(name).__name__), weight, name)
     if not isinstance(name, str):
         raise RewardError(f"a reward mapping needs 'name' (a registered reward), not {name!r}")
+    if name.startswith(CODE_PREFIX):
+        raise RewardError(f"reward '{name}' was a function given in code to the run this one continues (a record "
+                          "keeps its name, never the code): pass rewards= again")
     target = get_component("reward", name).load()
     if inspect.isclass(target):
         try:

@@ -43,6 +43,7 @@ from twinkle_core.engine.selection import choose_processor, choose_strategy
 from twinkle_core.engine.settings import Routed, route
 from twinkle_core.engine.utilisation import tokens_per_sample
 from twinkle_core.errors import TwinkleError
+from twinkle_core.hyperparams import recorded
 from twinkle_core.ops.budget import BudgetConfig
 from twinkle_core.ops.memory import scale_batch
 from twinkle_core.ops.monitor import MonitorConfig
@@ -325,14 +326,14 @@ class Session:
         if self.verbose and lead:
             print(plan.explain(), flush=True)
         recorder = RunRecorder(self.store, self.user, self.project, self.run_created)  # rank 0 records the run
-        record = recorder.record(uri, prepared, plan, algorithm=self.choice.name, task=self.task, hyperparams={
-            **routed.algorithm, **routed.data, **self.settings.to_dict()}, hardware=self.hardware().key,
+        record = recorder.record(uri, prepared, plan, algorithm=self.choice.name, task=self.task, hyperparams=recorded({
+            **routed.algorithm, **routed.data, **self.settings.to_dict()}), hardware=self.hardware().key,
             continuation=self.continuation, reuse_run=self.reuse_run) if lead else None
         checkpoint_record = CheckpointRecord(
             algorithm=self.choice.name,
             target=class_path(self.choice.cls),
             task=self.task,
-            hyperparams=dict(routed.algorithm),
+            hyperparams=recorded(routed.algorithm),  # code (a reward function) by its name: a record is data
             data_processor=component.qualified_name if component is not None else None,
             data_processor_class=None if component is not None else class_path(type(self.data_processor)),
             data_params=dict(routed.data),

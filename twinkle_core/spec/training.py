@@ -97,10 +97,14 @@ class TrainingSpec:
 
     def held_code(self) -> list[str]:
         """What this spec holds that is code, not data (another process cannot rebuild it from a file)."""
+        from twinkle_core.hyperparams import holds_code
+
         configured = self.data_processor is not None and not isinstance(self.data_processor, str)  # an instance
+        code = sorted(name for name, value in self.hyperparams.items() if holds_code(value))
         return [name for name, held in (("an Algorithm class", not isinstance(self.algorithm, str)),
                                         ("a configured data processor", configured),
-                                        ("callbacks", bool(self.callbacks))) if held]
+                                        ("callbacks", bool(self.callbacks)),
+                                        (f"code in hyperparameters ({', '.join(code)})", bool(code))) if held]
 
     @property
     def is_declarative(self) -> bool:

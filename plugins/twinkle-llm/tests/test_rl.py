@@ -5,15 +5,20 @@ entropy; its settings and data are checked before anything trains."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from twinkle_core import RunStore, Trainer
 from twinkle_core.data import MissingColumnError
-from twinkle_core.errors import HyperparameterError, UnknownComponentError
+from twinkle_core.errors import HyperparameterError, TwinkleError, UnknownComponentError
 from twinkle_core.rewards import RewardError
+from twinkle_core.testing import run_script
 
 SEVEN = {"name": "format", "pattern": "7", "search": True}
 """A verifiable reward a random model earns now and then: 1 when the completion writes a 7 anywhere."""
@@ -31,7 +36,8 @@ def test_grpo_raises_a_verifiable_reward_and_logs_what_rl_runs_watch(small_base:
     epochs of GRPO (groups of 8, 36 prompts) raise the mean reward of the sampled completions by at least 0.3, to
     0.8 or more, and the greedy answers of the held-out prompts earn it; every step logs the reward and its
     within-group spread, KL, clip fraction, completion length and entropy; its ``hf`` export gives the trained
-    model's logits on the held-out prompts."""
+    model's logits on the held-out prompts; ``evaluate`` on new prompts gives the greedy answers' reward and
+    pass@8 (one of 8 samples earns the full reward), ``predict`` one answer per prompt by its file and line."""
     trainer = Trainer("llm-tiny", task="reinforcement_learning", home=str(tmp_path / "home"), verbose=False,
                       progress_bar=False,
                       hyperparams={"weights": str(small_base), "rewards": [SEVEN], "group_size": 8,
@@ -49,6 +55,14 @@ def test_grpo_raises_a_verifiable_reward_and_logs_what_rl_runs_watch(small_base:
     assert metrics["train_clip_fraction_step"].dropna().max() == 0.0  # one update per rollout: the ratio is 1
     exported = trainer.export(format="hf", output=str(tmp_path / "rl-hf"))  # verified on the held-out prompts
     assert exported.max_abs_diff <= 1e-4 and exported.metric_export == exported.metric_torch
+    held_out = tmp_path / "held-out.jsonl"
+    held_out.write_text("".join(json.dumps({"prompt": f"Spell {200 + i}"}) + "\n" for i in range(6)))
+    evaluation = trainer.evaluate(str(held_out))
+    assert set(evaluation.metrics) >= {"reward", "pass_at_8", "reward_format", "completion_length"}
+    assert 0.5 <= evaluation.metrics["reward"] <= 1.0 and evaluation.metrics["pass_at_8"] >= evaluation.metrics["reward"]
+    written = trainer.predict(str(held_out), str(tmp_path / "answers.jsonl"))
+    rows = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text().splitlines()]
+    assert written.count == 6 and rows[0]["id"] == f"{held_out}:1" and isinstance(rows[0]["text"], str)
 
 
 @pytest.mark.parametrize(("hyperparams", "error", "message"), [
@@ -87,3 +101,69 @@ def test_rl_settings_on_another_task_and_prompts_without_a_prompt_are_named(smal
     with pytest.raises(MissingColumnError, match=r"bad\.jsonl, line 2: no field 'prompt'"):
         trainer.fit(str(bad))
     assert RunStore(str(tmp_path / "home")).list() == []
+
+
+def _train_rl(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "TWINKLE_HOME": str(home),
+           "TWINKLE_USER": "tester"}
+    return run_script([str(Path(__file__).with_name("train_rl.py")), *args], env=env, timeout=900,
+                      preload=["twinkle_llm.model", "peft"])
+
+
+def _printed_run(done: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return json.loads([line for line in done.stdout.splitlines() if line.startswith("RUN ")][-1][4:])
+
+
+@pytest.mark.slow
+def test_an_rl_run_killed_mid_epoch_resumes_to_identical_adapters(small_base: Path, tmp_path: Path) -> None:
+    """SIGKILL in the second epoch, after the step-4 checkpoint: resumed, the run samples the same completions
+    (the rollouts' random state is restored with the checkpoint) and ends with LoRA adapters bit-identical to a run
+    never interrupted."""
+    data, base, home = str(_prompts(tmp_path, 20)), str(small_base), tmp_path / "home"
+    full = _printed_run(_train_rl(home, "full", data, base))
+    killed = _train_rl(home, "kill", data, base, "7")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    store = RunStore(str(home))
+    (victim,) = store.list(project="kill")
+    resumed = _printed_run(_train_rl(home, "resume", data, base, victim.uri))
+    reference = torch.load(full["last_checkpoint"], weights_only=True)
+    again = torch.load(resumed["last_checkpoint"], weights_only=True)
+    assert reference["global_step"] == again["global_step"] == 10
+    assert reference["state_dict"] and all(".lora_" in key for key in reference["state_dict"])
+    for key, value in reference["state_dict"].items():
+        assert torch.equal(value, again["state_dict"][key]), key
+    assert store.get(resumed["run_uri"]).status == "finished"
+
+
+def test_a_reward_from_code_trains_is_recorded_by_name_and_a_failing_one_fails_the_run(small_base: Path,
+                                                                                       tmp_path: Path) -> None:
+    """A function passed as a reward trains; the run's record and checkpoints keep its name (``code:...``), never
+    the code, so a continued run asks for it again by name; a job cannot carry it; a reward that raises mid-run
+    fails the run with a ``RewardError`` naming the reward and the prompt."""
+    def sevens(completions, rows):
+        return [float("7" in text) for text in completions]
+
+    def broken(completions, rows):
+        raise ValueError("no answer field")
+
+    home, data = str(tmp_path / "home"), str(_prompts(tmp_path, 8))
+    hp = {"weights": str(small_base), "group_size": 2, "max_new_tokens": 4, "max_epochs": 1}
+    trainer = Trainer("llm-tiny", task="reinforcement_learning", home=home, verbose=False, progress_bar=False,
+                      hyperparams={**hp, "rewards": [sevens]})
+    with pytest.raises(TwinkleError, match=r"code in hyperparameters \(rewards\)"):
+        trainer.supervise(data)
+    done = trainer.fit(data)
+    assert done.status == "finished"
+    name = f"code:{__name__}.test_a_reward_from_code_trains_is_recorded_by_name_and_a_failing_one_fails_the_run" \
+           ".<locals>.sevens"
+    assert RunStore(home).get(done.run_uri).hyperparams["rewards"] == [name]
+    with pytest.raises(RewardError, match="was a function given in code to the run this one continues"):
+        Trainer.from_checkpoint(done.run_uri, home=home, verbose=False).fit()
+    again = Trainer.from_checkpoint(done.run_uri, home=home, verbose=False, hyperparams={"rewards": [sevens]}).fit()
+    assert again.status == "finished" and again.parent == done.run_uri
+    failing = Trainer("llm-tiny", task="reinforcement_learning", home=home, verbose=False, progress_bar=False,
+                      hyperparams={**hp, "rewards": [broken]})
+    with pytest.raises(RewardError, match=r"reward 'broken' raised ValueError: no answer field.*'Spell 1\d\d'"):
+        failing.fit(data)
+    assert [run.status for run in RunStore(home).list()].count("failed") == 1

@@ -602,3 +602,28 @@ class PromptProcessor(LanguageDataProcessor):
                                {"chat_template": template.source})
         prepared.collate_fn = PromptBatch(tokenizer.pad_id)
         return prepared
+
+    def read_samples(self, uri: str, spec: DataSpec, context: PrepareContext | None = None, *,
+                     targets: bool = True) -> Samples:
+        """Prompts read as the run read its own (its tokenizer and chat template, from its data spec), each id its
+        file and line: ``evaluate`` (``targets``) scores the greedy answers with the run's rewards and gives pass@k;
+        ``predict`` continues each prompt (its text, messages rendered with the template's generation prompt).
+
+        Raises:
+            MissingColumnError, DataError: a record without a prompt, or an empty one (file and line named).
+        """
+        from twinkle_llm.reading import read_records
+
+        prompts, reader = read_records(uri, "prompts", '{"prompt": "...", "answer": "..."}', rl_prompt)
+        tokenizer = TextTokenizer.resolve(str(spec.extra["tokenizer"]))
+        source = str(spec.extra.get("chat_template", DEFAULT_TEMPLATE))
+        template = ChatTemplate.for_folder(None if source == DEFAULT_TEMPLATE else source, tokenizer.eos_text)
+        texts = [p.prompt if isinstance(p.prompt, str) else template.render(p.prompt, add_generation_prompt=True)
+                 for p in prompts]
+        where = [f"{p.file}:{p.line}" for p in prompts]
+        fingerprint = f"md5:{reader.manifest().md5}"
+        if not targets:
+            return Samples([(text,) for text in texts], False, fingerprint, uri, where, {"prompts": len(prompts)})
+        items = [(tokenizer.encode(text) or [tokenizer.eos_id], p.row()) for text, p in zip(texts, prompts)]
+        return Samples(PromptDataset(items), True, fingerprint, uri, where, {"prompts": len(prompts)},
+                       PromptBatch(tokenizer.pad_id))

@@ -74,6 +74,7 @@ class CausalLM(Algorithm):
                  clip_low: float = 0.2, clip_high: float = 0.2,
                  loss_normalisation: Literal["sequence", "token", "constant"] = "token",
                  advantages: Literal["grpo", "rloo"] = "grpo", scale_rewards: bool = True,
+                 pass_threshold: float = 1.0,
                  task: Literal["causal_lm", "instruction_tuning", "preference_tuning",
                                "reinforcement_learning"] = "causal_lm") -> None:
         """Choose the model.
@@ -111,14 +112,18 @@ class CausalLM(Algorithm):
             temperature: the sampling temperature of the rollouts (1: the policy's own distribution).
             kl_coef: the weight of the KL term to the reference model — the base without the adapters with LoRA
                 (no extra memory), else a frozen copy of the starting model; 0 (the default, as TRL's) runs none.
-            clip_low, clip_high: the probability ratio is kept in ``[1 - clip_low, 1 + clip_high]`` (a higher
-                ``clip_high`` is DAPO's "clip higher").
+            clip_low: the probability ratio is kept above ``1 - clip_low``.
+            clip_high: the probability ratio is kept below ``1 + clip_high`` (above ``clip_low``: DAPO's "clip
+                higher").
             loss_normalisation: how the per-token losses are averaged: ``token`` (every completion token of the
                 batch alike, DAPO's and TRL's default), ``sequence`` (each completion's mean, then their mean:
                 DeepSeekMath's GRPO) or ``constant`` (completions × ``max_new_tokens``: Dr. GRPO).
             advantages: ``grpo`` (the reward minus the group's mean, over its standard deviation) or ``rloo`` (minus
                 the mean of the group's other completions).
             scale_rewards: GRPO's division by the group's standard deviation (``False``: Dr. GRPO).
+            pass_threshold: ``evaluate``'s pass@k of a reinforcement-learning run: a prompt passes when one of
+                ``group_size`` sampled completions earns this weighted reward or more (1: a verifiable reward's
+                full score).
             task: ``causal_lm`` (raw text), ``instruction_tuning`` (conversations), ``preference_tuning``
                 (DPO on chosen and rejected answers, against the starting model as the reference) or
                 ``reinforcement_learning`` (GRPO on prompts: completions sampled, scored by ``rewards``,
@@ -168,10 +173,11 @@ class CausalLM(Algorithm):
             ("rewards", rewards, None), ("group_size", group_size, 8), ("max_new_tokens", max_new_tokens, 64),
             ("temperature", temperature, 1.0), ("kl_coef", kl_coef, 0.0), ("clip_low", clip_low, 0.2),
             ("clip_high", clip_high, 0.2), ("loss_normalisation", loss_normalisation, "token"),
-            ("advantages", advantages, "grpo"), ("scale_rewards", scale_rewards, True)) if value != default]
+            ("advantages", advantages, "grpo"), ("scale_rewards", scale_rewards, True),
+            ("pass_threshold", pass_threshold, 1.0)) if value != default]
         if self.task == RL_TASK:
             self.rl = self._rl_settings(weights, rewards, group_size, max_new_tokens, temperature, kl_coef, clip_low,
-                                        clip_high, loss_normalisation, advantages, scale_rewards)
+                                        clip_high, loss_normalisation, advantages, scale_rewards, pass_threshold)
         elif rl_given:
             raise HyperparameterError(f"{' and '.join(rl_given)} configure reinforcement learning, but the task is "
                                       f"'{self.task}': pass task='reinforcement_learning', or drop them")
@@ -195,7 +201,7 @@ class CausalLM(Algorithm):
     @staticmethod
     def _rl_settings(weights: str | None, rewards: Any, group_size: int, max_new_tokens: int, temperature: float,
                      kl_coef: float, clip_low: float, clip_high: float, loss_normalisation: str, advantages: str,
-                     scale_rewards: bool) -> RLSettings:
+                     scale_rewards: bool, pass_threshold: float) -> RLSettings:
         """``reinforcement_learning``'s settings, each checked.
 
         Raises:
@@ -219,7 +225,7 @@ class CausalLM(Algorithm):
             raise HyperparameterError(f"'clip_low' = {clip_low}: the ratio's lower bound 1 - clip_low must stay above "
                                       "0; use a value below 1 (0.2 is usual)")
         return RLSettings(resolve_rewards(rewards), group_size, max_new_tokens, temperature, kl_coef, clip_low,
-                          clip_high, loss_normalisation, advantages, scale_rewards)
+                          clip_high, loss_normalisation, advantages, scale_rewards, float(pass_threshold))
 
     @property
     def min_optimizer_steps(self) -> int | None:
@@ -529,8 +535,8 @@ class CausalLM(Algorithm):
 
     @property
     def _sum_size(self) -> int:
-        """How many figures ``_sums`` adds up: 5, or reinforcement learning's 3 and one per reward."""
-        return 3 + len(self.rl.rewards) if self.rl is not None else 5
+        """How many figures ``_sums`` adds up: 5, or reinforcement learning's 4 and one per reward."""
+        return 4 + len(self.rl.rewards) if self.rl is not None else 5
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         """Add the batch's summed loss and its count (tokens; pairs, with rewards and likelihoods, for DPO)."""
@@ -555,11 +561,12 @@ class CausalLM(Algorithm):
         self._test_sum = torch.zeros(self._sum_size, dtype=torch.float64, device=self.device)
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
-        """Add the batch's sums, as ``validation_step`` does."""
-        self._test_sum += self._sums(batch)
+        """Add the batch's sums, as ``validation_step`` does (reinforcement learning: with pass@k)."""
+        self._test_sum += rl_sums(self, self.rl, batch, pass_at_k=True) if self.rl is not None else self._sums(batch)
 
     def on_test_epoch_end(self) -> None:
-        """Log ``test_loss`` and ``test_perplexity`` (DPO: its test figures), computed as validation's."""
+        """Log ``test_loss`` and ``test_perplexity`` (DPO, reinforcement learning: their test figures), computed
+        as validation's."""
         self.log_dict(self._figures(self._test_sum, "test"), sync_dist=False)
 
     @property
@@ -568,7 +575,8 @@ class CausalLM(Algorithm):
         return False
 
     def evaluation_report(self, outputs: torch.Tensor, targets: torch.Tensor, spec: Any) -> Any:
-        """Nothing beyond the test figures (``loss``, ``perplexity``; DPO's accuracies and margin)."""
+        """Nothing beyond the test figures (``loss``, ``perplexity``; DPO's accuracies and margin; reinforcement
+        learning's ``reward``, each reward's mean and ``pass_at_<k>``)."""
         from twinkle_core import EvaluationReport
 
         return EvaluationReport()

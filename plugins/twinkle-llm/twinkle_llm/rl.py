@@ -103,7 +103,8 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         old_logprobs: ``[B, T]`` the same when they were sampled (no gradient).
         advantages: ``[B]`` one per completion (or ``[B, T]`` per token).
         mask: ``[B, T]`` 1 on completion tokens.
-        clip_low, clip_high: the ratio is clipped to ``[1 - clip_low, 1 + clip_high]``.
+        clip_low: the ratio is clipped below at ``1 - clip_low``.
+        clip_high: the ratio is clipped above at ``1 + clip_high``.
         normalisation: ``"sequence"``, ``"token"`` or ``"constant"``.
         max_length: the constant normalisation's length (default ``T``).
         ref_logprobs: ``[B, T]`` the reference policy's, for the KL term.
@@ -158,10 +159,12 @@ class RLSettings:
         max_new_tokens: the longest completion.
         temperature: the sampling temperature (1: the policy's own distribution).
         kl_coef: the KL term's weight (GRPO's β; 0: no reference model is run).
-        clip_low, clip_high: the ratio's clipping bounds.
+        clip_low: the ratio's lower clipping bound is ``1 - clip_low``.
+        clip_high: its upper one ``1 + clip_high``.
         loss_normalisation: ``sequence``, ``token`` or ``constant`` (``policy_loss``).
         advantages: ``grpo`` or ``rloo``.
         scale_rewards: GRPO's division by the group's standard deviation.
+        pass_threshold: the weighted reward at which a completion counts as solving its prompt (``pass@k``).
     """
 
     rewards: list[Any]
@@ -174,6 +177,7 @@ class RLSettings:
     loss_normalisation: str = "token"
     advantages: str = "grpo"
     scale_rewards: bool = True
+    pass_threshold: float = 1.0
 
 
 def sample_completions(alg: Any, ids: torch.Tensor, mask: torch.Tensor, count: int, max_new_tokens: int,
@@ -265,26 +269,38 @@ def rl_loss(alg: Any, settings: RLSettings, batch: Any) -> tuple[torch.Tensor, d
     return result.loss, figures
 
 
-def rl_sums(alg: Any, settings: RLSettings, batch: Any) -> torch.Tensor:
-    """Validation's sums over a batch of held-out prompts, each answered greedily and scored: ``[reward sum,
-    prompts, completion tokens, each reward's sum...]``."""
+def rl_sums(alg: Any, settings: RLSettings, batch: Any, pass_at_k: bool = False) -> torch.Tensor:
+    """The sums over a batch of prompts, each answered greedily and scored: ``[reward sum, prompts, completion
+    tokens, prompts passed, each reward's sum...]``. With ``pass_at_k`` (``evaluate``), ``group_size`` completions
+    are also sampled per prompt and a prompt passes when one of them earns ``pass_threshold`` or more (pass@k)."""
     from twinkle_core.rewards import score
 
     ids, mask, rows = batch
+    prompts = [str(r.get("prompt", "")) for r in rows]
     completions, completion_mask = sample_completions(alg, ids, mask, 1, settings.max_new_tokens, 0.0)
     texts = completion_texts(alg, completions, completion_mask)
-    total, parts = score(settings.rewards, texts, rows, [str(r.get("prompt", "")) for r in rows])
-    values = [sum(total), float(len(texts)), float(completion_mask.sum())]
+    total, parts = score(settings.rewards, texts, rows, prompts)
+    passed = 0.0
+    if pass_at_k:
+        k = settings.group_size
+        sampled, sampled_mask = sample_completions(alg, ids, mask, k, settings.max_new_tokens, settings.temperature)
+        grouped = [rows[i // k] for i in range(len(rows) * k)]
+        rewards, _ = score(settings.rewards, completion_texts(alg, sampled, sampled_mask), grouped,
+                           [str(r.get("prompt", "")) for r in grouped])
+        passed = float(sum(max(rewards[i * k:(i + 1) * k]) >= settings.pass_threshold for i in range(len(rows))))
+    values = [sum(total), float(len(texts)), float(completion_mask.sum()), passed]
     values += [sum(parts[w.name]) for w in settings.rewards]
     return torch.tensor(values, dtype=torch.float64, device=ids.device)
 
 
 def rl_figures(settings: RLSettings, sums: torch.Tensor, prefix: str) -> dict[str, float]:
-    """``<prefix>_reward`` (the mean weighted reward of the greedy answers), ``<prefix>_completion_length`` and
-    each reward's mean, from ``rl_sums`` added over batches (and ranks)."""
+    """``<prefix>_reward`` (the mean weighted reward of the greedy answers), ``<prefix>_completion_length``, each
+    reward's mean and, for ``test``, ``test_pass_at_<k>``, from ``rl_sums`` added over batches (and ranks)."""
     count = float(sums[1].clamp(min=1))
     figures = {f"{prefix}_reward": float(sums[0]) / count, f"{prefix}_completion_length": float(sums[2]) / count}
-    figures.update({f"{prefix}_reward_{w.name}": float(sums[3 + i]) / count for i, w in enumerate(settings.rewards)})
+    if prefix == "test":
+        figures[f"test_pass_at_{settings.group_size}"] = float(sums[3]) / count
+    figures.update({f"{prefix}_reward_{w.name}": float(sums[4 + i]) / count for i, w in enumerate(settings.rewards)})
     return figures
 
 
