@@ -59,7 +59,8 @@ def test_grpo_raises_a_verifiable_reward_and_logs_what_rl_runs_watch(small_base:
     held_out.write_text("".join(json.dumps({"prompt": f"Spell {200 + i}"}) + "\n" for i in range(6)))
     evaluation = trainer.evaluate(str(held_out))
     assert set(evaluation.metrics) >= {"reward", "pass_at_8", "reward_format", "completion_length"}
-    assert 0.5 <= evaluation.metrics["reward"] <= 1.0 and evaluation.metrics["pass_at_8"] >= evaluation.metrics["reward"]
+    reward, passed = evaluation.metrics["reward"], evaluation.metrics["pass_at_8"]
+    assert 0.5 <= reward <= 1.0 and passed >= 0.8  # sampled completions earn it 8 times in 10 by the end
     written = trainer.predict(str(held_out), str(tmp_path / "answers.jsonl"))
     rows = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text().splitlines()]
     assert written.count == 6 and rows[0]["id"] == f"{held_out}:1" and isinstance(rows[0]["text"], str)

@@ -60,7 +60,8 @@ class ExactAnswer(Reward):
             if number is not None:
                 found = NUMBER.findall(stated)
                 value = _as_number(found[-1]) if found else None
-                scores.append(float(value is not None and abs(value - number) <= self.tolerance * max(1.0, abs(number))))
+                close = value is not None and abs(value - number) <= self.tolerance * max(1.0, abs(number))
+                scores.append(float(close))
             else:
                 scores.append(float(stated.strip(" .").lower() == expected.strip(" .").lower()))
         return scores
