@@ -173,6 +173,9 @@ class Scheduler:
         self.results: dict[str, object] = {}
         self.ready = threading.Condition()
         self.order = itertools.count()  # ties: the task added first
+        self.started = time.perf_counter()
+        self.timeline: list[dict[str, object]] = []
+        """Each task's name, slot, start and end (seconds from the scheduler's creation): which ran beside which."""
 
     def add(self, seconds: float, name: str, task: Callable[[], object]) -> None:
         """Queue ``task`` (expected to take ``seconds``); its result is kept under ``name``."""
@@ -189,11 +192,15 @@ class Scheduler:
                 if not self.waiting:
                     return
                 _, _, name, task = heapq.heappop(self.waiting)
+            began = time.perf_counter()
             try:
                 result = task()
             finally:
                 with self.ready:
                     self.unfinished -= 1
+                    self.timeline.append({"task": name, "slot": threading.current_thread().name,
+                                          "start": round(began - self.started, 1),
+                                          "end": round(time.perf_counter() - self.started, 1)})
                     self.ready.notify_all()
             self.results[name] = result
 
@@ -397,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         records.append(record if isinstance(record, dict) else {"plugin": name, "error": "did not run"})
     failures = [str(r["plugin"]) for r in records if "error" in r]
     sizes = {p.name: p.stat().st_size for p in sorted(args.dist.glob("*")) if p.suffix in {".whl", ".gz"}}
-    summary = {"dist": sizes, "journeys": records, "total_seconds": round(time.perf_counter() - started, 1)}
+    summary = {"dist": sizes, "journeys": records, "timeline": schedule.timeline,
+               "total_seconds": round(time.perf_counter() - started, 1)}
     args.summary.parent.mkdir(parents=True, exist_ok=True)
     args.summary.write_text(json.dumps(summary, indent=1) + "\n")
     print(f"summary: {args.summary}; failed: {', '.join(failures) or 'none'}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, ClassVar, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Mapping
 
 import lightning as L
 import torch
@@ -36,6 +36,10 @@ from twinkle_core.metrics import EvaluationReport
 from twinkle_core.parallel import tied_names
 from twinkle_core.tasks import Task, get_task
 from twinkle_core.types import NonNegativeFloat, PositiveFloat, Probability
+
+if TYPE_CHECKING:
+    from twinkle_core.planning import Decision
+    from twinkle_core.planning.plan import Plan
 
 
 def batch_size_of(batch: Any) -> int:
@@ -374,6 +378,13 @@ class Algorithm(L.LightningModule):
         own rule. An algorithm whose training needs more updates than most (a mapping learnt through adapters)
         says so here."""
         return None
+
+    def plan_decisions(self, plan: Plan) -> list[Decision]:
+        """Choices of this algorithm the plan should explain, given the plan (its micro-batch, steps): each a
+        ``twinkle_core.planning.Decision`` with its reason, printed with the plan and stored in ``plan.json``.
+        Default: none. (twinkle-llm's reinforcement learning explains its rollouts: how many completions a step
+        samples and scores, and how many updates each rollout batch makes.)"""
+        return []
 
     @property
     def task_info(self) -> Task:

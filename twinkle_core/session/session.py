@@ -298,6 +298,7 @@ class Session:
         strategy = choose_strategy(self.task, self.resource_strategy).load()()
         plan = strategy.plan(context)
         plan.decisions.extend(prepared.decisions)  # the data processor's choices (an input size, say)
+        plan.decisions.extend(algorithm.plan_decisions(plan))  # the algorithm's (reinforcement learning's rollouts)
         return plan
 
     # ----------------------------------------------------------------- public

@@ -35,15 +35,18 @@ def test_grpo_raises_a_verifiable_reward_and_logs_what_rl_runs_watch(small_base:
     """On a random small Llama (``small_base``) whose sampled completions hold a 7 about a third of the time, four
     epochs of GRPO (groups of 8, 36 prompts) raise the mean reward of the sampled completions by at least 0.3, to
     0.8 or more, and the greedy answers of the held-out prompts earn it; every step logs the reward and its
-    within-group spread, KL, clip fraction, completion length and entropy; its ``hf`` export gives the trained
-    model's logits on the held-out prompts; ``evaluate`` on new prompts gives the greedy answers' reward and
-    pass@8 (one of 8 samples earns the full reward), ``predict`` one answer per prompt by its file and line."""
+    within-group spread, KL, clip fraction, completion length and entropy; the plan explains the rollouts; its
+    ``hf`` export gives the trained model's logits on the held-out prompts; ``evaluate`` on new prompts gives the
+    greedy answers' reward and pass@8 (one of 8 samples earns the full reward), ``predict`` one answer per prompt
+    by its file and line."""
     trainer = Trainer("llm-tiny", task="reinforcement_learning", home=str(tmp_path / "home"), verbose=False,
                       progress_bar=False,
                       hyperparams={"weights": str(small_base), "rewards": [SEVEN], "group_size": 8,
                                    "max_new_tokens": 16, "max_epochs": 4, "batch_size": 4, "lr": 1e-2})
     result = trainer.fit(str(_prompts(tmp_path)))
     assert result.status == "finished" and result.monitor == "val_reward"
+    rollouts = next(d for d in result.plan.decisions if d.name == "rollouts")  # the plan explains the rollouts
+    assert rollouts.value == 32 and "8 completions (group_size) of each of its 4 prompts" in rollouts.reason
     metrics = pd.read_csv(Path(result.run_dir) / "logs" / "metrics.csv")
     rewards = metrics["train_reward_epoch"].dropna().tolist()
     print("reward by epoch", rewards, "held out", metrics["val_reward"].dropna().tolist())
@@ -118,19 +121,19 @@ def _printed_run(done: subprocess.CompletedProcess[str]) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_an_rl_run_killed_mid_epoch_resumes_to_identical_adapters(small_base: Path, tmp_path: Path) -> None:
-    """SIGKILL in the second epoch, after the step-4 checkpoint: resumed, the run samples the same completions
-    (the rollouts' random state is restored with the checkpoint) and ends with LoRA adapters bit-identical to a run
-    never interrupted."""
-    data, base, home = str(_prompts(tmp_path, 20)), str(small_base), tmp_path / "home"
+    """SIGKILL in the second epoch, after the step-4 checkpoint (11 training prompts, 4 a step: 3 steps an epoch):
+    resumed, the run samples the same completions (the rollouts' random state is restored with the checkpoint) and
+    ends with LoRA adapters bit-identical to a run never interrupted."""
+    data, base, home = str(_prompts(tmp_path, 12)), str(small_base), tmp_path / "home"
     full = _printed_run(_train_rl(home, "full", data, base))
-    killed = _train_rl(home, "kill", data, base, "7")
+    killed = _train_rl(home, "kill", data, base, "5")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     store = RunStore(str(home))
     (victim,) = store.list(project="kill")
     resumed = _printed_run(_train_rl(home, "resume", data, base, victim.uri))
     reference = torch.load(full["last_checkpoint"], weights_only=True)
     again = torch.load(resumed["last_checkpoint"], weights_only=True)
-    assert reference["global_step"] == again["global_step"] == 10
+    assert reference["global_step"] == again["global_step"] == 6
     assert reference["state_dict"] and all(".lora_" in key for key in reference["state_dict"])
     for key, value in reference["state_dict"].items():
         assert torch.equal(value, again["state_dict"][key]), key

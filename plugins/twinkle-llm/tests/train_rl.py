@@ -11,7 +11,7 @@ from twinkle_core import Trainer
 from twinkle_core.testing import KillAtStep
 
 mode, data, base = sys.argv[1], sys.argv[2], sys.argv[3]
-# 2 epochs of 5 steps (18 training prompts, 4 per batch), groups of 4 sampled completions, a checkpoint every 2 steps
+# 2 epochs of 3 steps (11 training prompts, 4 per batch), groups of 4 sampled completions, a checkpoint every 2 steps
 hp = {"weights": base, "lora_rank": 4, "lr": 1e-2, "max_epochs": 2, "batch_size": 4, "group_size": 4,
       "max_new_tokens": 8, "rewards": [{"name": "format", "pattern": "7", "search": True}],
       "checkpoint_every_n_steps": 2, "progress_bar": False}

@@ -227,6 +227,24 @@ class CausalLM(Algorithm):
         return RLSettings(resolve_rewards(rewards), group_size, max_new_tokens, temperature, kl_coef, clip_low,
                           clip_high, loss_normalisation, advantages, scale_rewards, float(pass_threshold))
 
+    def plan_decisions(self, plan: Any) -> list[Any]:
+        """Reinforcement learning explains its rollouts: completions sampled and scored per step and per optimizer
+        step, their length, and the one update each rollout batch makes."""
+        if self.rl is None:
+            return []
+        from twinkle_core.planning import Decision
+
+        rl, micro = self.rl, plan.micro_batch_size
+        names = ", ".join(f"{w.name} × {w.weight:g}" for w in rl.rewards)
+        return [Decision("rollouts", micro * rl.group_size,
+                         f"each step samples {rl.group_size} completions (group_size) of each of its {micro} prompts: "
+                         f"{micro * rl.group_size} completions of up to {rl.max_new_tokens} tokens (max_new_tokens) at "
+                         f"temperature {rl.temperature:g}, scored by {names}; an optimizer step takes "
+                         f"{plan.effective_batch_size} prompts ({plan.effective_batch_size * rl.group_size} "
+                         "completions) and makes one update per rollout batch (the ratio is 1: the policy gradient), "
+                         f"the loss averaged per {rl.loss_normalisation}"
+                         + (f", with the KL term × {rl.kl_coef:g}" if rl.kl_coef else ", no KL term (kl_coef=0)"))]
+
     @property
     def min_optimizer_steps(self) -> int | None:
         """Instruction tuning trains at least ``INSTRUCTION_STEPS`` steps by default (small chat sets learn a
