@@ -144,7 +144,9 @@ def test_a_warm_stand_in_runs_as_the_shell_would_and_its_run_dies_with_it(tmp_pa
     """``warm_commands``: a stand-in on ``PATH`` (here for the standard library's ``code.interact`` console) gives
     its run the caller's arguments, folder, environment and standard input and output, and exits with the run's
     status; a stand-in killed with SIGKILL takes its run with it (the run's pid is gone)."""
-    with warm_commands({"console": "code:interact"}) as commands:
+    import code
+
+    with warm_commands({"console": code.interact}) as commands:
         env = {**os.environ, "PATH": f"{commands}{os.pathsep}{os.environ['PATH']}", "PROBE": "given"}
         code = "import os, sys; print(os.getcwd(), os.environ['PROBE'], sys.argv[1:]); raise SystemExit(3)\n"
         done = subprocess.run(["console", "one", "two"], input=code, cwd=tmp_path, env=env, capture_output=True,

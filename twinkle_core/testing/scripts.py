@@ -27,7 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 def run_script(argv: Sequence[str], *, cwd: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None,
@@ -148,7 +148,8 @@ sys.exit(code)
 
 
 @contextlib.contextmanager
-def warm_commands(commands: Mapping[str, str] | None = None, preload: Sequence[str] = ()) -> Iterator[Path]:
+def warm_commands(commands: Sequence[str] | Mapping[str, Callable[[], object]] = ("twinkle",),
+                  preload: Sequence[str] = ()) -> Iterator[Path]:
     """A folder of stand-ins for console scripts, each run of which is forked from the warm template (as
     ``run_script``'s scripts are) instead of starting a fresh interpreter; put the folder first on ``PATH``.
 
@@ -159,8 +160,9 @@ def warm_commands(commands: Mapping[str, str] | None = None, preload: Sequence[s
     get is what ``run_script``'s cannot: a fresh interpreter.
 
     Args:
-        commands: name → ``"module:function"`` of each console script (default: ``twinkle``); the real script
-            (run when the template is gone) is the one beside ``sys.executable``.
+        commands: the console scripts to stand in for, by name (default: ``twinkle``), each run as its installed
+            entry point (``console_scripts``) runs it; or name → the function to run (code). The real script, run
+            when the template is gone, is the one beside ``sys.executable``.
         preload: as ``run_script``'s (modules the template imports when this process first uses it).
 
     Yields:
@@ -171,18 +173,18 @@ def warm_commands(commands: Mapping[str, str] | None = None, preload: Sequence[s
 
     from twinkle_core.jobs.launcher import template
 
-    commands = dict(commands or {"twinkle": "twinkle_core.cli:main"})
+    functions = dict(commands) if isinstance(commands, Mapping) else dict.fromkeys(commands)
     folder = Path(tempfile.mkdtemp(prefix="twinkle-commands-"))  # short: a socket's path has at most 107 bytes
     address = str(folder / "socket")
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(address)
     listener.listen(16)
     # not a daemon: a daemon's children may not start processes (a run's `twinkle train` supervises a child)
-    server = template(preload).Process(target=_serve_commands, args=(listener, commands, os.getpid()))
+    server = template(preload).Process(target=_serve_commands, args=(listener, functions, os.getpid()))
     try:
         server.start()
         listener.close()  # the server holds it now
-        for name in commands:
+        for name in functions:
             stand_in = folder / name
             stand_in.write_text(STAND_IN.format(python=sys.executable, name=name, address=address,
                                                 real=str(Path(sys.executable).with_name(name))))
@@ -196,16 +198,17 @@ def warm_commands(commands: Mapping[str, str] | None = None, preload: Sequence[s
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _serve_commands(listener: socket.socket, commands: dict[str, str], owner: int) -> None:
+def _serve_commands(listener: socket.socket, functions: dict[str, Callable[[], object] | None], owner: int) -> None:
     """The template's server (single-threaded, so that it forks cleanly): one handler process per run, until the
-    process that started it (``owner``) ends."""
-    import importlib
+    process that started it (``owner``) ends. A command given by name runs its installed console-script entry
+    point (what its real script imports), resolved once here."""
     import selectors
+    from importlib.metadata import entry_points
 
-    functions = {}
-    for name, target in commands.items():
-        module, _, function = target.partition(":")
-        functions[name] = getattr(importlib.import_module(module), function)
+    for name, function in functions.items():
+        if function is None:
+            (point,) = entry_points(group="console_scripts", name=name)
+            functions[name] = point.load()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped as they end
     waiting = selectors.DefaultSelector()
     waiting.register(listener, selectors.EVENT_READ)
