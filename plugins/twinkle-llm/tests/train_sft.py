@@ -1,23 +1,7 @@
-"""A LoRA instruction-tuning run in a process of its own, for the exact-resume test.
+"""A LoRA instruction-tuning run in a process of its own, for the exact-resume test (modes: ``resumable``)."""
 
-``python train_sft.py full DATA BASE`` trains without interruption; ``kill DATA BASE STEP`` is SIGKILLed before
-optimizer step STEP; ``resume DATA BASE RUN`` resumes RUN. It prints ``RUN {"run_uri", "last_checkpoint"}``.
-"""
+from resumable import train
 
-import json
-import sys
-
-from twinkle_core import Trainer
-from twinkle_core.testing import KillAtStep
-
-mode, data, base = sys.argv[1], sys.argv[2], sys.argv[3]
 # 3 epochs of 3 steps (24 training windows of one conversation, 8 per batch), a checkpoint every 2 steps
-hp = {"weights": base, "lora_rank": 4, "lora_dropout": 0.1, "lr": 1e-2, "max_epochs": 3, "batch_size": 8,
-      "max_seq_len": 48, "checkpoint_every_n_steps": 2, "progress_bar": False}
-if mode == "resume":
-    result = Trainer.from_checkpoint(sys.argv[4], mode="resume", verbose=False).fit()
-else:
-    callbacks = [KillAtStep(int(sys.argv[4]))] if mode == "kill" else []
-    result = Trainer("llm-tiny", task="instruction_tuning", hyperparams=hp, project=mode, verbose=False,
-                     callbacks=callbacks).fit(data)
-print("RUN " + json.dumps({"run_uri": result.run_uri, "last_checkpoint": result.last_checkpoint}))
+train("instruction_tuning", {"lora_rank": 4, "lora_dropout": 0.1, "lr": 1e-2, "max_epochs": 3, "batch_size": 8,
+                             "max_seq_len": 48, "checkpoint_every_n_steps": 2, "progress_bar": False})

@@ -236,20 +236,30 @@ def completion_texts(alg: Any, completions: torch.Tensor, completion_mask: torch
     return texts
 
 
+def scored_completions(alg: Any, settings: RLSettings, ids: torch.Tensor, mask: torch.Tensor, rows: list[Any],
+                       count: int, temperature: float
+                       ) -> tuple[torch.Tensor, torch.Tensor, list[float], dict[str, list[float]]]:
+    """``count`` completions of each prompt (``sample_completions``) scored by the run's rewards, each with its
+    prompt's row: the tokens, their mask, the weighted rewards and each reward's scores (prompt by prompt, a
+    prompt's completions together)."""
+    from twinkle_core.rewards import score
+
+    completions, completion_mask = sample_completions(alg, ids, mask, count, settings.max_new_tokens, temperature)
+    grouped = [rows[i // count] for i in range(len(rows) * count)]
+    total, parts = score(settings.rewards, completion_texts(alg, completions, completion_mask), grouped,
+                         [str(r.get("prompt", "")) for r in grouped])
+    return completions, completion_mask, total, parts
+
+
 def rl_loss(alg: Any, settings: RLSettings, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
     """One GRPO step on a batch of prompts: sample ``group_size`` completions of each, score them, advantages
     within each group, and the clipped policy loss (one update per rollout: the ratio is 1 and its gradient the
     policy gradient) with the KL term; returns the loss and the step's figures (``train_reward`` and its
     within-group spread, each reward's mean, KL, clip fraction, completion length, entropy)."""
-    from twinkle_core.rewards import score
-
     ids, mask, rows = batch
     k = settings.group_size
-    completions, completion_mask = sample_completions(alg, ids, mask, k, settings.max_new_tokens,
-                                                      settings.temperature)
-    texts = completion_texts(alg, completions, completion_mask)
-    grouped_rows = [rows[i // k] for i in range(len(texts))]
-    total, parts = score(settings.rewards, texts, grouped_rows, [str(r.get("prompt", "")) for r in grouped_rows])
+    completions, completion_mask, total, parts = scored_completions(alg, settings, ids, mask, rows, k,
+                                                                    settings.temperature)
     rewards = torch.tensor(total, dtype=torch.float32, device=ids.device).view(-1, k)
     advantages = group_advantages(rewards, settings.advantages, settings.scale_rewards).view(-1)
     prompts, prompt_mask = ids.repeat_interleave(k, 0), mask.repeat_interleave(k, 0)
@@ -273,22 +283,14 @@ def rl_sums(alg: Any, settings: RLSettings, batch: Any, pass_at_k: bool = False)
     """The sums over a batch of prompts, each answered greedily and scored: ``[reward sum, prompts, completion
     tokens, prompts passed, each reward's sum...]``. With ``pass_at_k`` (``evaluate``), ``group_size`` completions
     are also sampled per prompt and a prompt passes when one of them earns ``pass_threshold`` or more (pass@k)."""
-    from twinkle_core.rewards import score
-
     ids, mask, rows = batch
-    prompts = [str(r.get("prompt", "")) for r in rows]
-    completions, completion_mask = sample_completions(alg, ids, mask, 1, settings.max_new_tokens, 0.0)
-    texts = completion_texts(alg, completions, completion_mask)
-    total, parts = score(settings.rewards, texts, rows, prompts)
+    _, completion_mask, total, parts = scored_completions(alg, settings, ids, mask, rows, 1, 0.0)
     passed = 0.0
     if pass_at_k:
         k = settings.group_size
-        sampled, sampled_mask = sample_completions(alg, ids, mask, k, settings.max_new_tokens, settings.temperature)
-        grouped = [rows[i // k] for i in range(len(rows) * k)]
-        rewards, _ = score(settings.rewards, completion_texts(alg, sampled, sampled_mask), grouped,
-                           [str(r.get("prompt", "")) for r in grouped])
+        rewards = scored_completions(alg, settings, ids, mask, rows, k, settings.temperature)[2]
         passed = float(sum(max(rewards[i * k:(i + 1) * k]) >= settings.pass_threshold for i in range(len(rows))))
-    values = [sum(total), float(len(texts)), float(completion_mask.sum()), passed]
+    values = [sum(total), float(len(rows)), float(completion_mask.sum()), passed]
     values += [sum(parts[w.name]) for w in settings.rewards]
     return torch.tensor(values, dtype=torch.float64, device=ids.device)
 
@@ -306,4 +308,4 @@ def rl_figures(settings: RLSettings, sums: torch.Tensor, prefix: str) -> dict[st
 
 __all__ = ["ADVANTAGES", "NORMALISATIONS", "RL_TASK", "Normalisation", "PolicyLoss", "RLSettings", "completion_texts",
            "group_advantages", "kl_penalty", "policy_loss", "rl_figures", "rl_loss", "rl_sums", "sample_completions",
-           "token_logprobs"]
+           "scored_completions", "token_logprobs"]
