@@ -209,3 +209,26 @@ def test_the_training_length_gives_small_data_enough_steps_and_says_why() -> Non
     assert short.estimates["estimated_seconds"] == pytest.approx(ten_epochs * 5 / 3130, rel=0.05)
     assert plan(max_epochs=None, max_steps=5, val_check_interval=0.5).val_check_interval == 0.5
     assert plan(max_epochs=None, max_steps=1000).val_check_interval is None  # several epochs: every epoch's end
+
+
+def test_several_updates_per_batch_repeat_whole_optimizer_steps_and_lengthen_the_epoch(monkeypatch) -> None:
+    """An algorithm making 3 updates per batch (reinforcement learning's ``updates_per_rollout``): the plan counts
+    each whole optimizer-step batch 3 times (10,000 samples in steps of 32: 312 whole batches, the incomplete one
+    left out, × 3 = 936 steps an epoch); the loader yields each step's micro-batches 3 times in a row — the same
+    samples, whole chunks only, every sample of the epoch in exactly one chunk — and ranks split it alike; a split
+    smaller than one step is a named error."""
+    from twinkle_core.engine import loaders
+    from twinkle_core.errors import HyperparameterError
+
+    assert plan(updates_per_batch=3).estimates["optimizer_steps_per_epoch"] == 312 * 3
+    sampler = loaders.EpochShuffle(11, seed=0, repeats=3, chunk=4)  # 11 samples, 2 micro-batches of 2 a step
+    order = list(sampler)
+    assert len(order) == len(sampler) == 2 * 4 * 3
+    chunks = [order[i:i + 4] for i in range(0, len(order), 4)]
+    assert chunks[0] == chunks[1] == chunks[2] and chunks[3] == chunks[4] == chunks[5] != chunks[0]
+    plain = list(loaders.EpochShuffle(11, seed=0))  # one update per batch: the epoch's order, every sample once
+    assert sorted(plain) == list(range(11)) and chunks[0] + chunks[3] == plain[:8]  # its whole chunks, 3 left out
+    monkeypatch.setattr(loaders, "data_rank_and_world", lambda: (1, 2))  # rank 1 of 2: 6 samples, one chunk
+    assert len(list(loaders.EpochShuffle(11, seed=0, repeats=3, chunk=4))) == 4 * 3
+    with pytest.raises(HyperparameterError, match="makes 3 updates per batch of 32 samples .* has 20 per replica"):
+        plan(updates_per_batch=3, train_samples=20)

@@ -379,6 +379,25 @@ class Algorithm(L.LightningModule):
         says so here."""
         return None
 
+    @property
+    def updates_per_batch(self) -> int:
+        """How many optimizer steps in a row each training batch makes — each optimizer step's micro-batches
+        together, seen again that many times (the loader repeats them; an epoch that many times longer): 1 for
+        supervised training. Reinforcement learning reuses a rollout for several updates (PPO's epochs, TRL's
+        ``num_iterations``: twinkle-llm's ``updates_per_rollout``); above 1 an epoch's last incomplete batch is
+        left out (as TRL's ``RepeatSampler`` does), so every repeated batch is a whole optimizer step."""
+        return 1
+
+    def rank_state(self) -> Any:
+        """What this process holds beyond the weights and the optimizer that an exact resume needs (a rollout
+        buffer being reused), as tensors and plain values; ``None``: nothing. Every rank's is gathered into each
+        checkpoint (rank 0 writes it) and handed back to the same rank by ``load_rank_state`` on resume."""
+        return None
+
+    def load_rank_state(self, state: Any) -> None:
+        """Take back what ``rank_state`` gave when the checkpoint was written (called before the first batch
+        after a restore; not called when the checkpoint holds nothing for this rank)."""
+
     def plan_decisions(self, plan: Plan) -> list[Decision]:
         """Choices of this algorithm the plan should explain, given the plan (its micro-batch, steps): each a
         ``twinkle_core.planning.Decision`` with its reason, printed with the plan and stored in ``plan.json``.

@@ -19,18 +19,22 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from twinkle_core.errors import TwinkleError
 from twinkle_core.parallel import data_rank_and_world, epoch_seed
 
 
 class EpochShuffle(Sampler[int]):
     """A random permutation of ``range(n)`` seeded by ``(seed, epoch)``; Lightning calls ``set_epoch``.
 
-    Its ``generator``, reseeded every epoch, is meant for the loader (worker base seeds).
+    Its ``generator``, reseeded every epoch, is meant for the loader (worker base seeds). With ``repeats`` above 1,
+    each rank's order is cut into chunks of ``chunk`` indices (one optimizer step's micro-batches) and each chunk is
+    yielded ``repeats`` times in a row; an incomplete last chunk is left out (``Algorithm.updates_per_batch``).
     """
 
-    def __init__(self, n: int, seed: int) -> None:
-        """Shuffle ``n`` indices with ``seed``."""
+    def __init__(self, n: int, seed: int, repeats: int = 1, chunk: int = 1) -> None:
+        """Shuffle ``n`` indices with ``seed``; ``repeats``, ``chunk``: see the class."""
         self.n, self.seed, self.epoch = n, seed, 0
+        self.repeats, self.chunk = max(1, repeats), max(1, chunk)
         self.generator = torch.Generator()
         self.set_epoch(0)
 
@@ -43,11 +47,15 @@ class EpochShuffle(Sampler[int]):
         """This rank's share of the order of ``epoch`` (all of it in a single process)."""
         order = torch.randperm(self.n, generator=torch.Generator().manual_seed(epoch_seed(self.seed, epoch))).tolist()
         rank, world = data_rank_and_world()
-        if world == 1:
+        if world > 1:
+            per_rank = -(-self.n // world)
+            padded = (order * (-(-per_rank * world // max(self.n, 1))))[: per_rank * world]
+            order = padded[rank::world]
+        if self.repeats == 1:
             return order
-        per_rank = -(-self.n // world)
-        padded = (order * (-(-per_rank * world // max(self.n, 1))))[: per_rank * world]
-        return padded[rank::world]
+        whole = len(order) // self.chunk * self.chunk
+        return [i for start in range(0, whole, self.chunk) for _ in range(self.repeats)
+                for i in order[start:start + self.chunk]]
 
     def __iter__(self) -> Iterator[int]:
         """This epoch's permutation, as an iterator whose position checkpoints save."""
@@ -56,7 +64,8 @@ class EpochShuffle(Sampler[int]):
     def __len__(self) -> int:
         """The number of indices this rank yields per epoch."""
         world = data_rank_and_world()[1]
-        return self.n if world == 1 else -(-self.n // world)
+        per_rank = self.n if world == 1 else -(-self.n // world)
+        return per_rank if self.repeats == 1 else per_rank // self.chunk * self.chunk * self.repeats
 
 
 class RankSlice(Sampler[int]):
@@ -110,20 +119,28 @@ class _ShuffleIterator(Iterator[int]):
 
 
 def train_loader(dataset: Dataset, batch_size: int, seed: int, num_workers: int,
-                 collate_fn: Any = None) -> StatefulDataLoader:
+                 collate_fn: Any = None, repeats: int = 1, accumulate: int = 1) -> StatefulDataLoader:
     """A shuffling loader whose position is saved in checkpoints (see the module docstring).
 
     A streamed dataset (``ShardedRows``) shuffles and splits itself; its own
-    state (epoch, samples yielded) is what checkpoints save.
+    state (epoch, samples yielded) is what checkpoints save. ``repeats`` above 1: each optimizer step's
+    ``accumulate`` micro-batches come ``repeats`` times in a row (``Algorithm.updates_per_batch``; not for a
+    streamed dataset).
+
+    Raises:
+        TwinkleError: ``repeats`` above 1 with a streamed dataset.
     """
     if isinstance(dataset, IterableDataset):
+        if repeats > 1:
+            raise TwinkleError(f"an algorithm that makes {repeats} updates per batch needs the data as a table of "
+                               "rows, not streamed shards: prepare it without streaming")
         if hasattr(dataset, "set_workers"):
             dataset.set_workers(num_workers)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*'set_vital' is deprecated")
             return StatefulDataLoader(dataset, batch_size=batch_size, num_workers=num_workers,
                                       persistent_workers=num_workers > 0, collate_fn=collate_fn)
-    sampler = EpochShuffle(len(dataset), seed)  # type: ignore[arg-type]
+    sampler = EpochShuffle(len(dataset), seed, repeats, batch_size * accumulate)  # type: ignore[arg-type]
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*'set_vital' is deprecated")  # torchdata's, harmless
         return StatefulDataLoader(

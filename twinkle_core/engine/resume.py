@@ -14,6 +14,10 @@ mean's weighted sum and count, a max, a sum), so an epoch resumed in its middle 
 over only the batches after the resume. The callback saves each rank's accumulators with the checkpoint and, at the
 first training batch after a restore into the same epoch, adds them back, so the epoch's figures are those of the
 uninterrupted run.
+
+An algorithm may hold more that the next batches depend on (reinforcement learning's rollout, reused for several
+updates): its ``rank_state()`` is gathered from every rank into the checkpoint the same way and handed back to each
+rank's ``load_rank_state`` before the first batch after a restore.
 """
 
 from __future__ import annotations
@@ -93,11 +97,16 @@ class ExactResume(L.Callback):
         """Start with nothing to restore."""
         self._pending: dict[str, Any] | None = None
         self._sums: dict[str, Any] | None = None
+        self._state: Any = None
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
-        """Store every rank's current random states and epoch sums (lists in rank order; every rank calls this)."""
-        gathered = all_gather((capture_rng(), epoch_sums(trainer)))  # one collective
-        checkpoint[_KEY] = {"ranks": [rng for rng, _ in gathered], "epoch_sums": [sums for _, sums in gathered]}
+        """Store every rank's current random states, epoch sums and the algorithm's ``rank_state`` (lists in rank
+        order; every rank calls this)."""
+        own = pl_module.rank_state() if hasattr(pl_module, "rank_state") else None
+        gathered = all_gather((capture_rng(), epoch_sums(trainer), own))  # one collective
+        checkpoint[_KEY] = {"ranks": [rng for rng, _, _ in gathered], "epoch_sums": [sums for _, sums, _ in gathered]}
+        if any(state is not None for _, _, state in gathered):
+            checkpoint[_KEY]["rank_states"] = [state for _, _, state in gathered]
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         """Remember this rank's saved states until training restarts."""
@@ -109,6 +118,8 @@ class ExactResume(L.Callback):
             self._pending = ranks[rank] if rank < len(ranks) else None
             sums = saved.get("epoch_sums") or []
             self._sums = sums[rank] if rank < len(sums) else None
+            states = saved.get("rank_states") or []
+            self._state = states[rank] if rank < len(states) else None
         else:  # a checkpoint written before states were kept per rank
             self._pending = saved
 
@@ -117,6 +128,9 @@ class ExactResume(L.Callback):
         if self._pending is not None:
             restore_rng(self._pending)
             self._pending = None
+        if self._state is not None:
+            pl_module.load_rank_state(self._state)  # type: ignore[attr-defined]
+            self._state = None
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:

@@ -337,7 +337,8 @@ def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Callable[[Alert
     while True:
         trainer = _lightning_trainer(setup, roles, run_dir)
         loaders = (
-            train_loader(prepared.train, plan.micro_batch_size, settings.seed, plan.num_workers, prepared.collate_fn),
+            train_loader(prepared.train, plan.micro_batch_size, settings.seed, plan.num_workers, prepared.collate_fn,
+                         algorithm.updates_per_batch, plan.accumulate_grad_batches),
             eval_loader(prepared.val, setup.algorithm.eval_batch_size(plan.micro_batch_size),
                         0 if isinstance(prepared.val, IterableDataset) else plan.num_workers, prepared.collate_fn),
         )

@@ -40,6 +40,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TypedDict
 
+from twinkle_core.errors import HyperparameterError
 from twinkle_core.planning.estimate import ModelFacts, PlanningError
 from twinkle_core.planning.hardware import Hardware, nbytes
 from twinkle_core.planning.history import PastRun
@@ -88,6 +89,7 @@ class PlanContext:
         optimizer_kernel: the optimizer kernel the algorithm uses for its parameters (``"fused"``, ``"foreach"``,
             ``"for-loop"``), if known.
         checkpoint_every_n_steps: the user's mid-epoch checkpoint interval in optimizer steps, if set.
+        updates_per_batch: optimizer steps each batch makes in a row (``Algorithm.updates_per_batch``; 1: one).
     """
 
     algorithm_name: str
@@ -115,6 +117,7 @@ class PlanContext:
     val_samples: int = 0
     optimizer_kernel: str | None = None
     checkpoint_every_n_steps: int | None = None
+    updates_per_batch: int = 1
 
     def __post_init__(self) -> None:
         """Take past runs given as catalogue dicts (the form before 0.3) as ``PastRun``s."""
@@ -560,7 +563,8 @@ def training_seconds(draft: PlanDraft) -> tuple[float, str]:
     replicas = max(draft.world_size // (draft.layout.model_parallel if draft.layout is not None else 1), 1)
     micro, accumulate = int(v.get("micro_batch_size", c.batch_size)), int(v.get("accumulate_grad_batches", 1))
     per_epoch, epochs, steps = planned_length(draft)
-    samples = min(c.train_samples * epochs if epochs > 0 else math.inf, steps * micro * replicas * accumulate)
+    samples = min(c.train_samples * c.updates_per_batch * epochs if epochs > 0 else math.inf,
+                  steps * micro * replicas * accumulate)
     threads = int(v.get("torch_threads", 1))
     probe = c.probe
     if probe is not None:
@@ -829,11 +833,24 @@ MAX_AUTO_EPOCHS = 100
 
 def steps_per_epoch(draft: PlanDraft) -> int:
     """Optimizer steps in one epoch of the draft's training split: the samples over micro-batch × data-parallel
-    replicas × accumulation."""
+    replicas × accumulation; with ``updates_per_batch`` above 1, each rank's whole optimizer-step batches (the
+    incomplete last one is left out) times the updates each makes.
+
+    Raises:
+        HyperparameterError: several updates per batch, and fewer samples per replica than one optimizer step takes.
+    """
     c, v = draft.context, draft.values
     model_parallel = draft.layout.model_parallel if draft.layout is not None else 1
     replicas = max(draft.world_size // model_parallel, 1)
     micro, accumulate = int(v.get("micro_batch_size", c.batch_size)), int(v.get("accumulate_grad_batches", 1))
+    if c.updates_per_batch > 1:
+        per_replica, step = math.ceil(c.train_samples / replicas), max(micro * accumulate, 1)
+        if per_replica < step:
+            raise HyperparameterError(
+                f"{c.algorithm_name} makes {c.updates_per_batch} updates per batch of {step} samples per replica "
+                f"({micro} × {accumulate} accumulated), and the training split has {per_replica} per replica: give "
+                "more data, or a smaller batch_size or effective_batch_size")
+        return per_replica // step * c.updates_per_batch
     return max(1, math.ceil(c.train_samples / max(micro * replicas, 1) / max(accumulate, 1)))
 
 

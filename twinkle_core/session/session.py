@@ -294,6 +294,7 @@ class Session:
             val_samples=0 if isinstance(prepared.val, IterableDataset) or prepared.val is None else len(prepared.val),
             optimizer_kernel=algorithm.optimizer_kernel_name(),
             checkpoint_every_n_steps=self.settings.checkpoint_every_n_steps,
+            updates_per_batch=algorithm.updates_per_batch,
         )
         strategy = choose_strategy(self.task, self.resource_strategy).load()()
         plan = strategy.plan(context)

@@ -56,6 +56,7 @@ def test_grpo_raises_a_verifiable_reward_and_logs_what_rl_runs_watch(small_base:
                    "train_completion_length_step", "train_entropy_step", "train_reward_format_step"):
         assert metrics[column].notna().any(), column
     assert metrics["train_clip_fraction_step"].dropna().max() == 0.0  # one update per rollout: the ratio is 1
+    assert set(metrics["train_ratio_epoch"].dropna()) == {1.0}
     exported = trainer.export(format="hf", output=str(tmp_path / "rl-hf"))  # verified on the held-out prompts
     assert exported.max_abs_diff <= 1e-4 and exported.metric_export == exported.metric_torch
     held_out = tmp_path / "held-out.jsonl"
@@ -76,12 +77,15 @@ def test_grpo_raises_a_verifiable_reward_and_logs_what_rl_runs_watch(small_base:
     ({"rewards": [SEVEN], "clip_low": 1.0}, HyperparameterError, "'clip_low' = 1.0"),
     ({"rewards": [{"name": "format", "pattern": "(("}]}, RewardError, "not a regular expression"),
     ({"rewards": [SEVEN], "weights": None}, HyperparameterError, "samples from a trained model"),
+    ({"rewards": [SEVEN], "updates_per_rollout": 2, "batch_size": 8}, HyperparameterError,
+     "makes 2 updates per batch of 8 samples per replica .* has 3 per replica"),
 ])
 def test_reinforcement_learning_settings_are_checked_before_any_run_is_made(small_base: Path, tmp_path: Path,
                                                                            hyperparams: dict, error: type,
                                                                            message: str) -> None:
     """No rewards, an unregistered one, a group of one, a clipping bound that leaves no ratio, a reward that
-    cannot be built and no model to sample from are named errors of ``fit`` — before any run is created."""
+    cannot be built, no model to sample from, and several updates per rollout with fewer prompts than one rollout
+    batch takes (no whole batch to repeat) are named errors of ``fit`` — before any run is created."""
     home = tmp_path / "home"
     values = {"weights": str(small_base), "max_epochs": 1, **hyperparams}
     with pytest.raises(error, match=message):
@@ -120,20 +124,32 @@ def _printed_run(done: subprocess.CompletedProcess[str]) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_an_rl_run_killed_mid_epoch_resumes_to_identical_adapters(small_base: Path, tmp_path: Path) -> None:
-    """SIGKILL in the second epoch, after the step-4 checkpoint (11 training prompts, 4 a step: 3 steps an epoch):
-    resumed, the run samples the same completions (the rollouts' random state is restored with the checkpoint) and
+def test_an_rl_run_killed_between_two_updates_of_a_rollout_resumes_to_identical_adapters(small_base: Path,
+                                                                                        tmp_path: Path) -> None:
+    """Two updates per rollout (``updates_per_rollout=2``; 11 training prompts, 4 a step: 2 whole rollout batches,
+    4 steps an epoch, the last 3 prompts left out): the second update of a rollout has a ratio other than 1 (the
+    policy moved since it sampled), and the plan says so. SIGKILL before step 4, after the step-3 checkpoint —
+    taken between the two updates of the second rollout: resumed, the run trains on that kept rollout again (the
+    buffer is in the checkpoint), then samples the same completions (the rollouts' random state is restored) and
     ends with LoRA adapters bit-identical to a run never interrupted."""
     data, base, home = str(_prompts(tmp_path, 12)), str(small_base), tmp_path / "home"
     full = _printed_run(_train_rl(home, "full", data, base))
-    killed = _train_rl(home, "kill", data, base, "5")
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     store = RunStore(str(home))
+    record = store.get(full["run_uri"])
+    metrics = pd.read_csv(store.path(record.id, "logs", "metrics.csv"))
+    # logged every 4th step (the epoch's length): steps 4 and 8, each a rollout's second update
+    seconds, epochs = metrics["train_ratio_step"].dropna().tolist(), metrics["train_ratio_epoch"].dropna().tolist()
+    assert len(seconds) == len(epochs) == 2 and all(r != 1.0 for r in seconds + epochs), (seconds, epochs)
+    plan = json.loads(Path(store.path(record.id, "plan.json")).read_text())
+    rollouts = next(d for d in plan["decisions"] if d["name"] == "rollouts")
+    assert "each rollout batch trained on 2 times in a row" in rollouts["reason"]
+    killed = _train_rl(home, "kill", data, base, "3")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     (victim,) = store.list(project="kill")
     resumed = _printed_run(_train_rl(home, "resume", data, base, victim.uri))
     reference = torch.load(full["last_checkpoint"], weights_only=True)
     again = torch.load(resumed["last_checkpoint"], weights_only=True)
-    assert reference["global_step"] == again["global_step"] == 6
+    assert reference["global_step"] == again["global_step"] == 8
     assert reference["state_dict"] and all(".lora_" in key for key in reference["state_dict"])
     for key, value in reference["state_dict"].items():
         assert torch.equal(value, again["state_dict"][key]), key

@@ -2,7 +2,8 @@
 
 from resumable import train
 
-# 2 epochs of 3 steps (11 training prompts, 4 per batch), groups of 4 sampled completions, a checkpoint every 2 steps
+# 2 epochs of 4 steps (11 training prompts, 4 per batch: 2 whole rollout batches, each trained on twice), groups of
+# 4 sampled completions, a checkpoint every 3 steps (step 3: the second rollout kept for its second update)
 train("reinforcement_learning", {"lora_rank": 4, "lr": 1e-2, "max_epochs": 2, "batch_size": 4, "group_size": 4,
                                  "max_new_tokens": 8, "rewards": [{"name": "format", "pattern": "7", "search": True}],
-                                 "checkpoint_every_n_steps": 2, "progress_bar": False})
+                                 "updates_per_rollout": 2, "checkpoint_every_n_steps": 3, "progress_bar": False})

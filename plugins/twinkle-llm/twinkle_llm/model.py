@@ -19,7 +19,7 @@ from twinkle_core.types import NonNegativeInt, PositiveFloat, PositiveInt
 from twinkle_llm.chat import DEFAULT_TEMPLATE, ChatTemplate, Messages, check_messages
 from twinkle_llm.folders import load_folder_model, read_adapter, read_config
 from twinkle_llm.presets import PRESETS
-from twinkle_llm.rl import RL_TASK, RLSettings, rl_figures, rl_loss, rl_sums
+from twinkle_llm.rl import RL_TASK, RLSettings, RolloutBuffer, rl_figures, rl_loss, rl_sums
 from twinkle_llm.prompts import Prompt, held_out_prompts
 from twinkle_llm.tokenizing import TextTokenizer
 
@@ -74,7 +74,7 @@ class CausalLM(Algorithm):
                  clip_low: float = 0.2, clip_high: float = 0.2,
                  loss_normalisation: Literal["sequence", "token", "constant"] = "token",
                  advantages: Literal["grpo", "rloo"] = "grpo", scale_rewards: bool = True,
-                 pass_threshold: float = 1.0,
+                 pass_threshold: float = 1.0, updates_per_rollout: PositiveInt = 1,
                  task: Literal["causal_lm", "instruction_tuning", "preference_tuning",
                                "reinforcement_learning"] = "causal_lm") -> None:
         """Choose the model.
@@ -124,6 +124,10 @@ class CausalLM(Algorithm):
             pass_threshold: ``evaluate``'s pass@k of a reinforcement-learning run: a prompt passes when one of
                 ``group_size`` sampled completions earns this weighted reward or more (1: a verifiable reward's
                 full score).
+            updates_per_rollout: optimizer steps each rollout batch makes (PPO's epochs, TRL's ``num_iterations``):
+                an optimizer step's prompts are sampled and scored once, then trained on this many times in a row,
+                the ratio to the policy that sampled them clipped (1: one update, the ratio 1, the plain policy
+                gradient). An epoch is this many times as many steps; above 1 its last incomplete batch is left out.
             task: ``causal_lm`` (raw text), ``instruction_tuning`` (conversations), ``preference_tuning``
                 (DPO on chosen and rejected answers, against the starting model as the reference) or
                 ``reinforcement_learning`` (GRPO on prompts: completions sampled, scored by ``rewards``,
@@ -169,15 +173,19 @@ class CausalLM(Algorithm):
                                       "exported with format='hf')")
         self.rl: RLSettings | None = None
         """How a ``reinforcement_learning`` run samples, scores and updates (``twinkle_llm.rl``)."""
+        self._rollouts = RolloutBuffer(1)
         rl_given = [f"'{name}' = {value!r}" for name, value, default in (
             ("rewards", rewards, None), ("group_size", group_size, 8), ("max_new_tokens", max_new_tokens, 64),
             ("temperature", temperature, 1.0), ("kl_coef", kl_coef, 0.0), ("clip_low", clip_low, 0.2),
             ("clip_high", clip_high, 0.2), ("loss_normalisation", loss_normalisation, "token"),
             ("advantages", advantages, "grpo"), ("scale_rewards", scale_rewards, True),
-            ("pass_threshold", pass_threshold, 1.0)) if value != default]
+            ("pass_threshold", pass_threshold, 1.0), ("updates_per_rollout", updates_per_rollout, 1))
+            if value != default]
         if self.task == RL_TASK:
             self.rl = self._rl_settings(weights, rewards, group_size, max_new_tokens, temperature, kl_coef, clip_low,
-                                        clip_high, loss_normalisation, advantages, scale_rewards, pass_threshold)
+                                        clip_high, loss_normalisation, advantages, scale_rewards, pass_threshold,
+                                        updates_per_rollout)
+            self._rollouts = RolloutBuffer(updates_per_rollout)
         elif rl_given:
             raise HyperparameterError(f"{' and '.join(rl_given)} configure reinforcement learning, but the task is "
                                       f"'{self.task}': pass task='reinforcement_learning', or drop them")
@@ -201,7 +209,7 @@ class CausalLM(Algorithm):
     @staticmethod
     def _rl_settings(weights: str | None, rewards: Any, group_size: int, max_new_tokens: int, temperature: float,
                      kl_coef: float, clip_low: float, clip_high: float, loss_normalisation: str, advantages: str,
-                     scale_rewards: bool, pass_threshold: float) -> RLSettings:
+                     scale_rewards: bool, pass_threshold: float, updates_per_rollout: int = 1) -> RLSettings:
         """``reinforcement_learning``'s settings, each checked.
 
         Raises:
@@ -225,7 +233,8 @@ class CausalLM(Algorithm):
             raise HyperparameterError(f"'clip_low' = {clip_low}: the ratio's lower bound 1 - clip_low must stay above "
                                       "0; use a value below 1 (0.2 is usual)")
         return RLSettings(resolve_rewards(rewards), group_size, max_new_tokens, temperature, kl_coef, clip_low,
-                          clip_high, loss_normalisation, advantages, scale_rewards, float(pass_threshold))
+                          clip_high, loss_normalisation, advantages, scale_rewards, float(pass_threshold),
+                          updates_per_rollout)
 
     def plan_decisions(self, plan: Any) -> list[Any]:
         """Reinforcement learning explains its rollouts: completions sampled and scored per step and per optimizer
@@ -241,9 +250,25 @@ class CausalLM(Algorithm):
                          f"{micro * rl.group_size} completions of up to {rl.max_new_tokens} tokens (max_new_tokens) at "
                          f"temperature {rl.temperature:g}, scored by {names}; an optimizer step takes "
                          f"{plan.effective_batch_size} prompts ({plan.effective_batch_size * rl.group_size} "
-                         "completions) and makes one update per rollout batch (the ratio is 1: the policy gradient), "
-                         f"the loss averaged per {rl.loss_normalisation}"
+                         + ("completions) and makes one update per rollout batch (the ratio is 1: the policy "
+                            "gradient)" if rl.updates_per_rollout == 1 else
+                            f"completions), each rollout batch trained on {rl.updates_per_rollout} times in a row "
+                            "(updates_per_rollout; the ratio to the sampling policy clipped)")
+                         + f", the loss averaged per {rl.loss_normalisation}"
                          + (f", with the KL term × {rl.kl_coef:g}" if rl.kl_coef else ", no KL term (kl_coef=0)"))]
+
+    @property
+    def updates_per_batch(self) -> int:
+        """Reinforcement learning's ``updates_per_rollout``; 1 for the other tasks."""
+        return self.rl.updates_per_rollout if self.rl is not None else 1
+
+    def rank_state(self) -> Any:
+        """The rollouts still to be trained on (``updates_per_rollout`` above 1), for an exact resume."""
+        return self._rollouts.state() if self._rollouts.updates > 1 else None
+
+    def load_rank_state(self, state: Any) -> None:
+        """Take back the rollouts ``rank_state`` saved."""
+        self._rollouts.load(state, self.device)
 
     @property
     def min_optimizer_steps(self) -> int | None:
@@ -535,7 +560,7 @@ class CausalLM(Algorithm):
         """The mean cross-entropy per predicted token; for ``preference_tuning`` DPO's loss per pair (the reward
         margin and preference accuracy are logged beside it)."""
         if self.rl is not None:
-            loss, figures = rl_loss(self, self.rl, batch)
+            loss, figures = rl_loss(self, self.rl, batch, self._rollouts)
             self.log_dict(figures, on_step=True, on_epoch=True, batch_size=len(batch[0]))
             return loss
         if self.task == "preference_tuning":

@@ -24,7 +24,12 @@ The ``reinforcement_learning`` task's step (``rl_loss``) puts them together: ``g
 prompt sampled from the current policy (``sample_completions``), scored by the run's rewards
 (``twinkle_core.rewards``), group advantages, and the policy loss on the completion tokens' log-probabilities
 (``token_logprobs``), with the KL term to the reference model when ``kl_coef`` is set; validation answers the
-held-out prompts greedily and averages their rewards (``rl_sums``, ``rl_figures``).
+held-out prompts greedily and averages their rewards (``rl_sums``, ``rl_figures``). With ``updates_per_rollout``
+above 1 the loader brings each optimizer step's prompts back that many times in a row and their rollout
+(``new_rollout``: completions, advantages, the sampling policy's log-probabilities) is kept in a ``RolloutBuffer``
+until it has made that many updates — from the second on, the ratio to the sampling policy is no longer 1 and the
+clipping bounds it (PPO's epochs; TRL's ``num_iterations``). The buffer is each rank's ``rank_state``, so a run
+resumed between those updates continues them exactly.
 """
 
 from __future__ import annotations
@@ -165,6 +170,7 @@ class RLSettings:
         advantages: ``grpo`` or ``rloo``.
         scale_rewards: GRPO's division by the group's standard deviation.
         pass_threshold: the weighted reward at which a completion counts as solving its prompt (``pass@k``).
+        updates_per_rollout: optimizer steps each rollout batch makes (PPO's epochs, TRL's ``num_iterations``).
     """
 
     rewards: list[Any]
@@ -178,6 +184,77 @@ class RLSettings:
     advantages: str = "grpo"
     scale_rewards: bool = True
     pass_threshold: float = 1.0
+    updates_per_rollout: int = 1
+
+
+@dataclass(eq=False)
+class Rollout:
+    """One micro-batch's sampled and scored completions, kept for the updates still to be made on them.
+
+    Attributes:
+        ids: the prompts' tokens ``[B, L]`` (left-padded), as the loader gave them.
+        mask: their attention mask.
+        completions: ``[B·G, T]`` the sampled tokens, a prompt's group together.
+        completion_mask: 1 on completion tokens (up to and including the first stop).
+        advantages: ``[B·G]`` one per completion.
+        old_logprobs: ``[B·G, T]`` the sampling policy's log-probabilities (``None`` with one update: the ratio is 1).
+        ref_logprobs: ``[B·G, T]`` the reference model's (``None`` without a KL term).
+        figures: the step figures of the sampling (rewards, their spread, each reward's mean).
+        uses: the updates made on it so far.
+    """
+
+    ids: torch.Tensor
+    mask: torch.Tensor
+    completions: torch.Tensor
+    completion_mask: torch.Tensor
+    advantages: torch.Tensor
+    old_logprobs: torch.Tensor | None
+    ref_logprobs: torch.Tensor | None
+    figures: dict[str, float]
+    uses: int = 0
+
+    TENSORS = ("ids", "mask", "completions", "completion_mask", "advantages", "old_logprobs", "ref_logprobs")
+
+
+class RolloutBuffer:
+    """The rollouts of the current optimizer step's micro-batches, each reused until it has made ``updates``
+    updates (the loader brings the same micro-batches back that many times: ``Algorithm.updates_per_batch``)."""
+
+    def __init__(self, updates: int) -> None:
+        """Keep each rollout for ``updates`` updates."""
+        self.updates = updates
+        self.rollouts: list[Rollout] = []
+
+    def take(self, ids: torch.Tensor, mask: torch.Tensor) -> Rollout | None:
+        """The kept rollout of these prompts, counted as used once more (dropped after its last use), or ``None``
+        when they have none (a new batch: sample it)."""
+        for rollout in self.rollouts:
+            if rollout.ids.shape == ids.shape and torch.equal(rollout.ids, ids) and torch.equal(rollout.mask, mask):
+                self._use(rollout)
+                return rollout
+        return None
+
+    def add(self, rollout: Rollout) -> None:
+        """Keep a new rollout (its first use is now)."""
+        if self.updates > 1:
+            self.rollouts.append(rollout)
+        self._use(rollout)
+
+    def _use(self, rollout: Rollout) -> None:
+        rollout.uses += 1
+        if rollout.uses >= self.updates:
+            self.rollouts = [kept for kept in self.rollouts if kept is not rollout]
+
+    def state(self) -> list[dict[str, Any]]:
+        """The kept rollouts as CPU tensors and plain values (a checkpoint's ``rank_state``)."""
+        return [{**{name: None if getattr(r, name) is None else getattr(r, name).detach().cpu()
+                    for name in Rollout.TENSORS}, "figures": dict(r.figures), "uses": r.uses} for r in self.rollouts]
+
+    def load(self, state: list[dict[str, Any]], device: torch.device) -> None:
+        """Replace the kept rollouts with ``state``'s, on ``device``."""
+        self.rollouts = [Rollout(**{name: None if item[name] is None else item[name].to(device)
+                                    for name in Rollout.TENSORS}, figures=dict(item["figures"]), uses=int(item["uses"]))
+                         for item in state]
 
 
 def sample_completions(alg: Any, ids: torch.Tensor, mask: torch.Tensor, count: int, max_new_tokens: int,
@@ -251,11 +328,10 @@ def scored_completions(alg: Any, settings: RLSettings, ids: torch.Tensor, mask: 
     return completions, completion_mask, total, parts
 
 
-def rl_loss(alg: Any, settings: RLSettings, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
-    """One GRPO step on a batch of prompts: sample ``group_size`` completions of each, score them, advantages
-    within each group, and the clipped policy loss (one update per rollout: the ratio is 1 and its gradient the
-    policy gradient) with the KL term; returns the loss and the step's figures (``train_reward`` and its
-    within-group spread, each reward's mean, KL, clip fraction, completion length, entropy)."""
+def new_rollout(alg: Any, settings: RLSettings, batch: Any) -> Rollout:
+    """Sample ``group_size`` completions of each prompt of ``batch``, score them, and their advantages within
+    each group; with ``updates_per_rollout`` above 1 the sampling policy's log-probabilities too (the later
+    updates' ratio is to them), and the reference's with a KL term (both without gradients)."""
     ids, mask, rows = batch
     k = settings.group_size
     completions, completion_mask, total, parts = scored_completions(alg, settings, ids, mask, rows, k,
@@ -263,19 +339,43 @@ def rl_loss(alg: Any, settings: RLSettings, batch: Any) -> tuple[torch.Tensor, d
     rewards = torch.tensor(total, dtype=torch.float32, device=ids.device).view(-1, k)
     advantages = group_advantages(rewards, settings.advantages, settings.scale_rewards).view(-1)
     prompts, prompt_mask = ids.repeat_interleave(k, 0), mask.repeat_interleave(k, 0)
-    logp, entropy = token_logprobs(alg, prompts, prompt_mask, completions, completion_mask)
+    old = None
+    if settings.updates_per_rollout > 1:
+        with torch.no_grad():
+            old = token_logprobs(alg, prompts, prompt_mask, completions, completion_mask)[0].detach()
     ref = token_logprobs(alg, prompts, prompt_mask, completions, completion_mask, reference=True)[0] \
         if settings.kl_coef else None
-    result = policy_loss(logp, logp.detach(), advantages, completion_mask, clip_low=settings.clip_low,
+    figures = {"train_reward": float(rewards.mean()), "train_reward_std": float(rewards.std(dim=1).mean())}
+    figures.update({f"train_reward_{name}": sum(values) / len(values) for name, values in parts.items()})
+    return Rollout(ids, mask, completions, completion_mask, advantages, old, ref, figures)
+
+
+def rl_loss(alg: Any, settings: RLSettings, batch: Any, buffer: RolloutBuffer | None = None
+            ) -> tuple[torch.Tensor, dict[str, float]]:
+    """One GRPO step on a batch of prompts: its rollout — sampled and scored now (``new_rollout``), or the one
+    kept in ``buffer`` for these prompts when ``updates_per_rollout`` trains on each several times — and the
+    clipped policy loss with the KL term (with one update the ratio is 1 and the gradient the policy gradient);
+    returns the loss and the step's figures (``train_reward`` and its within-group spread, each reward's mean, KL,
+    clip fraction, the mean ratio, completion length, entropy)."""
+    ids, mask, _ = batch
+    buffer = buffer if buffer is not None else RolloutBuffer(1)
+    rollout = buffer.take(ids, mask)
+    if rollout is None:
+        rollout = new_rollout(alg, settings, batch)
+        buffer.add(rollout)
+    k = settings.group_size
+    prompts, prompt_mask = ids.repeat_interleave(k, 0), mask.repeat_interleave(k, 0)
+    logp, entropy = token_logprobs(alg, prompts, prompt_mask, rollout.completions, rollout.completion_mask)
+    old = rollout.old_logprobs if rollout.old_logprobs is not None else logp.detach()
+    result = policy_loss(logp, old, rollout.advantages, rollout.completion_mask, clip_low=settings.clip_low,
                          clip_high=settings.clip_high, normalisation=settings.loss_normalisation,
-                         max_length=settings.max_new_tokens, ref_logprobs=ref, beta=settings.kl_coef)
-    cmask = completion_mask.float()
-    figures = {"train_reward": float(rewards.mean()), "train_reward_std": float(rewards.std(dim=1).mean()),
-               "train_kl": result.kl, "train_clip_fraction": result.clip_fraction,
-               "train_completion_length": float(cmask.sum(1).mean()),
+                         max_length=settings.max_new_tokens, ref_logprobs=rollout.ref_logprobs,
+                         beta=settings.kl_coef)
+    cmask = rollout.completion_mask.float()
+    figures = {**rollout.figures, "train_kl": result.kl, "train_clip_fraction": result.clip_fraction,
+               "train_ratio": result.ratio, "train_completion_length": float(cmask.sum(1).mean()),
                "train_entropy": float((entropy * cmask).sum() / cmask.sum().clamp(min=1)) if entropy is not None
                else 0.0}
-    figures.update({f"train_reward_{name}": sum(values) / len(values) for name, values in parts.items()})
     return result.loss, figures
 
 
@@ -306,6 +406,6 @@ def rl_figures(settings: RLSettings, sums: torch.Tensor, prefix: str) -> dict[st
     return figures
 
 
-__all__ = ["ADVANTAGES", "NORMALISATIONS", "RL_TASK", "Normalisation", "PolicyLoss", "RLSettings", "completion_texts",
-           "group_advantages", "kl_penalty", "policy_loss", "rl_figures", "rl_loss", "rl_sums", "sample_completions",
-           "scored_completions", "token_logprobs"]
+__all__ = ["ADVANTAGES", "NORMALISATIONS", "RL_TASK", "Normalisation", "PolicyLoss", "RLSettings", "Rollout",
+           "RolloutBuffer", "completion_texts", "group_advantages", "kl_penalty", "new_rollout", "policy_loss",
+           "rl_figures", "rl_loss", "rl_sums", "sample_completions", "scored_completions", "token_logprobs"]
