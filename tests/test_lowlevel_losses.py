@@ -108,14 +108,13 @@ def test_an_unknown_loss_is_named_with_the_known_ones() -> None:
     ([1, 2], {"target_tokens": [1.5, 2]}, r"target_tokens'\] has 1\.5, which is not a token id"),
     ([1, -3], {}, r"model_input has token id -3, outside the model's vocabulary \(0–9\)"),
     ([1, 2], {"weights": [1.0, float("nan")]}, r"\['weights'\] has nan at position 1: give finite numbers"),
-    ([1, 2], {"weights": [1.0, -1.0]}, r"\['weights'\] has -1 at position 1: weights must be 0 or more"),
     ([1, 2], {"advantages": [float("inf"), 0.0]}, r"\['advantages'\] has inf at position 0"),
     ([1, 2], {"logprobs": ["x", "y"]}, r"\['logprobs'\] has 'x', which is not a number"),
 ])
 def test_check_data_refuses_what_would_poison_a_step_by_name(tokens, inputs, message) -> None:
-    """Token ids given as strings or fractions, ids outside the vocabulary, NaN or infinite inputs and negative
-    weights (which would train a model away from its targets, or make its loss NaN for good) are each a named
-    error before anything runs; whole-number float ids and zero weights are accepted."""
+    """Token ids given as strings or fractions, ids outside the vocabulary and NaN or infinite inputs (which would
+    make a model's loss NaN for good) are each a named error before anything runs; whole-number float ids, zero
+    weights and negative ones (``forward_backward_custom``'s ``-∂C/∂log p``) are accepted."""
     import numpy as np
 
     from twinkle_core.lowlevel import Datum, check_data
@@ -124,3 +123,4 @@ def test_check_data_refuses_what_would_poison_a_step_by_name(tokens, inputs, mes
     with pytest.raises(TwinkleError, match=message):
         check_data([datum], 10)
     check_data([Datum([1.0, 2.0], {"target_tokens": np.array([2, 3]), "weights": np.array([0.0, 1.0])})], 10)
+    check_data([Datum([1, 2], {"target_tokens": np.array([2, 3]), "weights": np.array([-0.5, 2.0])})], 10)

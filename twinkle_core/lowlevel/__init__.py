@@ -9,7 +9,9 @@ from twinkle_core.lowlevel.backend import (
     ForwardResult,
     Loss,
     LoraSettings,
+    PromptScores,
     SampleSettings,
+    ScoresWanted,
     Sequence,
     TrainingBackend,
     check_data,
@@ -17,4 +19,4 @@ from twinkle_core.lowlevel.backend import (
 from twinkle_core.lowlevel.losses import LOSSES, get_loss
 
 __all__ = ["AdamSettings", "BaseModel", "Datum", "ForwardRequest", "ForwardResult", "LOSSES", "Loss", "LoraSettings",
-           "SampleSettings", "Sequence", "TrainingBackend", "check_data", "get_loss"]
+           "PromptScores", "SampleSettings", "ScoresWanted", "Sequence", "TrainingBackend", "check_data", "get_loss"]

@@ -117,18 +117,66 @@ class ForwardRequest:
 @dataclass
 class Sequence:
     """A sampled continuation: its ``tokens``, their ``logprobs`` and why it ended (``stop``: a stop token or
-    string; ``length``: ``max_tokens``)."""
+    string; ``length``: ``max_tokens``); with ``ScoresWanted.sampled_top``, ``top``: at each sampled position the
+    likeliest tokens and their log-probabilities, likeliest first."""
 
     tokens: list[int]
     logprobs: list[float]
     stop_reason: Literal["stop", "length"]
+    top: list[list[tuple[int, float]]] | None = None
+
+
+@dataclass(frozen=True)
+class ScoresWanted:
+    """What ``TrainingBackend.sample`` reports beside each sampled token's log-probability (the Tinker SDK's
+    ``include_prompt_logprobs``, ``topk_prompt_logprobs``, ``topk_sample_logprobs`` and ``prompt_logprobs_last_n``).
+
+    Attributes:
+        prompt: each prompt token's log-probability given the tokens before it.
+        prompt_top: at each prompt position, this many likeliest tokens with their log-probabilities (0: none).
+        sampled_top: the same at each sampled position (0: none).
+        last_n: only the prompt's last ``last_n`` positions are scored (``None``: every one but the first).
+    """
+
+    prompt: bool = False
+    prompt_top: int = 0
+    sampled_top: int = 0
+    last_n: int | None = None
+
+    def check(self, prompt_length: int) -> None:
+        """Refuse what a prompt of ``prompt_length`` tokens cannot give.
+
+        Raises:
+            TwinkleError: a negative count; ``last_n`` without prompt scores, or outside 1 … length - 1.
+        """
+        for name, value in (("topk_prompt_logprobs", self.prompt_top), ("topk_sample_logprobs", self.sampled_top)):
+            if value < 0:
+                raise TwinkleError(f"{name}={value}: give 0 (none) or a positive count")
+        if self.last_n is not None:
+            if not (self.prompt or self.prompt_top):
+                raise TwinkleError(f"prompt_logprobs_last_n={self.last_n} limits prompt scores, and none were asked "
+                                   "for: set include_prompt_logprobs (or topk_prompt_logprobs)")
+            if not 1 <= self.last_n <= prompt_length - 1:
+                raise TwinkleError(f"prompt_logprobs_last_n={self.last_n} is outside 1 … {prompt_length - 1} (the "
+                                   f"prompt has {prompt_length} tokens; the first has no score)")
+
+
+@dataclass
+class PromptScores:
+    """A prompt's scores (``ScoresWanted``), one entry per prompt token: ``logprobs`` (``nan`` where none: the first
+    token, those before ``last_n``), ``top`` (``None`` there); either is ``None`` when it was not asked for."""
+
+    logprobs: list[float] | None
+    top: list[list[tuple[int, float]] | None] | None = None
 
 
 def check_data(data: list[Datum], vocab_size: int = 0, required: tuple[str, ...] = (), loss_fn: str = "") -> None:
     """Every datum fits before anything runs: tokens, an input per token for each of the loss's inputs (the
     ``required`` ones present), token ids that are integers within ``vocab_size`` (0: unchecked), every other input
-    a finite number, weights not negative — the service checks a request with it before queueing it, a backend
-    before it computes.
+    a finite number — the service checks a request with it before queueing it, a backend before it computes.
+    Weights may be negative: ``cross_entropy`` is ``-Σ weight × log p``, and the Tinker SDK's
+    ``forward_backward_custom`` sends ``weight = -∂C/∂log p`` of a loss ``C`` computed on the client, whatever its
+    sign.
 
     Raises:
         TwinkleError: naming the datum and the field (``data[0].model_input has token id 99999, ...``).
@@ -156,7 +204,7 @@ def check_data(data: list[Datum], vocab_size: int = 0, required: tuple[str, ...]
                                                                                             "or more)"))
         for key, values in datum.inputs.items():
             if key != "target_tokens":
-                _check_numbers(values, f"data[{i}].loss_fn_inputs['{key}']", key == "weights")
+                _check_numbers(values, f"data[{i}].loss_fn_inputs['{key}']")
 
 
 def _token_ids(values: Any, where: str) -> np.ndarray:
@@ -175,8 +223,8 @@ def _token_ids(values: Any, where: str) -> np.ndarray:
     raise TwinkleError(f"{where} has {wrong!r}, which is not a token id: give integers (the tokenizer's ids)")
 
 
-def _check_numbers(values: Any, where: str, weights: bool) -> None:
-    """``values`` are finite numbers (and, for ``weights``, none negative).
+def _check_numbers(values: Any, where: str) -> None:
+    """``values`` are finite numbers.
 
     Raises:
         TwinkleError: naming ``where``, the position and the value.
@@ -188,10 +236,6 @@ def _check_numbers(values: Any, where: str, weights: bool) -> None:
     bad = np.flatnonzero(~np.isfinite(array))
     if bad.size:
         raise TwinkleError(f"{where} has {array[bad[0]]} at position {int(bad[0])}: give finite numbers")
-    negative = np.flatnonzero(array < 0) if weights else np.empty(0, dtype=np.int64)
-    if negative.size:
-        raise TwinkleError(f"{where} has {array[negative[0]]:g} at position {int(negative[0])}: weights must be 0 or "
-                           "more (a negative weight would train the model away from its targets)")
 
 
 Loss = Callable[[Any, dict[str, Any], dict[str, Any]], tuple[Any, Any]]
@@ -262,10 +306,11 @@ class TrainingBackend(ABC):
 
     @abstractmethod
     def sample(self, weights: str, prompt: list[int], count: int, settings: SampleSettings,
-               prompt_logprobs: bool) -> tuple[list[Sequence], list[float] | None]:
+               wanted: ScoresWanted) -> tuple[list[Sequence], PromptScores | None]:
         """``count`` continuations of ``prompt`` by the adapters ``save`` wrote into the local folder
-        ``weights`` (or, given a base model's name, by the base alone), and with ``prompt_logprobs`` each
-        prompt token's log-probability given the tokens before it (``nan`` for the first)."""
+        ``weights`` (or, given a base model's name, by the base alone), with the scores ``wanted`` asks for: the
+        prompt's (``None`` when neither its log-probabilities nor its top tokens were asked for) and each sampled
+        position's top tokens (``Sequence.top``)."""
 
     @abstractmethod
     def unload(self, model_id: str) -> None:

@@ -360,9 +360,9 @@ def test_two_users_train_at_once_and_neither_reaches_the_others(server: Server) 
 
 
 def test_bad_data_is_a_400_naming_the_field_and_changes_nothing(server: Server) -> None:
-    """A token outside the vocabulary, a loss that does not exist, inputs of the wrong length and NaN or negative
-    weights are 400s naming the datum and field; the model's next pass gives the loss it gave before them (nothing changed, and the
-    requests after the refused ones were not held back)."""
+    """A token outside the vocabulary, a loss that does not exist, inputs of the wrong length and NaN weights are
+    400s naming the datum and field; the model's next pass gives the loss it gave before them (nothing changed, and
+    the requests after the refused ones were not held back)."""
     training = server.client("alice").create_lora_training_client(base_model="tiny", rank=8).result()
     before = training.forward([_datum()], "cross_entropy").result().metrics["loss:sum"]
     with pytest.raises(tinker.BadRequestError, match=r"data\[0\]\.model_input has token id 99999"):
@@ -373,11 +373,10 @@ def test_bad_data_is_a_400_naming_the_field_and_changes_nothing(server: Server) 
                         loss_fn_inputs={"target_tokens": [2, 3], "weights": [1.0, 1.0]})
     with pytest.raises(tinker.BadRequestError, match=r"data\[0\]\.loss_fn_inputs\['target_tokens'\] has 2 values"):
         training.forward_backward([short], "cross_entropy").result()
-    for weight, reason in ((float("nan"), "has nan at position 0"), (-1.0, "weights must be 0 or more")):
-        poisoned = types.Datum(model_input=types.ModelInput.from_ints(SEQUENCE[:-1]), loss_fn_inputs={
-            "target_tokens": SEQUENCE[1:], "weights": [weight] + [1.0] * (len(SEQUENCE) - 2)})
-        with pytest.raises(tinker.BadRequestError, match=reason):
-            training.forward_backward([poisoned], "cross_entropy").result()
+    poisoned = types.Datum(model_input=types.ModelInput.from_ints(SEQUENCE[:-1]), loss_fn_inputs={
+        "target_tokens": SEQUENCE[1:], "weights": [float("nan")] + [1.0] * (len(SEQUENCE) - 2)})
+    with pytest.raises(tinker.BadRequestError, match="has nan at position 0"):
+        training.forward_backward([poisoned], "cross_entropy").result()
     assert training.forward([_datum()], "cross_entropy").result().metrics["loss:sum"] == pytest.approx(before)
 
 
@@ -430,6 +429,63 @@ def test_rl_losses_go_through_the_sdk(server: Server) -> None:
     training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
     after = training.forward([_datum(tokens)], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
     assert max(abs(a - b) for a, b in zip(after, own)) > 1e-3
+
+
+def test_a_custom_loss_and_top_tokens_go_through_the_sdk(server: Server) -> None:
+    """The SDK's ``forward_backward_custom`` — a loss computed on the client from a ``forward``'s log-probabilities,
+    here one whose gradient has both signs, sent back as ``cross_entropy`` weights ``-∂C/∂log p`` — trains exactly as
+    those weights sent directly do (two models made with one seed end with equal log-probabilities, changed from the
+    start). ``sample`` with ``topk_prompt_logprobs`` and ``topk_sample_logprobs`` lists k tokens likeliest first at
+    every scored position (none at the first prompt token), the prompt's own token among them with the
+    log-probability ``include_prompt_logprobs`` gives it; ``prompt_logprobs_last_n`` scores the last n positions
+    only; a sampling option this server does not serve is a 400 naming it."""
+    import torch
+
+    service = server.client("alice")
+    custom, direct = (service.create_lora_training_client(base_model="tiny", rank=4, seed=11).result()
+                      for _ in range(2))
+    tokens = SEQUENCE[:12]
+    signs = [1.0 if i % 3 else -2.0 for i in range(len(tokens) - 1)]
+    start = custom.forward([_datum(tokens)], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
+
+    def pushed(data: list[Any], logprobs: list[Any]) -> tuple[Any, dict[str, float]]:
+        loss = sum((torch.tensor(signs) * lp).sum() for lp in logprobs)  # C = Σ s × log p: ∂C/∂log p = s
+        return loss, {"pushed": float(loss.detach())}
+
+    out = custom.forward_backward_custom([_datum(tokens)], pushed).result()
+    assert out.metrics["pushed"] == pytest.approx(sum(s * lp for s, lp in zip(signs, start)), abs=1e-4)
+    weighted = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                           loss_fn_inputs={"target_tokens": tokens[1:], "weights": [-s for s in signs]})
+    direct.forward_backward([weighted], "cross_entropy").result()
+    after = []
+    for training in (custom, direct):
+        training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+        after.append(training.forward([_datum(tokens)], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist())
+    assert after[0] == pytest.approx(after[1], abs=1e-6) and max(abs(a - b) for a, b in zip(after[0], start)) > 1e-3
+
+    sampler = custom.save_weights_and_get_sampling_client().result()
+    prompt = types.ModelInput.from_ints(tokens)
+    params = types.SamplingParams(max_tokens=4, temperature=0.0)
+    scored = sampler.sample(prompt, num_samples=1, sampling_params=params, include_prompt_logprobs=True,
+                            topk_prompt_logprobs=3, topk_sample_logprobs=2).result()
+    own, top = scored.prompt_logprobs, scored.topk_prompt_logprobs
+    assert own[0] is None and top[0] is None and len(own) == len(top) == len(tokens)
+    for position in range(1, len(tokens)):
+        listed = top[position]
+        assert len(listed) == 3 and [lp for _, lp in listed] == sorted((lp for _, lp in listed), reverse=True)
+        if tokens[position] in [t for t, _ in listed]:
+            assert dict(listed)[tokens[position]] == pytest.approx(own[position], abs=1e-5)
+        else:
+            assert own[position] <= listed[-1][1] + 1e-6
+    sequence = scored.sequences[0]
+    assert len(sequence.topk_logprobs) == len(sequence.tokens)
+    for token, logprob, listed in zip(sequence.tokens, sequence.logprobs, sequence.topk_logprobs):
+        assert len(listed) == 2 and listed[0] == (token, pytest.approx(logprob, abs=1e-5))  # greedy: the likeliest
+    last = sampler.sample(prompt, num_samples=1, sampling_params=params, include_prompt_logprobs=True,
+                          prompt_logprobs_last_n=2).result().prompt_logprobs
+    assert last[:-2] == [None] * (len(tokens) - 2) and last[-2:] == pytest.approx(own[-2:], abs=1e-5)
+    with pytest.raises(tinker.APIStatusError, match="prompt_alt_tokens_k: this server does not serve it"):
+        sampler.sample(prompt, num_samples=1, sampling_params=params, prompt_alt_tokens_k=2).result(timeout=60)
 
 
 def test_a_killed_server_restarts_and_a_checkpoint_continues_exactly(server: Server) -> None:
@@ -661,7 +717,7 @@ def test_random_sequences_of_valid_and_refused_requests_never_freeze_or_change_a
             with pytest.raises(tinker.APIStatusError):
                 request().result(timeout=30)
 
-        @rule(weight=st.sampled_from([math.nan, math.inf, -1.0]))
+        @rule(weight=st.sampled_from([math.nan, math.inf, -math.inf]))
         def poisoned_weights(self, weight: float) -> None:
             datum = types.Datum(model_input=types.ModelInput.from_ints(SEQUENCE[:-1]), loss_fn_inputs={
                 "target_tokens": SEQUENCE[1:], "weights": [1.0] * (len(SEQUENCE) - 2) + [weight]})

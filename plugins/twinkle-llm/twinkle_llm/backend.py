@@ -29,7 +29,9 @@ from twinkle_core.lowlevel import (
     ForwardResult,
     Loss,
     LoraSettings,
+    PromptScores,
     SampleSettings,
+    ScoresWanted,
     Sequence,
     TrainingBackend,
     check_data,
@@ -326,21 +328,21 @@ class LoraBackend(TrainingBackend):
 
     # ------------------------------------------------------------ sampling
     def sample(self, weights: str, prompt: list[int], count: int, settings: SampleSettings,
-               prompt_logprobs: bool) -> tuple[list[Sequence], list[float] | None]:
-        """Autoregressive sampling with the adapter in ``weights`` (or a base alone, by name)."""
+               wanted: ScoresWanted) -> tuple[list[Sequence], PromptScores | None]:
+        """Autoregressive sampling with the adapter in ``weights`` (or a base alone, by name); the prompt's scores
+        come from the same pass that starts the samples."""
         base, network = self._sampler(weights)
         check_data([Datum(list(prompt))], base["vocab"])
+        wanted.check(len(prompt))
         generator = torch.Generator().manual_seed(settings.seed) if settings.seed is not None else None
         stops = self._stop_ids(base, settings)
         ids = torch.as_tensor([prompt], dtype=torch.long)
         with torch.no_grad():
             first = network(input_ids=ids, use_cache=True)
-            scored = None
-            if prompt_logprobs:
-                logprobs = torch.log_softmax(first.logits[0].float(), dim=-1)
-                picked = logprobs[:-1].gather(-1, ids[0, 1:, None]).squeeze(-1)
-                scored = [math.nan, *picked.tolist()]
-            sequences = [self._continue(network, first, settings, stops, generator) for _ in range(count)]
+            scored = _prompt_scores(first.logits[0].float(), prompt, wanted) \
+                if wanted.prompt or wanted.prompt_top else None
+            sequences = [self._continue(network, first, settings, stops, generator, wanted.sampled_top)
+                         for _ in range(count)]
         return sequences, scored
 
     def _sampler(self, weights: str) -> tuple[dict[str, Any], Any]:
@@ -386,22 +388,27 @@ class LoraBackend(TrainingBackend):
 
     @staticmethod
     def _continue(network: Any, first: Any, settings: SampleSettings, stops: set[int],
-                  generator: torch.Generator | None) -> Sequence:
-        """One continuation from the prompt's pass ``first`` (its cache copied, so samples are independent)."""
+                  generator: torch.Generator | None, top: int = 0) -> Sequence:
+        """One continuation from the prompt's pass ``first`` (its cache copied, so samples are independent); with
+        ``top``, each position's ``top`` likeliest tokens (of the model's own distribution, before temperature)."""
         past = copy.deepcopy(first.cache)
         logits = first.logits[0, -1].float()
         tokens: list[int] = []
         logprobs: list[float] = []
+        tops: list[list[tuple[int, float]]] = []
         for _ in range(settings.max_tokens):
             scores = torch.log_softmax(logits, dim=-1)
             token = _choose(logits, settings, generator)
             tokens.append(token)
             logprobs.append(float(scores[token]))
+            if top:
+                best = torch.topk(scores, min(top, scores.numel()))
+                tops.append(list(zip(best.indices.tolist(), best.values.tolist())))
             if token in stops:
-                return Sequence(tokens, logprobs, "stop")
+                return Sequence(tokens, logprobs, "stop", tops if top else None)
             out = network(input_ids=torch.tensor([[token]]), cache=past, use_cache=True)
             past, logits = out.cache, out.logits[0, -1].float()
-        return Sequence(tokens, logprobs, "length")
+        return Sequence(tokens, logprobs, "length", tops if top else None)
 
 
 class _BaseOnly:
@@ -415,6 +422,23 @@ class _BaseOnly:
             return self.base["model"](**inputs)
         with self.base["peft"].disable_adapter():
             return self.base["peft"](**inputs)
+
+
+def _prompt_scores(logits: torch.Tensor, prompt: list[int], wanted: ScoresWanted) -> PromptScores:
+    """The prompt's scores from its pass's ``logits`` ``[L, V]``: position ``i`` is scored by the distribution after
+    the tokens before it (none for the first, nor before ``wanted.last_n``)."""
+    logprobs = torch.log_softmax(logits[:-1], dim=-1)  # row i predicts prompt token i + 1
+    start = 1 if wanted.last_n is None else len(prompt) - wanted.last_n
+    values: list[float] | None = None
+    if wanted.prompt:
+        picked = logprobs.gather(-1, torch.as_tensor(prompt[1:], dtype=torch.long)[:, None]).squeeze(-1).tolist()
+        values = [math.nan] * start + picked[start - 1:]
+    top: list[list[tuple[int, float]] | None] | None = None
+    if wanted.prompt_top:
+        best = torch.topk(logprobs[start - 1:], min(wanted.prompt_top, logprobs.shape[-1]))
+        top = [None] * start + [list(zip(ids, values_)) for ids, values_ in zip(best.indices.tolist(),
+                                                                                  best.values.tolist())]
+    return PromptScores(values, top)
 
 
 def _choose(logits: torch.Tensor, settings: SampleSettings, generator: torch.Generator | None) -> int:

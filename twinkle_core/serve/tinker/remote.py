@@ -28,7 +28,9 @@ from twinkle_core.lowlevel import (
     ForwardResult,
     Loss,
     LoraSettings,
+    PromptScores,
     SampleSettings,
+    ScoresWanted,
     Sequence,
     TrainingBackend,
 )
@@ -134,9 +136,9 @@ class BackendProcess(TrainingBackend):
         return self._call("load", model_id, folder, optimizer)
 
     def sample(self, weights: str, prompt: list[int], count: int, settings: SampleSettings,
-               prompt_logprobs: bool) -> tuple[list[Sequence], list[float] | None]:
+               wanted: ScoresWanted) -> tuple[list[Sequence], PromptScores | None]:
         """As ``TrainingBackend.sample``, in the child."""
-        return self._call("sample", weights, prompt, count, settings, prompt_logprobs)
+        return self._call("sample", weights, prompt, count, settings, wanted)
 
     def unload(self, model_id: str) -> None:
         """As ``TrainingBackend.unload``, in the child."""

@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.lowlevel import AdamSettings, LoraSettings, SampleSettings
+from twinkle_core.lowlevel import AdamSettings, LoraSettings, SampleSettings, ScoresWanted
 from twinkle_core.serve.deps import Service, service
 from twinkle_core.serve.tinker import wire
 from twinkle_core.serve.tinker.ordering import NotFound
@@ -184,8 +184,24 @@ class Sample(_Body):
     prompt: Prompt
     num_samples: int = Field(1, ge=1, le=64)
     sampling_params: Sampling = Field(default_factory=Sampling)
-    prompt_logprobs: bool = False
+    prompt_logprobs: bool | None = False
+    topk_prompt_logprobs: int = Field(0, ge=0, le=1024)
+    topk_sample_logprobs: int = Field(0, ge=0, le=1024)
+    prompt_logprobs_last_n: int | None = Field(None, ge=1)
     seq_id: int = 0
+    # asked of a sampler the SDK knows and this server does not serve: refused by name, never ignored
+    target_prompt_logprobs: Any = None
+    prompt_alt_tokens_k: int = 0
+    record_stability_info: bool | None = None
+
+    def unserved(self) -> str | None:
+        """The first option this server does not serve that the request asks for, if any."""
+        for name, value in (("target_prompt_logprobs", self.target_prompt_logprobs),
+                            ("prompt_alt_tokens_k", self.prompt_alt_tokens_k),
+                            ("record_stability_info", self.record_stability_info)):
+            if value:
+                return name
+        return None
 
 
 class Retrieve(_Body):
@@ -373,11 +389,17 @@ async def asample(body: Sample, user: User, state: State) -> dict[str, Any]:
             raise HTTPException(400, f"prompt.chunks[{i}] is a {chunk.type} chunk; this server samples from token "
                                      "ids (encoded_text) only")
         prompt.extend(chunk.tokens)
+    unserved = body.unserved()
+    if unserved is not None:
+        raise HTTPException(400, f"{unserved}: this server does not serve it (it serves prompt_logprobs, "
+                                 "topk_prompt_logprobs, topk_sample_logprobs and prompt_logprobs_last_n); leave it unset")
     params = body.sampling_params
     stop = [params.stop] if isinstance(params.stop, str) else params.stop
     settings = SampleSettings(params.max_tokens, params.temperature, params.top_p, params.top_k, params.seed, stop)
+    wanted = ScoresWanted(bool(body.prompt_logprobs), body.topk_prompt_logprobs, body.topk_sample_logprobs,
+                          body.prompt_logprobs_last_n)
     future = _answer(lambda: state.samplers.sample(user, body.sampling_session_id, prompt, body.num_samples, settings,
-                                          body.prompt_logprobs, wire.sample_output))
+                                          wanted, wire.sample_output))
     return _future(future, sample_sequence_ids=[f"{future.id}:{i}" for i in range(body.num_samples)])
 
 

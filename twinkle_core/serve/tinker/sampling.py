@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.lowlevel import SampleSettings, TrainingBackend
+from twinkle_core.lowlevel import SampleSettings, ScoresWanted, TrainingBackend
 from twinkle_core.serve.tinker.checkpoints import TinkerCheckpoints
 from twinkle_core.serve.tinker.models import TrainingModel
 from twinkle_core.serve.tinker.ordering import Future, NotFound, Requests
@@ -93,20 +93,23 @@ class Samplers:
         return found
 
     def sample(self, user: str, sampler_id: str, prompt: list[int], count: int, settings: SampleSettings,
-               prompt_logprobs: bool, encode: Callable[[Any, Any], bytes]) -> Future:
-        """Queue sampling ``count`` continuations of ``prompt`` (and its own log-probabilities when asked).
+               wanted: ScoresWanted, encode: Callable[[Any, Any], bytes]) -> Future:
+        """Queue sampling ``count`` continuations of ``prompt`` (with the scores ``wanted`` asks for: the prompt's own
+        log-probabilities, its and the samples' top tokens).
 
         Raises:
-            NotFound: no such sampling session. TwinkleError: an empty prompt, no samples or tokens asked for.
+            NotFound: no such sampling session. TwinkleError: an empty prompt, no samples or tokens asked for,
+                scores the prompt cannot give (``ScoresWanted.check``).
         """
         sampler = self.get(user, sampler_id)
         if not prompt:
             raise TwinkleError("prompt is empty: give at least one token")
         if count < 1 or settings.max_tokens < 1:
             raise TwinkleError("num_samples and sampling_params.max_tokens must be at least 1")
+        wanted.check(len(prompt))
 
         def work() -> bytes:
-            sequences, scored = self.backend.sample(sampler.weights, prompt, count, settings, prompt_logprobs)
+            sequences, scored = self.backend.sample(sampler.weights, prompt, count, settings, wanted)
             return encode(sequences, scored)
 
         return self.requests.now(user, work)

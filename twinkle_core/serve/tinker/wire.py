@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from twinkle_core.errors import TwinkleError
-from twinkle_core.lowlevel import Datum, ForwardResult, Sequence
+from twinkle_core.lowlevel import Datum, ForwardResult, PromptScores, Sequence
 
 _DTYPES = {1: np.float32, 2: np.int64, 3: np.int32}
 PROTOBUF = "application/x-protobuf"
@@ -101,16 +101,37 @@ def forward_output(result: ForwardResult) -> bytes:
     return message.SerializeToString()
 
 
-def sample_output(sequences: list[Sequence], prompt_logprobs: list[float] | None) -> bytes:
-    """A ``SampleResponse``: each sequence's tokens (int32), log-probabilities (float32) and stop reason, and the
-    prompt's log-probabilities (NaN where there is none) when asked for."""
+MASK_LOGPROB = -99999.0
+"""The SDK's filler of a top-k row without a score (token 0 at this log-probability: ``tinker.types.TopkLogprobs``)."""
+
+
+def _top(message: Any, rows: list[list[tuple[int, float]] | None]) -> None:
+    """Fill a ``TopkLogprobs`` message: ``rows`` as ``[length, k]`` int32 ids and float32 log-probabilities, a row
+    without scores (``None``) or a short one filled with the SDK's mask."""
+    k = max((len(row) for row in rows if row), default=0)
+    ids = np.zeros((len(rows), k), np.int32)
+    values = np.full((len(rows), k), MASK_LOGPROB, np.float32)
+    for i, row in enumerate(rows):
+        for j, (token, logprob) in enumerate(row or []):
+            ids[i, j], values[i, j] = token, logprob
+    message.length, message.k = len(rows), k
+    message.token_ids, message.logprobs = ids.tobytes(), values.tobytes()
+
+
+def sample_output(sequences: list[Sequence], scores: PromptScores | None) -> bytes:
+    """A ``SampleResponse``: each sequence's tokens (int32), log-probabilities (float32), stop reason and, when
+    asked for, top tokens; the prompt's log-probabilities (NaN where there is none) and top tokens when asked for."""
     pb = schema()
     message = pb.SampleResponse()
     for sequence in sequences:
-        message.sequences.add(
+        added = message.sequences.add(
             stop_reason=pb.STOP_REASON_STOP if sequence.stop_reason == "stop" else pb.STOP_REASON_LENGTH,
             tokens=np.asarray(sequence.tokens, np.int32).tobytes(),
             logprobs=np.asarray(sequence.logprobs, np.float32).tobytes())
-    if prompt_logprobs is not None:
-        message.prompt_logprobs = np.asarray(prompt_logprobs, np.float32).tobytes()
+        if sequence.top is not None:
+            _top(added.topk_sampled_logprobs, list(sequence.top))
+    if scores is not None and scores.logprobs is not None:
+        message.prompt_logprobs = np.asarray(scores.logprobs, np.float32).tobytes()
+    if scores is not None and scores.top is not None:
+        _top(message.topk_prompt_logprobs, scores.top)
     return message.SerializeToString()
