@@ -133,8 +133,8 @@ def _train(training: Any, steps: int, learning_rate: float = 1e-2) -> list[float
 def test_a_supervised_loop_learns_and_its_samples_agree_with_compute_logprobs(server: Server) -> None:
     """Thirty cross-entropy steps through the SDK more than halve the loss; the run records every step; greedy
     samples from the saved weights continue the learnt sequence, with the log-probabilities ``compute_logprobs``
-    gives the same tokens (within 1e-4); ``list_training_runs`` lists the run with its checkpoints; the SDK's
-    ``get_tokenizer`` loads the base's tokenizer."""
+    gives the same tokens (within 1e-4), and end after a stop string of several tokens; ``list_training_runs``
+    lists the run with its checkpoints; the SDK's ``get_tokenizer`` loads the base's tokenizer."""
     from twinkle_core import RunStore
 
     service = server.client("alice")
@@ -163,6 +163,12 @@ def test_a_supervised_loop_learns_and_its_samples_agree_with_compute_logprobs(se
 
     tokenizer = training.get_tokenizer()  # the base's own, from the local folder get_info names (issue 53)
     assert tokenizer.decode(tokenizer.encode("hello world", add_special_tokens=False)) == "hello world"
+    # a stop string of several tokens (as the cookbook's renderers give, "\\n\\nUser:") ends the sample after them
+    stop = tokenizer.decode(SEQUENCE[7:9])
+    assert len(tokenizer.encode(stop, add_special_tokens=False)) > 1, stop
+    stopped = sampler.sample(types.ModelInput.from_ints(prompt), num_samples=1, sampling_params=types.SamplingParams(
+        max_tokens=8, temperature=0.0, stop=[stop])).result().sequences[0]
+    assert stopped.tokens == SEQUENCE[6:9] and stopped.stop_reason == "stop"
 
 
 def test_a_saved_state_reloads_with_identical_weights_and_optimizer(server: Server) -> None:
@@ -276,42 +282,51 @@ socket.socket.connect, socket.getaddrinfo = connect, getaddrinfo
 (and written down), so the recipe provably reaches no other host."""
 
 
-def test_the_cookbooks_supervised_recipe_runs_unchanged_and_offline(server: Server, tmp_path: Path) -> None:
-    """tinker-cookbook's supervised recipe (``tinker_cookbook.recipes.sl_basic``, from its wheel: make installs it
-    beside .venv, ``requirements/tinker-cookbook.txt``) runs as released — configured on its command line with our
-    base URL, a local JSONL of conversations and a few steps — in a process where every connection but to 127.0.0.1
-    is refused: it trains, evaluates its held-out loss through ``compute_logprobs``, saves its checkpoints on our
-    server, and exits 0. The one outside host it tries (a price list) is refused, and it goes on without."""
-    import json
+def _cookbook(server: Server, work: Path, module: str, *options: str, env_path: str = "") -> Any:
+    """Run a tinker-cookbook ``module`` (``python -m MODULE``; the cookbook from its wheel: make installs it beside
+    .venv, ``requirements/tinker-cookbook.txt``) as bob against the server with ``options`` on its command line, in ``work`` (``COOKBOOK_MODEL`` there is the small base: the name is its tokenizer's folder too), every
+    connection but 127.0.0.1's refused (``GUARD``); ``env_path``: a folder put on its ``PYTHONPATH`` too."""
     import subprocess
     import sys
-
-    from twinkle_core import RunStore
-    from twinkle_llm.samples import opposites, write_conversations
 
     cookbook = Path(os.environ.get("TWINKLE_TINKER_COOKBOOK")
                     or Path(sys.prefix) / "share" / "twinkle" / "tinker-cookbook")
     python = cookbook.parents[2] / "bin" / "python"  # the dev venv's: tinker, transformers and torch are there
     assert (cookbook / "tinker_cookbook").is_dir() and python.exists(), f"make installs the cookbook in {cookbook}"
-    work = tmp_path / "client"
     (work / COOKBOOK_MODEL).parent.mkdir(parents=True)
-    (work / COOKBOOK_MODEL).symlink_to(server.base)  # the name is its tokenizer's folder too
+    (work / COOKBOOK_MODEL).symlink_to(server.base)
     (work / "guard").mkdir()
     (work / "guard" / "sitecustomize.py").write_text(GUARD)
-    data = write_conversations(tmp_path / "opposites.jsonl", opposites()[0][:64])
-    common = "dataset_builder.common_config"
-    env = {**os.environ, "PYTHONPATH": f"{work / 'guard'}:{cookbook}", "TINKER_API_KEY": "tml-" + server.tokens["bob"],
+    paths = ":".join(p for p in (str(work / "guard"), str(cookbook), env_path) if p)
+    env = {**os.environ, "PYTHONPATH": paths, "TINKER_API_KEY": "tml-" + server.tokens["bob"],
            "TINKER_TELEMETRY": "0", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.pop("TINKER_BASE_URL", None)
-    done = subprocess.run(
-        [str(python), "-m", "tinker_cookbook.recipes.sl_basic", f"model_name={COOKBOOK_MODEL}",
-         f"base_url=http://127.0.0.1:{server.port}/tinker", f"log_path={work / 'log'}", "max_steps=4",
-         "save_every=2", "lora_rank=8", "learning_rate=1e-3",
-         "dataset_builder=tinker_cookbook.supervised.data:FromConversationFileBuilder",
-         f"dataset_builder.file_path={data}", "dataset_builder.test_size=8",
-         f"{common}.model_name_for_tokenizer={COOKBOOK_MODEL}", f"{common}.renderer_name=role_colon",
-         f"{common}.max_length=128", f"{common}.batch_size=8"],
+    return subprocess.run(
+        [str(python), "-m", module, f"model_name={COOKBOOK_MODEL}",
+         f"base_url=http://127.0.0.1:{server.port}/tinker", f"log_path={work / 'log'}", *options],
         cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+
+
+def test_the_cookbooks_supervised_recipe_runs_unchanged_and_offline(server: Server, tmp_path: Path) -> None:
+    """tinker-cookbook's supervised recipe (``tinker_cookbook.recipes.sl_basic``) runs as released — configured on
+    its command line with our base URL, a local JSONL of conversations and a few steps — in a process where every
+    connection but to 127.0.0.1 is refused: it trains, evaluates its held-out loss through ``compute_logprobs``,
+    saves its checkpoints on our server, and exits 0. The one outside host it tries (a price list) is refused, and
+    it goes on without."""
+    import json
+
+    from twinkle_core import RunStore
+    from twinkle_llm.samples import opposites, write_conversations
+
+    work = tmp_path / "client"
+    data = write_conversations(tmp_path / "opposites.jsonl", opposites()[0][:64])
+    common = "dataset_builder.common_config"
+    done = _cookbook(
+        server, work, "tinker_cookbook.recipes.sl_basic", "max_steps=4", "save_every=2", "lora_rank=8", "learning_rate=1e-3",
+        "dataset_builder=tinker_cookbook.supervised.data:FromConversationFileBuilder",
+        f"dataset_builder.file_path={data}", "dataset_builder.test_size=8",
+        f"{common}.model_name_for_tokenizer={COOKBOOK_MODEL}", f"{common}.renderer_name=role_colon",
+        f"{common}.max_length=128", f"{common}.batch_size=8")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     steps = [json.loads(line) for line in (work / "log" / "metrics.jsonl").read_text().splitlines()]
     losses = [row["train_mean_nll"] for row in steps if "train_mean_nll" in row]
@@ -326,6 +341,95 @@ def test_the_cookbooks_supervised_recipe_runs_unchanged_and_offline(server: Serv
     assert len(logged) == 1 + 4  # our run recorded its four steps
     refused = (work / "guard" / "sitecustomize.py.refused").read_text().split()
     assert refused and set(refused) == {"tinker-docs.thinkingmachines.ai"}, refused  # the guard held; it went on
+
+
+SEVENS_ENV = '''"""A tinker-cookbook RL environment written for the test: its ``ProblemEnv`` asks to spell a number, and an
+answer is right when it holds a 7 (the small random base writes one in about a third of its samples). Run as a
+module, it trains with the cookbook's RL loop (``tinker_cookbook.rl.train``) configured from its command line."""
+import asyncio
+import sys
+from functools import partial
+
+import chz
+
+from tinker_cookbook import renderers
+from tinker_cookbook.rl import train
+from tinker_cookbook.rl.problem_env import ProblemEnv, ProblemGroupBuilder
+from tinker_cookbook.rl.types import RLDataset, RLDatasetBuilder
+from tinker_cookbook.tokenizer_utils import get_tokenizer
+
+
+class SevenEnv(ProblemEnv):
+    def __init__(self, number, renderer):
+        super().__init__(renderer, None, format_coef=0.0, require_stop_sequence_for_format=False)
+        self.number = number
+
+    def get_question(self):
+        return f"Spell {self.number}"
+
+    def check_answer(self, sample_str):
+        return "7" in sample_str
+
+    def check_format(self, sample_str):
+        return True
+
+    def get_reference_answer(self):
+        return "7"
+
+
+class SevenDataset(RLDataset):
+    def __init__(self, batch_size, group_size, n_batches, renderer):
+        self.batch_size, self.group_size, self.n_batches, self.renderer = batch_size, group_size, n_batches, renderer
+
+    def get_batch(self, index):
+        return [ProblemGroupBuilder(env_thunk=partial(SevenEnv, 100 + index * self.batch_size + i, self.renderer),
+                                    num_envs=self.group_size) for i in range(self.batch_size)]
+
+    def __len__(self):
+        return self.n_batches
+
+
+@chz.chz
+class SevenBuilder(RLDatasetBuilder):
+    batch_size: int
+    group_size: int
+    n_batches: int
+    model_name_for_tokenizer: str
+    renderer_name: str
+
+    async def __call__(self):
+        tokenizer = get_tokenizer(self.model_name_for_tokenizer)
+        renderer = renderers.get_renderer(self.renderer_name, tokenizer=tokenizer)
+        return SevenDataset(self.batch_size, self.group_size, self.n_batches, renderer), None
+
+
+if __name__ == "__main__":
+    asyncio.run(train.main(chz.Blueprint(train.Config).make_from_argv(sys.argv[1:])))
+'''
+"""The RL test's environment module (``sevens.SevenBuilder``), imported by the cookbook's process."""
+
+
+def test_the_cookbooks_rl_loop_raises_its_reward_offline(server: Server, tmp_path: Path) -> None:
+    """tinker-cookbook's RL training loop (``tinker_cookbook.rl.train.main``, as released: rollouts sampled through
+    our sampler with its renderer's ``\\n\\nUser:`` stop string, group advantages, ``importance_sampling`` passes,
+    Adam steps) on an environment written for the test (``SEVENS_ENV``; its ``rl_basic`` recipe needs math packages
+    and GSM8K), offline: its mean reward over the last three iterations is at least 0.3 above the first three's."""
+    import json
+
+    work = tmp_path / "client"
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "sevens.py").write_text(SEVENS_ENV)
+    done = _cookbook(
+        server, work, "sevens", "recipe_name=sevens", "dataset_builder=sevens:SevenBuilder", "dataset_builder.batch_size=4",
+        "dataset_builder.group_size=8", "dataset_builder.n_batches=12",
+        f"dataset_builder.model_name_for_tokenizer={COOKBOOK_MODEL}", "dataset_builder.renderer_name=role_colon",
+        "renderer_name=role_colon", "max_tokens=16", "learning_rate=1e-2", "lora_rank=8",
+        "loss_fn=importance_sampling", "save_every=0", "eval_every=0", env_path=str(tmp_path / "env"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    steps = [json.loads(line) for line in (work / "log" / "metrics.jsonl").read_text().splitlines()]
+    rewards = [row["env/all/reward/total"] for row in steps if "env/all/reward/total" in row]
+    print("reward by iteration", rewards)
+    assert len(rewards) == 12 and sum(rewards[-3:]) / 3 >= sum(rewards[:3]) / 3 + 0.3, rewards
 
 
 def test_two_users_train_at_once_and_neither_reaches_the_others(server: Server) -> None:

@@ -335,7 +335,7 @@ class LoraBackend(TrainingBackend):
         check_data([Datum(list(prompt))], base["vocab"])
         wanted.check(len(prompt))
         generator = torch.Generator().manual_seed(settings.seed) if settings.seed is not None else None
-        stops = self._stop_ids(base, settings)
+        stops = self._stops(base, settings)
         ids = torch.as_tensor([prompt], dtype=torch.long)
         with torch.no_grad():
             first = network(input_ids=ids, use_cache=True)
@@ -370,24 +370,26 @@ class LoraBackend(TrainingBackend):
         return base, base["peft"]
 
     @staticmethod
-    def _stop_ids(base: dict[str, Any], settings: SampleSettings) -> set[int]:
+    def _stops(base: dict[str, Any], settings: SampleSettings) -> _Stops:
+        """What ends a sample: the base's end-of-text tokens (no ``stop`` given), or the ids and strings given (a
+        string of one token as that token; a longer one is looked for in the decoded sample, as the Tinker SDK's
+        renderers' ``\\n\\nUser:``)."""
         if settings.stop is None:
-            return set(base["stops"])
-        ids = set()
+            return _Stops(set(base["stops"]), [], base["tokenizer"])
+        ids, texts = set(), []
         for item in settings.stop:
             if isinstance(item, int):
                 ids.add(item)
-            else:
+            elif item:
                 encoded = base["tokenizer"].encode(item, add_special_tokens=False).ids
                 if len(encoded) == 1:
                     ids.add(encoded[0])
                 else:
-                    raise TwinkleError(f"stop string {item!r} is {len(encoded)} tokens; give stop strings of one "
-                                       "token, or stop token ids")
-        return ids
+                    texts.append(item)
+        return _Stops(ids, texts, base["tokenizer"])
 
     @staticmethod
-    def _continue(network: Any, first: Any, settings: SampleSettings, stops: set[int],
+    def _continue(network: Any, first: Any, settings: SampleSettings, stops: _Stops,
                   generator: torch.Generator | None, top: int = 0) -> Sequence:
         """One continuation from the prompt's pass ``first`` (its cache copied, so samples are independent); with
         ``top``, each position's ``top`` likeliest tokens (of the model's own distribution, before temperature)."""
@@ -404,11 +406,32 @@ class LoraBackend(TrainingBackend):
             if top:
                 best = torch.topk(scores, min(top, scores.numel()))
                 tops.append(list(zip(best.indices.tolist(), best.values.tolist())))
-            if token in stops:
+            if stops.ended(tokens):
                 return Sequence(tokens, logprobs, "stop", tops if top else None)
             out = network(input_ids=torch.tensor([[token]]), cache=past, use_cache=True)
             past, logits = out.cache, out.logits[0, -1].float()
         return Sequence(tokens, logprobs, "length", tops if top else None)
+
+
+@dataclass
+class _Stops:
+    """A sample ends at one of ``ids``, or once its decoded text holds one of ``texts`` (the stop's tokens are kept
+    in the sample, as they are for a stop token)."""
+
+    ids: set[int]
+    texts: list[str]
+    tokenizer: Any
+
+    def ended(self, tokens: list[int]) -> bool:
+        """Whether the sample ``tokens`` (its last one just drawn) has reached a stop."""
+        if tokens[-1] in self.ids:
+            return True
+        if not self.texts:
+            return False
+        longest = max(len(text) for text in self.texts)
+        # the text the last tokens spell (each token is at least one character): enough to hold any stop string
+        tail = self.tokenizer.decode(tokens[-longest:], skip_special_tokens=False)
+        return any(text in tail for text in self.texts)
 
 
 class _BaseOnly:
