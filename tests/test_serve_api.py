@@ -198,6 +198,11 @@ def test_path_and_uri_traversal_is_refused_and_reads_nothing(service: dict, home
         response = client.post("/api/v1/jobs", headers=alice, json={"algorithm": "resnet18", "data": service["data"],
                                                                     "hyperparams": {"weights": weights}})
         assert response.status_code == 403 and words in response.text, (weights, response.text)
+    # ... and so is one inside a list of objects (reinforcement learning's rewards with their options)
+    nested = client.post("/api/v1/jobs", headers=alice, json={"algorithm": "resnet18", "data": service["data"],
+                                                             "hyperparams": {"rewards": [{"name": "x",
+                                                                                          "path": "/etc/passwd"}]}})
+    assert nested.status_code == 403 and "hyperparameter rewards" in nested.text, nested.text
     own = client.post("/api/v1/jobs", headers=alice, json={"algorithm": "resnet18", "data": service["data"],
                                                            "hyperparams": {"weights": "twinkle://alice/default/run1"}})
     assert own.status_code == 201, own.text

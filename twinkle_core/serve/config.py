@@ -182,7 +182,9 @@ def check_hyperparameter_uris(hyperparams: dict[str, Any], config: ServerConfig,
         DataAccessError: naming the key and the value.
     """
     for key, value in hyperparams.items():
-        for item in value if isinstance(value, list) else value.values() if isinstance(value, dict) else [value]:
+        items = value if isinstance(value, list) else list(value.values()) if isinstance(value, dict) else [value]
+        items = [inner for item in items for inner in (item.values() if isinstance(item, dict) else [item])]
+        for item in items:
             if not isinstance(item, str) or not _looks_like_a_path(item):
                 continue
             if is_store_uri(item):

@@ -20,7 +20,9 @@ from twinkle_core.processes import DEFAULT_MAX_RESTARTS
 from twinkle_core.spec.training import ContinueFrom, TrainingSpec
 
 Scalar = str | int | float | bool | None
-Value = Scalar | list[Scalar] | dict[str, Scalar]
+Value = Scalar | list[Scalar | dict[str, Scalar]] | dict[str, Scalar]
+"""A hyperparameter's value in a job: a scalar, a list (of scalars, or of one-level objects: reinforcement
+learning's ``rewards=[{"name": "format", "pattern": "7"}]``) or a one-level object."""
 Name = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")]
 
 
