@@ -35,7 +35,9 @@ def test_grpo_raises_a_verifiable_reward_and_logs_what_rl_runs_watch(small_base:
     """On a random small Llama (``small_base``) whose sampled completions hold a 7 about a third of the time, four
     epochs of GRPO (groups of 8, 36 prompts) raise the mean reward of the sampled completions by at least 0.3, to
     0.8 or more, and the greedy answers of the held-out prompts earn it; every step logs the reward and its
-    within-group spread, KL, clip fraction, completion length and entropy; the plan explains the rollouts; its
+    within-group spread, KL, clip fraction, completion length and entropy, and alert rules read them (the held-out
+    reward passing 0.4 fires; a clip fraction above 0 and completions above 16 tokens do not); the plan explains the
+    rollouts; its
     ``hf`` export gives the trained model's logits on the held-out prompts; ``evaluate`` on new prompts gives the
     greedy answers' reward and pass@8 (one of 8 samples earns the full reward), ``predict`` one answer per prompt
     by its file and line."""
@@ -43,7 +45,10 @@ def test_grpo_raises_a_verifiable_reward_and_logs_what_rl_runs_watch(small_base:
                       progress_bar=False,
                       hyperparams={"weights": str(small_base), "rewards": [SEVEN], "group_size": 8,
                                    "max_new_tokens": 16, "max_epochs": 4, "batch_size": 4, "lr": 1e-2})
+    # alert rules on what RL runs watch: the held-out reward passing 0.4 fires; a clipped ratio (none here) does not
+    trainer.monitor(alert_rules={"reward": "> 0.4", "clip_fraction": "> 0", "completion_length": "> 16"})
     result = trainer.fit(str(_prompts(tmp_path)))
+    assert {alert["metric"] for alert in result.alerts} == {"val_reward"}, result.alerts
     assert result.status == "finished" and result.monitor == "val_reward"
     rollouts = next(d for d in result.plan.decisions if d.name == "rollouts")  # the plan explains the rollouts
     assert rollouts.value == 32 and "8 completions (group_size) of each of its 4 prompts" in rollouts.reason
