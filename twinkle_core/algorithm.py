@@ -380,6 +380,14 @@ class Algorithm(L.LightningModule):
         return None
 
     @property
+    def rows_per_sample(self) -> int:
+        """How many rows of the network's input one data sample becomes in a training step: 1, or reinforcement
+        learning's ``group_size`` completions of a prompt. ``example_input(n)`` then gives ``n`` samples' rows
+        (``n × rows_per_sample``, as long as a training step's), and the planner's per-sample figures (FLOPs,
+        activation memory) are those rows' together."""
+        return 1
+
+    @property
     def updates_per_batch(self) -> int:
         """How many optimizer steps in a row each training batch makes — each optimizer step's micro-batches
         together, seen again that many times (the loader repeats them; an epoch that many times longer): 1 for

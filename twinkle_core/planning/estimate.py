@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable
 
 import torch
@@ -121,14 +121,21 @@ def measure_example(model: nn.Module) -> ModelFacts:
                             "override example_input(batch_size) to return a batch the model accepts") from err
     row_wise, sequence_parallel = _row_wise(model)
     units = model.shard_units() if callable(getattr(model, "shard_units", None)) else []  # type: ignore[operator]
+    rows = max(int(getattr(model, "rows_per_sample", 1) or 1), 1)  # a sample's rows (Algorithm.rows_per_sample)
     try:
-        return measure(model, example, row_wise, sequence_parallel, len(units) or 1)
+        facts = measure(model, example, row_wise, sequence_parallel, len(units) or 1)
     except Exception as err:
         raise PlanningError(
             f"the planner's test forward of {name} failed on example_input(2) — {describe_tensors(example)}: "
             f"{type(err).__name__}: {err}. Override {name}.example_input(batch_size) to return what the model "
             "takes (for token ids give the DataSpec input_dtype='int64' and vocab_size=N)"
         ) from err
+    if rows == 1:
+        return facts
+    return replace(facts, flops_per_sample=facts.flops_per_sample * rows,
+                   activation_bytes_per_sample=facts.activation_bytes_per_sample * rows,
+                   tensor_parallel_bytes_per_sample=facts.tensor_parallel_bytes_per_sample * rows,
+                   boundary_bytes_per_sample=facts.boundary_bytes_per_sample * rows)
 
 
 class _PlanningMesh:

@@ -283,7 +283,9 @@ class Session:
             supports_mixed_precision=algorithm.supports_mixed_precision,
             memory_limit_bytes=self.settings.memory_limit_bytes,
             data_sharded=isinstance(prepared.train, IterableDataset),
-            tokens_per_sample=tokens_per_sample(prepared.spec.input_shape, prepared.spec.input_dtype),
+            # a sample of several rows (RL's group of completions) is not the data's tokens: its figures stay per sample
+            tokens_per_sample=tokens_per_sample(prepared.spec.input_shape, prepared.spec.input_dtype)
+            if algorithm.rows_per_sample == 1 else None,
             splits_tensors=algorithm.splits_tensors(),
             cuts_stages=algorithm.cuts_stages(),
             max_steps=self.settings.max_steps,

@@ -192,3 +192,18 @@ def test_a_reward_from_code_trains_is_recorded_by_name_and_a_failing_one_fails_t
     with pytest.raises(RewardError, match=r"reward 'broken' raised ValueError: no answer field.*'Spell 1\d\d'"):
         failing.fit(data)
     assert [run.status for run in RunStore(home).list()].count("failed") == 1
+
+
+def test_the_plan_counts_a_prompts_whole_group_of_completions(small_base: Path, tmp_path: Path) -> None:
+    """A step of reinforcement learning runs its loss on group_size sequences of prompt + max_new_tokens per prompt:
+    the planner's FLOPs and activation memory per sample (prompt) are those of the whole group — four times as
+    many with groups of 8 as with groups of 2."""
+    facts = {}
+    for group in (2, 8):
+        trainer = Trainer("llm-tiny", task="reinforcement_learning", home=str(tmp_path / "home"), verbose=False,
+                          hyperparams={"weights": str(small_base), "rewards": [SEVEN], "group_size": group,
+                                       "max_new_tokens": 16, "batch_size": 4})
+        plan = trainer.plan(str(_prompts(tmp_path, 12)))
+        memory = next(d for d in plan.decisions if d.name == "memory").reason
+        facts[group] = (plan.estimates["flops_per_sample"], float(memory.split("2 × ")[1].split(" kB")[0]))
+    assert facts[8][0] == 4 * facts[2][0] and facts[8][1] == pytest.approx(4 * facts[2][1], rel=0.01), facts

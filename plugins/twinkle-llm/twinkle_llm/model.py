@@ -258,6 +258,20 @@ class CausalLM(Algorithm):
                          + (f", with the KL term × {rl.kl_coef:g}" if rl.kl_coef else ", no KL term (kl_coef=0)"))]
 
     @property
+    def rows_per_sample(self) -> int:
+        """Reinforcement learning trains on ``group_size`` completions of each prompt; 1 for the other tasks."""
+        return self.rl.group_size if self.rl is not None else 1
+
+    def example_input(self, batch_size: int = 1) -> torch.Tensor:
+        """The planner's example: for reinforcement learning, ``batch_size`` prompts' groups of ``group_size``
+        sequences, each the longest prompt and ``max_new_tokens`` completion tokens (what a step's loss runs on);
+        otherwise the data's shape."""
+        if self.rl is None or self.data_spec is None:
+            return super().example_input(batch_size)
+        length = int(self.data_spec.input_shape[0]) + self.rl.max_new_tokens
+        return torch.randint(0, self.data_spec.vocab_size or 2, (batch_size * self.rl.group_size, length))
+
+    @property
     def updates_per_batch(self) -> int:
         """Reinforcement learning's ``updates_per_rollout``; 1 for the other tasks."""
         return self.rl.updates_per_rollout if self.rl is not None else 1
