@@ -4,6 +4,7 @@ worker, one after another."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -200,3 +201,37 @@ def test_the_journeys_run_the_longest_ready_task_first_and_tasks_may_add_tasks()
     for n in range(5):
         two.add(n, f"t{n}", task(f"t{n}"))
     assert sorted(two.run()) == [f"t{n}" for n in range(5)]
+
+
+def test_a_journey_venv_takes_the_dev_venvs_bytecode_for_the_same_files_only(tmp_path: Path) -> None:
+    """``share_bytecode``: a module whose source is the same file (hard-linked, as uv installs from its cache) in both
+    sites gets the compiled site's ``.pyc``, which Python then uses as its own (the code's file name is the new
+    site's, nothing is compiled again); a module whose source differs gets none and compiles as before."""
+    import py_compile
+    import subprocess
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    try:
+        from wheel_journeys import share_bytecode
+    finally:
+        sys.path.pop(0)
+    dev, fresh = tmp_path / "dev", tmp_path / "fresh"
+    for site in (dev, fresh):
+        (site / "pkg").mkdir(parents=True)
+    (dev / "pkg" / "same.py").write_text("def where():\n    return where.__code__.co_filename\n")
+    os.link(dev / "pkg" / "same.py", fresh / "pkg" / "same.py")
+    (dev / "pkg" / "other.py").write_text("VALUE = 1\n")
+    (fresh / "pkg" / "other.py").write_text("VALUE = 2\n")
+    for name in ("same", "other"):
+        py_compile.compile(str(dev / "pkg" / f"{name}.py"), cfile=importlib.util.cache_from_source(
+            str(dev / "pkg" / f"{name}.py")))
+    assert share_bytecode(fresh, dev) == 1
+    compiled = Path(importlib.util.cache_from_source(str(fresh / "pkg" / "same.py")))
+    assert compiled.stat().st_ino == Path(importlib.util.cache_from_source(str(dev / "pkg" / "same.py"))).stat().st_ino
+    assert not Path(importlib.util.cache_from_source(str(fresh / "pkg" / "other.py"))).exists()
+    done = subprocess.run([sys.executable, "-B", "-c", "import pkg.same, pkg.other; "
+                           "print(pkg.same.where(), pkg.same.__cached__, pkg.other.VALUE)"],
+                          cwd=fresh, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(fresh)})
+    where, cached, value = done.stdout.split()
+    assert where == str(fresh / "pkg" / "same.py") and cached == str(compiled) and value == "2", done.stderr
+    assert share_bytecode(fresh, dev) == 0  # already there: nothing linked twice

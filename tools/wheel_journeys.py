@@ -31,6 +31,7 @@ import runpy
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 import threading
 import tomllib
@@ -95,6 +96,40 @@ def clean_env() -> dict[str, str]:
     return env
 
 
+def share_bytecode(site: Path, compiled_site: Path) -> int:
+    """Link into ``site`` the bytecode ``compiled_site`` holds for the very same source files, and return how many.
+
+    uv installs every venv by hard-linking one unpacked copy of each wheel from its cache, and make's install
+    compiled the dev venv's copy (``--compile-bytecode``). A fresh venv would compile torch, Lightning and the rest
+    again at its first import (about 10 s of CPU per venv); a source file that is the same file (the same inode)
+    in both venvs gets the dev venv's ``.pyc`` instead. Python checks a ``.pyc`` against its source's size and
+    modification time — the same file's — and sets the code's file name to the path it imported from, so the venv
+    runs exactly as if it had compiled it. Files that differ (the wheels under test, a platform wheel) compile as
+    before.
+    """
+    tag, linked = sys.implementation.cache_tag, 0
+    for folder, folders, files in os.walk(site):
+        folders[:] = [name for name in folders if name != "__pycache__"]
+        relative = os.path.relpath(folder, site)
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            compiled = os.path.join(compiled_site, relative, "__pycache__", f"{name[:-3]}.{tag}.pyc")
+            target = os.path.join(folder, "__pycache__", f"{name[:-3]}.{tag}.pyc")
+            try:
+                if os.stat(os.path.join(folder, name)).st_ino != os.stat(os.path.join(compiled_site, relative,
+                                                                                        name)).st_ino:
+                    continue
+                if os.path.exists(target) or not os.path.exists(compiled):
+                    continue
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.link(compiled, target)
+                linked += 1
+            except OSError:  # no twin, or another file system: it compiles as it would have
+                continue
+    return linked
+
+
 class Journey:
     """One plugin's venv, installs, journey and tests; ``record`` collects what the summary reports."""
 
@@ -133,6 +168,10 @@ class Journey:
         # as make does: a platform wheel that bundles its native library over a pure one (soundfile's libsndfile)
         self.run(f"{label}_platform_wheels", [sys.executable, str(ROOT / "tools" / "platform_wheels.py"),
                                               "--python", str(self.python), "--uv", self.uv])
+        started = time.perf_counter()
+        site = self.venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+        self.record[f"{label}_bytecode_linked"] = share_bytecode(site, Path(sysconfig.get_paths()["purelib"]))
+        self.record[f"{label}_bytecode_seconds"] = round(time.perf_counter() - started, 1)
 
     def copy_tests(self, tests: Path) -> None:
         """Copy ``tests`` out of the source tree (into ``suite/``), with the project's pytest settings."""
