@@ -82,6 +82,7 @@ def test_grpo_raises_a_verifiable_reward_and_logs_what_rl_runs_watch(small_base:
     ({"rewards": [SEVEN], "clip_low": 1.0}, HyperparameterError, "'clip_low' = 1.0"),
     ({"rewards": [{"name": "format", "pattern": "(("}]}, RewardError, "not a regular expression"),
     ({"rewards": [SEVEN], "weights": None}, HyperparameterError, "samples from a trained model"),
+    ({"rewards": [SEVEN], "rollout_engine": "vllm"}, HyperparameterError, "rollout_engine='vllm' is not one"),
     ({"rewards": [SEVEN], "updates_per_rollout": 2, "batch_size": 8}, HyperparameterError,
      "makes 2 updates per batch of 8 samples per replica .* has 3 per replica"),
 ])
@@ -207,3 +208,37 @@ def test_the_plan_counts_a_prompts_whole_group_of_completions(small_base: Path, 
         memory = next(d for d in plan.decisions if d.name == "memory").reason
         facts[group] = (plan.estimates["flops_per_sample"], float(memory.split("2 × ")[1].split(" kB")[0]))
     assert facts[8][0] == 4 * facts[2][0] and facts[8][1] == pytest.approx(4 * facts[2][1], rel=0.01), facts
+
+
+def test_a_registered_rollout_engine_samples_every_step_and_hears_of_every_update(small_base: Path,
+                                                                                  tmp_path: Path) -> None:
+    """An engine registered by name (what a vLLM engine would do) samples each step's completions and is told after
+    each optimizer step that the weights changed; a second engine with its name is refused."""
+    from twinkle_llm.rl import ROLLOUT_ENGINES, LocalEngine, register_rollout_engine
+
+    calls: list[str] = []
+
+    class Counting(LocalEngine):
+        name = "counting-test"
+
+        def sample(self, alg, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN201
+            calls.append("sample" if alg.training else "validate")
+            return super().sample(alg, *args, **kwargs)
+
+        def weights_updated(self, alg) -> None:  # noqa: ANN001
+            calls.append("updated")
+
+    register_rollout_engine(Counting)
+    try:
+        with pytest.raises(TwinkleError, match="'counting-test' is Counting already"):
+            register_rollout_engine(type("Other", (LocalEngine,), {"name": "counting-test"}))
+        result = Trainer("llm-tiny", task="reinforcement_learning", home=str(tmp_path / "home"), verbose=False,
+                         progress_bar=False, hyperparams={
+                             "weights": str(small_base), "rewards": [SEVEN], "rollout_engine": "counting-test",
+                             "group_size": 2, "max_new_tokens": 4, "batch_size": 4, "max_steps": 3,
+                             "val_generations": 0}).fit(str(_prompts(tmp_path, 12)))
+    finally:
+        ROLLOUT_ENGINES.pop("counting-test", None)
+    assert result.status == "finished"
+    training = [call for call in calls if call != "validate"]  # validation answers greedily through it too
+    assert training == ["sample", "updated"] * 3, calls  # each rollout from the weights of the update before it

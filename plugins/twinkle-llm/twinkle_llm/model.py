@@ -20,6 +20,7 @@ from twinkle_llm.chat import DEFAULT_TEMPLATE, ChatTemplate, Messages, check_mes
 from twinkle_llm.folders import load_folder_model, read_adapter, read_config
 from twinkle_llm.presets import PRESETS
 from twinkle_llm.rl import RL_TASK, RLSettings, RolloutBuffer, rl_figures, rl_loss, rl_sums
+from twinkle_llm.rl import rollout_engine as make_engine
 from twinkle_llm.prompts import Prompt, held_out_prompts
 from twinkle_llm.tokenizing import TextTokenizer
 
@@ -74,7 +75,7 @@ class CausalLM(Algorithm):
                  clip_low: float = 0.2, clip_high: float = 0.2,
                  loss_normalisation: Literal["sequence", "token", "constant"] = "token",
                  advantages: Literal["grpo", "rloo"] = "grpo", scale_rewards: bool = True,
-                 pass_threshold: float = 1.0, updates_per_rollout: PositiveInt = 1,
+                 pass_threshold: float = 1.0, updates_per_rollout: PositiveInt = 1, rollout_engine: str = "local",
                  task: Literal["causal_lm", "instruction_tuning", "preference_tuning",
                                "reinforcement_learning"] = "causal_lm") -> None:
         """Choose the model.
@@ -128,6 +129,9 @@ class CausalLM(Algorithm):
                 an optimizer step's prompts are sampled and scored once, then trained on this many times in a row,
                 the ratio to the policy that sampled them clipped (1: one update, the ratio 1, the plain policy
                 gradient). An epoch is this many times as many steps; above 1 its last incomplete batch is left out.
+            rollout_engine: what samples the completions (``twinkle_llm.rl.ROLLOUT_ENGINES``): ``local``, the policy
+                itself on the training processes; an engine serving the policy elsewhere (vLLM) registers with
+                ``register_rollout_engine`` and is told when the weights change.
             task: ``causal_lm`` (raw text), ``instruction_tuning`` (conversations), ``preference_tuning``
                 (DPO on chosen and rejected answers, against the starting model as the reference) or
                 ``reinforcement_learning`` (GRPO on prompts: completions sampled, scored by ``rewards``,
@@ -179,12 +183,13 @@ class CausalLM(Algorithm):
             ("temperature", temperature, 1.0), ("kl_coef", kl_coef, 0.0), ("clip_low", clip_low, 0.2),
             ("clip_high", clip_high, 0.2), ("loss_normalisation", loss_normalisation, "token"),
             ("advantages", advantages, "grpo"), ("scale_rewards", scale_rewards, True),
-            ("pass_threshold", pass_threshold, 1.0), ("updates_per_rollout", updates_per_rollout, 1))
+            ("pass_threshold", pass_threshold, 1.0), ("updates_per_rollout", updates_per_rollout, 1),
+            ("rollout_engine", rollout_engine, "local"))
             if value != default]
         if self.task == RL_TASK:
             self.rl = self._rl_settings(weights, rewards, group_size, max_new_tokens, temperature, kl_coef, clip_low,
                                         clip_high, loss_normalisation, advantages, scale_rewards, pass_threshold,
-                                        updates_per_rollout)
+                                        updates_per_rollout, rollout_engine)
             self._rollouts = RolloutBuffer(updates_per_rollout)
         elif rl_given:
             raise HyperparameterError(f"{' and '.join(rl_given)} configure reinforcement learning, but the task is "
@@ -209,7 +214,8 @@ class CausalLM(Algorithm):
     @staticmethod
     def _rl_settings(weights: str | None, rewards: Any, group_size: int, max_new_tokens: int, temperature: float,
                      kl_coef: float, clip_low: float, clip_high: float, loss_normalisation: str, advantages: str,
-                     scale_rewards: bool, pass_threshold: float, updates_per_rollout: int = 1) -> RLSettings:
+                     scale_rewards: bool, pass_threshold: float, updates_per_rollout: int = 1,
+                     rollout_engine: str = "local") -> RLSettings:
         """``reinforcement_learning``'s settings, each checked.
 
         Raises:
@@ -234,7 +240,7 @@ class CausalLM(Algorithm):
                                       "0; use a value below 1 (0.2 is usual)")
         return RLSettings(resolve_rewards(rewards), group_size, max_new_tokens, temperature, kl_coef, clip_low,
                           clip_high, loss_normalisation, advantages, scale_rewards, float(pass_threshold),
-                          updates_per_rollout)
+                          updates_per_rollout, make_engine(rollout_engine))
 
     def plan_decisions(self, plan: Any) -> list[Any]:
         """Reinforcement learning explains its rollouts: completions sampled and scored per step and per optimizer
@@ -256,6 +262,13 @@ class CausalLM(Algorithm):
                             "(updates_per_rollout; the ratio to the sampling policy clipped)")
                          + f", the loss averaged per {rl.loss_normalisation}"
                          + (f", with the KL term × {rl.kl_coef:g}" if rl.kl_coef else ", no KL term (kl_coef=0)"))]
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        """The step; then reinforcement learning's rollout engine is told the policy's weights changed (before the
+        next rollout is sampled)."""
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        if self.rl is not None:
+            self.rl.engine.weights_updated(self)
 
     @property
     def rows_per_sample(self) -> int:

@@ -34,12 +34,13 @@ resumed between those updates continues them exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
 import torch
 
-from twinkle_core.errors import TwinkleError
+from twinkle_core.errors import HyperparameterError, TwinkleError
 
 Normalisation = Literal["sequence", "token", "constant"]
 NORMALISATIONS: tuple[str, ...] = ("sequence", "token", "constant")
@@ -171,6 +172,7 @@ class RLSettings:
         scale_rewards: GRPO's division by the group's standard deviation.
         pass_threshold: the weighted reward at which a completion counts as solving its prompt (``pass@k``).
         updates_per_rollout: optimizer steps each rollout batch makes (PPO's epochs, TRL's ``num_iterations``).
+        engine: what samples the completions (``rollout_engine``; the ``local`` one by default).
     """
 
     rewards: list[Any]
@@ -185,6 +187,7 @@ class RLSettings:
     scale_rewards: bool = True
     pass_threshold: float = 1.0
     updates_per_rollout: int = 1
+    engine: RolloutEngine = field(default_factory=lambda: LocalEngine())
 
 
 @dataclass(eq=False)
@@ -257,11 +260,77 @@ class RolloutBuffer:
                          for item in state]
 
 
+class RolloutEngine(ABC):
+    """What samples reinforcement learning's completions (``CausalLM(rollout_engine=NAME)``; ``ROLLOUT_ENGINES``).
+
+    The built-in ``local`` engine generates on the training processes with the policy itself (each rank its own
+    prompts). An engine that serves the policy elsewhere — vLLM on GPU machines — samples the same way and loads
+    the new weights after each optimizer step (``weights_updated``): the step's log-probabilities are always
+    recomputed by the training model (``token_logprobs``), so an engine returns tokens only.
+    """
+
+    name: ClassVar[str] = ""
+
+    @abstractmethod
+    def sample(self, alg: Any, ids: torch.Tensor, mask: torch.Tensor, count: int, max_new_tokens: int,
+               temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``count`` completions of each left-padded prompt ``ids`` ``[B, L]`` (``mask``: 1 on prompt tokens) by the
+        policy ``alg`` as it is now: ``(tokens [B·count, T], mask [B·count, T])``, a prompt's completions together,
+        the mask 1 up to and including the first stop token; greedy at ``temperature`` 0."""
+
+    def weights_updated(self, alg: Any) -> None:
+        """The policy's weights changed (after each optimizer step): an engine holding its own copy loads them here.
+        The local engine samples from the training model itself: nothing to do."""
+
+
+class LocalEngine(RolloutEngine):
+    """Samples on the training process with the policy itself: transformers' ``generate`` (KV cache; plain sampling
+    at ``temperature``, no top-k or top-p cut), the model in eval mode and without gradients."""
+
+    name = "local"
+
+    def sample(self, alg: Any, ids: torch.Tensor, mask: torch.Tensor, count: int, max_new_tokens: int,
+               temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """See ``RolloutEngine.sample``."""
+        return sample_completions(alg, ids, mask, count, max_new_tokens, temperature)
+
+
+ROLLOUT_ENGINES: dict[str, type[RolloutEngine]] = {"local": LocalEngine}
+"""The rollout engines by name (``register_rollout_engine`` adds one)."""
+
+
+def register_rollout_engine(engine: type[RolloutEngine]) -> type[RolloutEngine]:
+    """Make ``engine`` (a ``RolloutEngine`` subclass with a ``name``) choosable as ``rollout_engine=NAME``; usable as
+    a class decorator.
+
+    Raises:
+        TwinkleError: no name, or a name another engine has.
+    """
+    if not engine.name:
+        raise TwinkleError(f"{engine.__name__} has no name: set the class attribute name = '...'")
+    if ROLLOUT_ENGINES.get(engine.name, engine) is not engine:
+        raise TwinkleError(f"rollout engine '{engine.name}' is {ROLLOUT_ENGINES[engine.name].__name__} already; "
+                           "choose another name")
+    ROLLOUT_ENGINES[engine.name] = engine
+    return engine
+
+
+def rollout_engine(name: str) -> RolloutEngine:
+    """A new engine of ``name``.
+
+    Raises:
+        HyperparameterError: no engine has that name (the message lists them).
+    """
+    if name not in ROLLOUT_ENGINES:
+        raise HyperparameterError(f"rollout_engine='{name}' is not one; choose one of {', '.join(sorted(ROLLOUT_ENGINES))}")
+    return ROLLOUT_ENGINES[name]()
+
+
 def sample_completions(alg: Any, ids: torch.Tensor, mask: torch.Tensor, count: int, max_new_tokens: int,
                        temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``count`` completions of each left-padded prompt (transformers' ``generate``, KV cache; plain sampling at
     ``temperature``: no top-k or top-p cut; greedy at 0): ``(tokens [B·count, T], mask [B·count, T])``, the mask
-    1 up to and including the first stop token."""
+    1 up to and including the first stop token (the ``local`` engine)."""
     tokenizer = alg.tokenizer
     prompts, prompt_mask = ids.repeat_interleave(count, 0), mask.repeat_interleave(count, 0)
     options: dict[str, Any] = {"do_sample": temperature > 0, "max_new_tokens": max_new_tokens,
@@ -321,7 +390,7 @@ def scored_completions(alg: Any, settings: RLSettings, ids: torch.Tensor, mask: 
     prompt's completions together)."""
     from twinkle_core.rewards import score
 
-    completions, completion_mask = sample_completions(alg, ids, mask, count, settings.max_new_tokens, temperature)
+    completions, completion_mask = settings.engine.sample(alg, ids, mask, count, settings.max_new_tokens, temperature)
     grouped = [rows[i // count] for i in range(len(rows) * count)]
     total, parts = score(settings.rewards, completion_texts(alg, completions, completion_mask), grouped,
                          [str(r.get("prompt", "")) for r in grouped])
@@ -406,6 +475,7 @@ def rl_figures(settings: RLSettings, sums: torch.Tensor, prefix: str) -> dict[st
     return figures
 
 
-__all__ = ["ADVANTAGES", "NORMALISATIONS", "RL_TASK", "Normalisation", "PolicyLoss", "RLSettings", "Rollout",
-           "RolloutBuffer", "completion_texts", "group_advantages", "kl_penalty", "new_rollout", "policy_loss",
+__all__ = ["ADVANTAGES", "NORMALISATIONS", "RL_TASK", "ROLLOUT_ENGINES", "LocalEngine", "Normalisation", "PolicyLoss",
+           "RLSettings", "Rollout", "RolloutBuffer", "RolloutEngine", "completion_texts", "register_rollout_engine",
+           "rollout_engine", "group_advantages", "kl_penalty", "new_rollout", "policy_loss",
            "rl_figures", "rl_loss", "rl_sums", "sample_completions", "scored_completions", "token_logprobs"]
