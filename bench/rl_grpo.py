@@ -18,12 +18,16 @@ by ``twinkle`` (``Trainer(task="reinforcement_learning").fit`` with ``max_steps`
 beta=0.05, ...)``, its ``loss_type`` "dapo" = Twinkle's default per-token normalisation, the same reward function),
 ``--steps`` steps each, in rounds whose order alternates, each case in a fresh process (``fit_speed.in_child``) that
 first runs one step untimed. Both sample with transformers' ``generate`` (KV cache): the bench wraps it the same way
-in both processes to count the completion tokens (up to and including the first stop) and the seconds spent in it
-(rollout tokens/s), and a callback of each library times every optimizer step (seconds per RL step, the median of
-the timed steps). The ratios are TRL's seconds over Twinkle's, and Twinkle's rollout tokens/s over TRL's, per round,
-then the median and spread (goal ≥ 1.0). Writes ``bench/results/rl_grpo.json``.
+in both processes to count the completion tokens (up to and including the first stop) and the CPU seconds spent in
+it (rollout tokens per CPU second; per wall second beside it), and a callback of each library times every optimizer
+step in CPU seconds (seconds per RL step, the median of the timed steps; CPU time, as other load on the machine would
+skew the wall clock). The ratios are TRL's seconds over Twinkle's, and Twinkle's rollout tokens/s over TRL's, per round,
+then the median and spread (goal ≥ 1.0). A third case, ``twinkle_fp32``, pins ``precision="32-true"``: the plan's
+default on this CPU is fp32 too, but it keeps timing a few steps in bf16-mixed (``precision_switching``: after 10
+steps, then at doubling intervals), rollouts included, and in a 20-step run those steps weigh. Writes
+``bench/results/rl_grpo.json``.
 
-    python bench/rl_grpo.py [--rounds 5] [--steps 6]
+    python bench/rl_grpo.py [--rounds 5] [--steps 20]
 """
 
 from __future__ import annotations
@@ -127,7 +131,8 @@ def quality(work: Path) -> dict[str, Any]:
     metrics = pd.read_csv(Path(result.run_dir) / "logs" / "metrics.csv")
     sampled = metrics["train_reward_epoch"].dropna().tolist()
     held_out = metrics["val_reward"].dropna().tolist()
-    draw_curve(sampled, held_out, before, after)
+    draw_curve(sampled, held_out, before, after, int(result.plan.estimates["optimizer_steps_per_epoch"]),
+               len(data["grpo"].read_text().splitlines()) - int(result.plan.estimates["train_samples"]))
     return {"held_out_exact_match": {"sft": round(before, 3), "grpo": round(after, 3), "gain": round(after - before, 3)},
             "goal": "gain >= 0.3 or grpo >= 0.9", "met": after - before >= 0.3 or after >= 0.9,
             "sampled_reward_by_epoch": [round(v, 3) for v in sampled],
@@ -135,8 +140,10 @@ def quality(work: Path) -> dict[str, Any]:
             "seconds": {"sft": round(sft_seconds, 1), "grpo": round(grpo_seconds, 1)}, "run": result.run_uri}
 
 
-def draw_curve(sampled: list[float], held_out: list[float], before: float, after: float) -> None:
-    """``rl_reward_curve.png``: the sampled and held-out rewards by epoch, the exact match before and after."""
+def draw_curve(sampled: list[float], held_out: list[float], before: float, after: float, steps: int,
+               validation: int) -> None:
+    """``rl_reward_curve.png``: the sampled and validation rewards by epoch (``steps`` optimizer steps an epoch,
+    ``validation`` prompts held out of the GRPO set), the held-out exact match before and after."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -145,10 +152,11 @@ def draw_curve(sampled: list[float], held_out: list[float], before: float, after
     figure, axis = plt.subplots(figsize=(7, 4))
     epochs = range(1, len(sampled) + 1)
     axis.plot(epochs, sampled, marker="o", label="sampled completions' reward (temperature 0.5)")
-    axis.plot(range(1, len(held_out) + 1), held_out, marker="s", label="held-out greedy reward (validation)")
-    axis.axhline(before, color="grey", linestyle="--", label=f"held-out exact match after SFT ({before:.2f})")
-    axis.axhline(after, color="green", linestyle=":", label=f"held-out exact match after GRPO ({after:.2f})")
-    axis.set_xlabel("GRPO epoch (38 steps of 8 prompts × 8 completions)")
+    axis.plot(range(1, len(held_out) + 1), held_out, marker="s",
+              label=f"validation: greedy reward on {validation or 'the'} held-out GRPO prompts")
+    axis.axhline(before, color="grey", linestyle="--", label=f"exact match on 100 other numbers after SFT ({before:.2f})")
+    axis.axhline(after, color="green", linestyle=":", label=f"... after GRPO ({after:.2f})")
+    axis.set_xlabel(f"GRPO epoch ({steps} steps of {PROMPTS_PER_STEP} prompts × {GROUP} completions)")
     axis.set_ylabel("exact match (reward)")
     axis.set_ylim(0, 1)
     axis.set_title("GRPO on 'Spell N backwards' after a short SFT run")
@@ -165,15 +173,16 @@ class RolloutClock:
     def __init__(self) -> None:
         from transformers.generation.utils import GenerationMixin
 
-        self.tokens, self.seconds, self.stops, self.armed = 0, 0.0, set(), False
+        self.tokens, self.seconds, self.cpu, self.stops, self.armed = 0, 0.0, 0.0, set(), False
         original = GenerationMixin.generate
 
         def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
             if not self.armed:
                 return original(model, *args, **kwargs)
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             out = original(model, *args, **kwargs)
             self.seconds += time.perf_counter() - started
+            self.cpu += time.process_time() - cpu
             prompt_length = (kwargs.get("input_ids") if kwargs.get("input_ids") is not None else args[0]).shape[1]
             sequences = out.sequences if hasattr(out, "sequences") else out
             for row in sequences[:, prompt_length:].tolist():
@@ -185,11 +194,13 @@ class RolloutClock:
 
     def reset(self) -> None:
         """Start counting afresh (after the warm-up)."""
-        self.tokens, self.seconds = 0, 0.0
+        self.tokens, self.seconds, self.cpu = 0, 0.0, 0.0
 
 
-def run_twinkle(folder: Path, prompts: Path, steps: int, home: Path, clock: RolloutClock) -> list[float]:
-    """``steps`` GRPO steps by Twinkle's Trainer; the seconds of each optimizer step."""
+def run_twinkle(folder: Path, prompts: Path, steps: int, home: Path, clock: RolloutClock,
+                precision: str | None = None) -> list[float]:
+    """``steps`` GRPO steps by Twinkle's Trainer (``precision`` pinned, or the plan's); the CPU seconds of each
+    optimizer step."""
     import lightning as L
 
     from twinkle_core import Trainer
@@ -199,20 +210,22 @@ def run_twinkle(folder: Path, prompts: Path, steps: int, home: Path, clock: Roll
             self.seconds: list[float] = []
 
         def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, index: int) -> None:
-            clock.armed, self.started = True, time.perf_counter()
+            clock.armed, self.started = True, time.process_time()
 
         def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, index: int) -> None:
-            self.seconds.append(time.perf_counter() - self.started)
+            self.seconds.append(time.process_time() - self.started)
             clock.armed = False
 
     timer = StepClock()
     Trainer("llm-tiny", task="reinforcement_learning", home=str(home), verbose=False, callbacks=[timer],
-            hyperparams=grpo_hyperparams(folder, max_steps=steps)).fit(str(prompts))
+            hyperparams=grpo_hyperparams(folder, max_steps=steps, **({"precision": precision} if precision else {}))
+            ).fit(str(prompts))
     return timer.seconds
 
 
 def run_trl(folder: Path, prompts: Path, steps: int, work: Path, clock: RolloutClock) -> list[float]:
-    """``steps`` GRPO steps by TRL's GRPOTrainer (same model, prompts, group, tokens, β, lr); each step's seconds."""
+    """``steps`` GRPO steps by TRL's GRPOTrainer (same model, prompts, group, tokens, β, lr); each step's CPU
+    seconds."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -236,10 +249,10 @@ def run_trl(folder: Path, prompts: Path, steps: int, work: Path, clock: RolloutC
             self.seconds: list[float] = []
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            clock.armed, self.started = True, time.perf_counter()
+            clock.armed, self.started = True, time.process_time()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.seconds.append(time.perf_counter() - self.started)
+            self.seconds.append(time.process_time() - self.started)
             clock.armed = False
 
     timer = StepClock()
@@ -263,7 +276,8 @@ def child(case: str, folder: Path, prompts: Path, steps: int) -> None:
     torch.set_num_threads(cpu_budget()[0])
     clock = RolloutClock()
     clock.stops = set(TextTokenizer.from_folder(str(folder)).stop_ids)
-    run = run_twinkle if case == "twinkle" else run_trl
+    run = {"twinkle": run_twinkle, "trl": run_trl,
+           "twinkle_fp32": lambda *args: run_twinkle(*args, precision="32-true")}[case]
     with tempfile.TemporaryDirectory() as scratch:
         run(folder, prompts, 1, Path(scratch) / "warm", clock)
         clock.reset()
@@ -272,7 +286,9 @@ def child(case: str, folder: Path, prompts: Path, steps: int) -> None:
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     print(json.dumps({"case": case, "steps": len(seconds), "seconds_per_step": round(statistics.median(seconds), 4),
                       "rollout_tokens": clock.tokens, "rollout_seconds": round(clock.seconds, 3),
-                      "rollout_tokens_per_second": round(clock.tokens / max(clock.seconds, 1e-9), 1),
+                      "rollout_cpu_seconds": round(clock.cpu, 3),
+                      "rollout_tokens_per_second": round(clock.tokens / max(clock.cpu, 1e-9), 1),
+                      "rollout_tokens_per_wall_second": round(clock.tokens / max(clock.seconds, 1e-9), 1),
                       "wall_seconds": round(wall, 2), "cpu_seconds": round(cpu, 2)}), flush=True)
 
 
@@ -280,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     """Quality, then the speed rounds; write the figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--child", nargs=4, metavar=("CASE", "FOLDER", "PROMPTS", "STEPS"))
     parser.add_argument("--skip-quality", action="store_true")
     args = parser.parse_args(argv)
@@ -311,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             prompts = data["grpo"]
         rounds = []
         for index in range(args.rounds):
-            order = ("twinkle", "trl") if index % 2 == 0 else ("trl", "twinkle")
+            order = ("twinkle", "trl", "twinkle_fp32") if index % 2 == 0 else ("twinkle_fp32", "trl", "twinkle")
             cases = {case: in_child("rl_grpo.py", case, str(folder), str(prompts), str(args.steps)) for case in order}
             rounds.append(cases)
             print(json.dumps(cases), flush=True)
@@ -319,12 +335,19 @@ def main(argv: list[str] | None = None) -> int:
 
     step = [r["trl"]["seconds_per_step"] / r["twinkle"]["seconds_per_step"] for r in rounds]
     tokens = [r["twinkle"]["rollout_tokens_per_second"] / r["trl"]["rollout_tokens_per_second"] for r in rounds]
+    pinned_step = [r["trl"]["seconds_per_step"] / r["twinkle_fp32"]["seconds_per_step"] for r in rounds]
+    pinned_tokens = [r["twinkle_fp32"]["rollout_tokens_per_second"] / r["trl"]["rollout_tokens_per_second"]
+                     for r in rounds]
     report["speed"] = {"trl": trl_version, "steps_timed": args.steps, "rounds": rounds,
                        "seconds_per_step_ratio_trl_over_twinkle": summary(step),
-                       "rollout_tokens_per_second_ratio_twinkle_over_trl": summary(tokens), "goal": ">= 1.0"}
+                       "rollout_tokens_per_second_ratio_twinkle_over_trl": summary(tokens),
+                       "pinned_fp32": {"seconds_per_step_ratio_trl_over_twinkle": summary(pinned_step),
+                                       "rollout_tokens_per_second_ratio_twinkle_over_trl": summary(pinned_tokens)},
+                       "goal": ">= 1.0"}
     (RESULTS / "rl_grpo.json").write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps({k: report["speed"][k] for k in ("seconds_per_step_ratio_trl_over_twinkle",
-                                                       "rollout_tokens_per_second_ratio_twinkle_over_trl")}))
+                                                       "rollout_tokens_per_second_ratio_twinkle_over_trl",
+                                                       "pinned_fp32")}))
     return 0
 
 
