@@ -284,8 +284,9 @@ socket.socket.connect, socket.getaddrinfo = connect, getaddrinfo
 
 def _cookbook(server: Server, work: Path, module: str, *options: str, env_path: str = "") -> Any:
     """Run a tinker-cookbook ``module`` (``python -m MODULE``; the cookbook from its wheel: make installs it beside
-    .venv, ``requirements/tinker-cookbook.txt``) as bob against the server with ``options`` on its command line, in ``work`` (``COOKBOOK_MODEL`` there is the small base: the name is its tokenizer's folder too), every
-    connection but 127.0.0.1's refused (``GUARD``); ``env_path``: a folder put on its ``PYTHONPATH`` too."""
+    .venv, ``requirements/tinker-cookbook.txt``) as bob against the server with ``options`` on its command line, in
+    ``work`` (``COOKBOOK_MODEL`` there is the small base: the name is its tokenizer's folder too), every connection
+    but 127.0.0.1's refused (``GUARD``); ``env_path``: a folder put on its ``PYTHONPATH`` too."""
     import subprocess
     import sys
 

@@ -322,7 +322,8 @@ def rollout_engine(name: str) -> RolloutEngine:
         HyperparameterError: no engine has that name (the message lists them).
     """
     if name not in ROLLOUT_ENGINES:
-        raise HyperparameterError(f"rollout_engine='{name}' is not one; choose one of {', '.join(sorted(ROLLOUT_ENGINES))}")
+        raise HyperparameterError(f"rollout_engine='{name}' is not one; choose one of "
+                                  f"{', '.join(sorted(ROLLOUT_ENGINES))}")
     return ROLLOUT_ENGINES[name]()
 
 

@@ -392,7 +392,8 @@ async def asample(body: Sample, user: User, state: State) -> dict[str, Any]:
     unserved = body.unserved()
     if unserved is not None:
         raise HTTPException(400, f"{unserved}: this server does not serve it (it serves prompt_logprobs, "
-                                 "topk_prompt_logprobs, topk_sample_logprobs and prompt_logprobs_last_n); leave it unset")
+                                 "topk_prompt_logprobs, topk_sample_logprobs and prompt_logprobs_last_n); "
+                                 "leave it unset")
     params = body.sampling_params
     stop = [params.stop] if isinstance(params.stop, str) else params.stop
     settings = SampleSettings(params.max_tokens, params.temperature, params.top_p, params.top_k, params.seed, stop)
