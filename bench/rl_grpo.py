@@ -48,6 +48,9 @@ import torch
 
 from fit_speed import in_child, summary  # bench/ is the script's folder: on sys.path
 
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is fetched: every model is a folder this bench wrote
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
 HIDDEN, SFT_EPOCHS, GRPO_EPOCHS = 64, 25, 20
 GROUP, PROMPTS_PER_STEP, NEW_TOKENS, TEMPERATURE, BETA, LR = 8, 8, 8, 0.5, 0.05, 5e-4
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -87,7 +90,7 @@ def exact_match(model_folder: Path, prompts: Path) -> float:
     from twinkle_llm.tokenizing import TextTokenizer
 
     tokenizer = TextTokenizer.from_folder(str(model_folder))
-    model = AutoModelForCausalLM.from_pretrained(str(model_folder)).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(model_folder), local_files_only=True).eval()
     rows = [json.loads(line) for line in prompts.read_text().splitlines()]
     answers = []
     with torch.no_grad():
@@ -107,6 +110,19 @@ def grpo_hyperparams(weights: Path, **more: Any) -> dict[str, Any]:
             "progress_bar": False, **more}
 
 
+def short_sft(work: Path, data: dict[str, Path]) -> tuple[Path, float]:
+    """The short SFT run on the base, exported as ``work/sft-hf``; that folder and the run's seconds."""
+    from twinkle_core import Trainer
+
+    sft = Trainer("llm-tiny", home=str(work / "home"), verbose=False,
+                  hyperparams={"weights": str(data["base"]), "max_epochs": SFT_EPOCHS, "batch_size": 16, "lr": 3e-3,
+                               "progress_bar": False})
+    started = time.perf_counter()
+    sft.fit(str(data["sft"]))
+    seconds = time.perf_counter() - started
+    return Path(sft.export(format="hf", output=str(work / "sft-hf")).path), seconds
+
+
 def quality(work: Path) -> dict[str, Any]:
     """SFT, then GRPO; the held-out exact match of each, and the reward curve."""
     import pandas as pd
@@ -114,13 +130,7 @@ def quality(work: Path) -> dict[str, Any]:
     from twinkle_core import Trainer
 
     data = write_data(work)
-    sft = Trainer("llm-tiny", home=str(work / "home"), verbose=False,
-                  hyperparams={"weights": str(data["base"]), "max_epochs": SFT_EPOCHS, "batch_size": 16, "lr": 3e-3,
-                               "progress_bar": False})
-    started = time.perf_counter()
-    sft.fit(str(data["sft"]))
-    sft_seconds = time.perf_counter() - started
-    sft.export(format="hf", output=str(work / "sft-hf"))
+    _, sft_seconds = short_sft(work, data)
     grpo = Trainer("llm-tiny", task="reinforcement_learning", home=str(work / "home"), verbose=False,
                    hyperparams=grpo_hyperparams(work / "sft-hf", max_epochs=GRPO_EPOCHS))
     started = time.perf_counter()
@@ -261,7 +271,8 @@ def run_trl(folder: Path, prompts: Path, steps: int, work: Path, clock: RolloutC
                         temperature=TEMPERATURE, beta=BETA, learning_rate=LR, max_steps=steps, use_cpu=True,
                         report_to="none", save_strategy="no", logging_steps=steps, seed=0, bf16=False,
                         dataloader_num_workers=0, disable_tqdm=True)
-    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(str(folder)), reward_funcs=reward,
+    model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True)
+    trainer = GRPOTrainer(model=model, reward_funcs=reward,
                           args=config, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                           callbacks=[timer])
     trainer.train()
@@ -316,14 +327,8 @@ def main(argv: list[str] | None = None) -> int:
             folder = work / "quality" / "sft-hf"
             prompts = work / "quality" / "grpo.jsonl"
         else:
-            from twinkle_core import Trainer
-
             data = write_data(work / "quality")
-            sft = Trainer("llm-tiny", home=str(work / "home"), verbose=False,
-                          hyperparams={"weights": str(data["base"]), "max_epochs": SFT_EPOCHS, "batch_size": 16,
-                                       "lr": 3e-3, "progress_bar": False})
-            sft.fit(str(data["sft"]))
-            folder = Path(sft.export(format="hf", output=str(work / "sft-hf")).path)
+            folder, _ = short_sft(work, data)
             prompts = data["grpo"]
         rounds = []
         for index in range(args.rounds):
