@@ -480,11 +480,15 @@ class _Steps:
     def __call__(self) -> float:
         return self.now
 
-    def run(self, steps: int) -> None:
+    def run(self, steps: int, total: int | None = None) -> None:
+        """``steps`` training steps (``total``: the run's planned steps, told to the switch as a fit's start)."""
         from types import SimpleNamespace
 
         switch = self.switch_of()
-        trainer = SimpleNamespace(global_step=0, strategy=SimpleNamespace(broadcast=lambda obj, src=0: obj))
+        trainer = SimpleNamespace(global_step=0, strategy=SimpleNamespace(broadcast=lambda obj, src=0: obj),
+                                  estimated_stepping_batches=total, accumulate_grad_batches=1)
+        if total is not None:
+            switch.on_train_start(trainer, None)
         for _ in range(steps):
             switch.on_train_batch_start(trainer, None, None, 0)
             self.now += self.seconds[switch.plugin.current]
@@ -523,6 +527,36 @@ def test_the_precision_switch_goes_on_in_whichever_precision_its_timed_steps_fou
     near.run(300)
     assert made[0].plugin.current == "32-true" and made[0].switch_count == 0 and made[0].trials >= 4
     assert made[0].interval >= 80  # 10, 20, 40, 80: each trial that kept fp32 doubled it
+
+
+def test_a_trial_runs_only_where_the_steps_left_could_pay_back_its_cost() -> None:
+    """The probe measured bf16 15 % slower than fp32: in a 21-step run a trial after 10 steps (4 steps in bf16,
+    0.6 of a step lost) could not be paid back by the 7 steps left at the 5 % a switch would at least save, so none
+    runs and the record says one was left out; in a 200-step run it runs. Once a trial measured bf16 1.4× faster
+    (the load changed), a trial of fp32 — now expected slower — runs only while enough steps are left; with no
+    measured ratio every trial runs."""
+    from twinkle_core.engine.precision import PrecisionSwitch, SwitchingMixedPrecision
+
+    def switch_for(total: int, ratio: float | None, seconds: dict[str, float]) -> PrecisionSwitch:
+        made: list[PrecisionSwitch] = []
+        clock = _Steps(lambda: made[0], seconds)
+        made.append(PrecisionSwitch(SwitchingMixedPrecision("cpu", enabled=False), clock=clock, bf16_ratio=ratio))
+        clock.run(total, total=total)
+        return made[0]
+
+    slower = {"32-true": 0.100, "bf16-mixed": 0.115}
+    short = switch_for(21, 1.15, slower)
+    assert short.trials == 0 and short.steps["bf16-mixed"] == 0 and short.figures()["precision_trials_skipped"] >= 1
+    long = switch_for(200, 1.15, slower)
+    assert long.trials >= 3 and long.plugin.current == "32-true" and long.steps["bf16-mixed"] == 4 * long.trials
+    assert switch_for(21, None, slower).trials == 1  # nothing measured: the trial runs
+    faster = switch_for(25, 1.15, {"32-true": 0.100, "bf16-mixed": 0.070})  # the probe was off: too short to see
+    assert faster.trials == 0
+    moved = switch_for(350, 0.95, {"32-true": 0.100, "bf16-mixed": 0.070})
+    assert moved.switch_count == 1 and moved.plugin.current == "bf16-mixed"
+    assert moved.other_ratio() is not None and moved.other_ratio() > 1.3  # fp32 measured 1/0.7 slower
+    # the last trials come only while the steps left pay for them: none in the last stretch
+    assert moved.state_dict()["skipped"] >= 1 and moved.steps["32-true"] == 10 + 4 * (moved.trials - 1)
 
 
 def test_a_fit_with_precision_switching_times_both_precisions_and_records_them(tmp_path: Path, cancer_csv: str) -> None:

@@ -396,6 +396,15 @@ class Algorithm(L.LightningModule):
         left out (as TRL's ``RepeatSampler`` does), so every repeated batch is a whole optimizer step."""
         return 1
 
+    def agreement_loss(self, batch: Any) -> torch.Tensor | None:
+        """What the speed probe compares between precisions (``LOSS_TOLERANCE``), where the training loss itself
+        cannot be compared: ``None`` (the default) — the training loss is. A loss that depends on what the step
+        samples cannot: reinforcement learning's completions differ between bf16 and fp32 as soon as one logit rounds
+        the other way, and a policy-gradient loss is near zero by construction. Such an algorithm returns a loss of
+        ``batch`` that samples nothing (twinkle-llm's: the prompts' own next-token loss); the probe computes it
+        before each of its steps, without gradients, under that configuration's autocast, untimed."""
+        return None
+
     def rank_state(self) -> Any:
         """What this process holds beyond the weights and the optimizer that an exact resume needs (a rollout
         buffer being reused), as tensors and plain values; ``None``: nothing. Every rank's is gathered into each

@@ -20,7 +20,9 @@ steps — both keep fp32 weights, fp32 gradients and the fp32 optimizer; only th
 ``MAX_TRIAL_INTERVAL``) while the current precision stays the faster, it runs ``TRIAL_STEPS`` steps in the other
 (after one warm-up step, not counted), compares their median with the median of the steps just before, and keeps
 the other when it is at least ``SWITCH_GAIN`` faster (the interval then starts again). The trial steps are real
-training steps, so a trial costs only the difference in their speed. Every switch, and the steps and seconds spent
+training steps, so a trial costs only the difference in their speed — and a trial is left out where the steps left
+in the run could not pay that back (``PrecisionSwitch.pays_back``: at the speed ratio the newest trial, or else the
+plan's probe, measured; a 20-step run whose other precision is 15 % slower runs none). Every switch, and the steps and seconds spent
 in each precision, go into the run's record (``PrecisionSwitch.figures``); the state travels in the checkpoint, so
 a resumed run goes on in the precision it had.
 """
@@ -97,10 +99,17 @@ class PrecisionSwitch(L.Callback):
 
     def __init__(self, plugin: SwitchingMixedPrecision, first_after: int = FIRST_TRIAL_AFTER,
                  trial_steps: int = TRIAL_STEPS, gain: float = SWITCH_GAIN,
-                 max_interval: int = MAX_TRIAL_INTERVAL, clock: Callable[[], float] = time.perf_counter) -> None:
-        """Switch ``plugin``'s autocast; the first trial after ``first_after`` steps; steps timed by ``clock``."""
+                 max_interval: int = MAX_TRIAL_INTERVAL, clock: Callable[[], float] = time.perf_counter,
+                 bf16_ratio: float | None = None) -> None:
+        """Switch ``plugin``'s autocast; the first trial after ``first_after`` steps; steps timed by ``clock``;
+        ``bf16_ratio``: a bf16-mixed step's time over an fp32 step's as the plan's probe measured it (``None``:
+        not measured — every trial runs)."""
         self.plugin, self.first_after, self.trial_steps, self.gain = plugin, first_after, trial_steps, gain
         self.clock = clock
+        self.bf16_ratio = bf16_ratio
+        self.total_batches = float("inf")  # the run's training batches (on_train_start), counted from ...
+        self.batches_done = 0  # ... the batches before this fit (a resumed run's) and this fit's
+        self.skipped = 0
         self.max_interval = max_interval
         self.interval = self.until_trial = first_after
         self.recent: deque[float] = deque(maxlen=trial_steps)
@@ -109,8 +118,15 @@ class PrecisionSwitch(L.Callback):
         self.steps = {BF16: 0, FP32: 0}
         self.switches: list[dict[str, Any]] = []
         self.trials = self.switch_count = 0
+        self.last_ratio: float | None = None
         self._warm_up = True  # the first step in a precision (after a switch) builds its kernels: not compared
         self._start: float | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """How many training batches the run has (unbounded where it stops on time or never) and has done."""
+        accumulate = max(1, int(getattr(trainer, "accumulate_grad_batches", 1)))
+        self.total_batches = float(trainer.estimated_stepping_batches) * accumulate
+        self.batches_done = int(trainer.global_step) * accumulate
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int) -> None:
         """A step starts."""
@@ -122,6 +138,7 @@ class PrecisionSwitch(L.Callback):
         if self._start is None:
             return
         seconds, self._start = self.clock() - self._start, None
+        self.batches_done += 1
         current = self.plugin.current
         self.seconds[current] += seconds
         self.steps[current] += 1
@@ -136,8 +153,33 @@ class PrecisionSwitch(L.Callback):
             self.recent.append(seconds)
         self.until_trial -= 1
         if self.until_trial <= 0 and len(self.recent) >= self.trial_steps:
+            if not self.pays_back():
+                self.skipped += 1
+                self.until_trial = self.interval
+                return
             self.trial, self._warm_up = [], True
             self.plugin.enabled = not self.plugin.enabled
+
+    def other_ratio(self) -> float | None:
+        """The other precision's step time over the current one's, as last measured: by the newest trial, else
+        by the plan's probe; ``None`` where neither measured it."""
+        if self.last_ratio is not None:
+            return self.last_ratio
+        if self.bf16_ratio is None or self.bf16_ratio <= 0:
+            return None
+        return 1 / self.bf16_ratio if self.plugin.enabled else self.bf16_ratio
+
+    def pays_back(self) -> bool:
+        """Whether a trial could pay for itself: its ``trial_steps`` + 1 steps in the other precision cost
+        ``(ratio − 1)`` of a step each where the other is slower (``other_ratio``), and a switch it finds saves at
+        least ``1 − 1/gain`` of a step on each step left after it — a trial runs only where the steps left could
+        save what it costs (always where the ratio is unknown or the other is expected faster)."""
+        ratio = self.other_ratio()
+        if ratio is None or ratio <= 1:
+            return True
+        cost = (self.trial_steps + 1) * (ratio - 1)
+        left = self.total_batches - self.batches_done - (self.trial_steps + 1)
+        return left * (1 - 1 / self.gain) >= cost
 
     def _end_trial(self, trainer: L.Trainer) -> None:
         assert self.trial is not None
@@ -145,6 +187,7 @@ class PrecisionSwitch(L.Callback):
         other = self.plugin.current
         keep_other = bool(trainer.strategy.broadcast(tried * self.gain <= kept, src=0))
         self.trials += 1
+        self.last_ratio = kept / tried if keep_other else tried / kept  # the other's over the one kept now
         if keep_other:
             self.switch_count += 1
             self.switches = self.switches[-(KEPT_SWITCHES - 1):] + [{"step": trainer.global_step, "to": other,
@@ -163,7 +206,8 @@ class PrecisionSwitch(L.Callback):
         enabled = self.plugin.enabled if self.trial is None else not self.plugin.enabled
         return {"enabled": enabled, "interval": self.interval, "until_trial": self.until_trial,
                 "seconds": dict(self.seconds), "steps": dict(self.steps), "switches": list(self.switches),
-                "trials": self.trials, "switch_count": self.switch_count}
+                "trials": self.trials, "switch_count": self.switch_count, "last_ratio": self.last_ratio,
+                "skipped": self.skipped}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Go on from a checkpoint's state."""
@@ -174,18 +218,36 @@ class PrecisionSwitch(L.Callback):
         self.switches = list(state_dict.get("switches", []))
         self.trials = int(state_dict.get("trials", 0))
         self.switch_count = int(state_dict.get("switch_count", len(self.switches)))
+        self.last_ratio = state_dict.get("last_ratio")
+        self.skipped = int(state_dict.get("skipped", 0))
         self.trial, self._warm_up = None, True
         self.recent.clear()
 
     def figures(self) -> dict[str, Any]:
-        """The run's record of it: steps and seconds in each precision, the trials, the switches (the newest
-        ``KEPT_SWITCHES``, and their count) and the precision at the end."""
+        """The run's record of it: steps and seconds in each precision, the trials (and those left out as they
+        could not pay back: ``pays_back``), the switches (the newest ``KEPT_SWITCHES``, and their count) and the
+        precision at the end."""
         return {"precision_steps": dict(self.steps), "precision_seconds": {k: round(v, 3) for k, v in
                                                                            self.seconds.items()},
-                "precision_trials": self.trials, "precision_switch_count": self.switch_count,
+                "precision_trials": self.trials, "precision_trials_skipped": self.skipped,
+                "precision_switch_count": self.switch_count,
                 "precision_switches": list(self.switches),
                 "precision_at_end": self.plugin.current}
 
 
+def probed_bf16_ratio(plan: Any) -> float | None:
+    """A bf16-mixed step's time over an fp32 step's in ``plan``'s speed probe (``plan.estimates["probe"]``), or
+    ``None`` where it measured no bf16-mixed step."""
+    from twinkle_core.planning.probes import SpeedProbe
+
+    stored = (getattr(plan, "estimates", None) or {}).get("probe")
+    if not stored:
+        return None
+    probe = SpeedProbe.from_dict(stored)
+    run = probe.run(BF16)
+    speed = probe.speedup(run) if run is not None else 0.0
+    return 1 / speed if speed > 0 else None
+
+
 __all__ = ["BF16", "FP32", "KEPT_SWITCHES", "ClippingMixedPrecision", "PrecisionSwitch", "SwitchingMixedPrecision",
-           "precision_plugin"]
+           "precision_plugin", "probed_bf16_ratio"]

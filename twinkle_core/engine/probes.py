@@ -9,7 +9,8 @@ deciders choose between, before the plan is made (``twinkle_core.planning.probes
   hits them alike), until ``PROBE_STEPS`` rounds or the ``PROBE_SECONDS`` budget — the allocator's two groups one
   after the other (glibc's thresholds, once set, stay set). The steps are Lightning's (``batch_loss`` under the
   precision's autocast, backward, the algorithm's own optimizer with its fused kernel), each with the process's
-  page faults counted; the original model is not touched. The data's loading time is measured on three batches
+  page faults counted; the original model is not touched. The losses the configurations compare are the steps'
+  own, or the algorithm's ``agreement_loss`` where its loss depends on what it samples (reinforcement learning). The data's loading time is measured on three batches
   read and collated in this process; the cost of a checkpoint by writing the baseline's weights and optimizer state
   into the store twice with the run's own writer (``CheckpointIntervalDecider`` weighs it against an epoch).
 * **What it costs.** Seconds: ResNet-18 on 32-px digits, four configurations, about 4 s on this project's 2-core
@@ -309,11 +310,18 @@ class _Copy:
             return torch.autocast(self.device.type, dtype=torch.float16)
         return contextlib.nullcontext()
 
+    def _agreement_loss(self) -> torch.Tensor | None:
+        """The algorithm's ``agreement_loss`` of the batch (without gradients, under this configuration's
+        autocast), or ``None`` where the training loss is what the configurations compare."""
+        with torch.no_grad(), self._autocast():
+            return self.model.agreement_loss(self.batch)
+
     def step(self, index: int, timed: bool = True) -> float:
         """One training step; returns its wall seconds."""
         with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.manual_seed(index)  # the same dropout and augmentation draws in every configuration
+            agreement = self._agreement_loss()
             _sync(self.device)
             faults, wall, cpu = allocator.page_faults(), time.perf_counter(), time.process_time()
             with self._autocast():
@@ -329,7 +337,7 @@ class _Copy:
             _sync(self.device)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             faults = allocator.page_faults() - faults
-        self.losses.append(float(loss.detach().float()))
+        self.losses.append(float((loss if agreement is None else agreement).detach().float()))
         if timed:
             self.wall.append(wall)
             self.cpu.append(cpu)

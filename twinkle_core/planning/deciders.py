@@ -483,7 +483,8 @@ class PrecisionSwitchingDecider(Decider):
                       f"losses; how the two compare on a CPU changes with the machine's load, so the run times "
                       f"{TRIAL_STEPS} steps in the other precision after {FIRST_TRIAL_AFTER} steps and then at "
                       f"doubling intervals (up to {MAX_TRIAL_INTERVAL}), and goes on in it when they are "
-                      f"≥ {SWITCH_GAIN}× faster (pin precision= to keep one)")
+                      f"≥ {SWITCH_GAIN}× faster — no trial where the steps left could not pay back its cost at "
+                      "the measured speeds (pin precision= to keep one)")
 
 
 CHECKPOINT_SHARE = 0.02

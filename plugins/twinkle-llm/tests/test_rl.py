@@ -37,7 +37,8 @@ def test_grpo_raises_a_verifiable_reward_and_logs_what_rl_runs_watch(small_base:
     0.8 or more, and the greedy answers of the held-out prompts earn it; every step logs the reward and its
     within-group spread, KL, clip fraction, completion length and entropy, and alert rules read them (the held-out
     reward passing 0.4 fires; a clip fraction above 0 and completions above 16 tokens do not); the plan explains the
-    rollouts; its
+    rollouts, and its speed probe compares bf16 with fp32 on the prompts' own loss (the policy loss depends on what
+    each precision sampled), which agree; its
     ``hf`` export gives the trained model's logits on the held-out prompts; ``evaluate`` on new prompts gives the
     greedy answers' reward and pass@8 (one of 8 samples earns the full reward), ``predict`` one answer per prompt
     by its file and line."""
@@ -52,6 +53,9 @@ def test_grpo_raises_a_verifiable_reward_and_logs_what_rl_runs_watch(small_base:
     assert result.status == "finished" and result.monitor == "val_reward"
     rollouts = next(d for d in result.plan.decisions if d.name == "rollouts")  # the plan explains the rollouts
     assert rollouts.value == 32 and "8 completions (group_size) of each of its 4 prompts" in rollouts.reason
+    precision = next(d for d in result.plan.decisions if d.name == "precision").reason
+    if "bf16-mixed against" in precision:  # a CPU with native bf16 (or a GPU): the probe compared the two
+        assert "(more than" not in precision and "not finite" not in precision, precision
     metrics = pd.read_csv(Path(result.run_dir) / "logs" / "metrics.csv")
     rewards = metrics["train_reward_epoch"].dropna().tolist()
     print("reward by epoch", rewards, "held out", metrics["val_reward"].dropna().tolist())

@@ -599,6 +599,17 @@ class CausalLM(Algorithm):
         total, count = self._token_loss(batch)
         return total / count.clamp(min=1)
 
+    def agreement_loss(self, batch: Any) -> torch.Tensor | None:
+        """For reinforcement learning, the prompts' own next-token loss (left padding left out): what the speed
+        probe compares between precisions, as the policy loss depends on the completions sampled (core's
+        ``Algorithm.agreement_loss``); ``None`` for the other tasks (their training loss is compared)."""
+        if self.rl is None:
+            return None
+        ids, mask = batch[0], batch[1]
+        labels = torch.where(mask.bool(), ids, torch.full_like(ids, -100))
+        total, count = self._token_loss((ids, labels, (mask.cumsum(1) - 1).clamp(min=0)))
+        return total / count.clamp(min=1)
+
     def on_validation_epoch_start(self) -> None:
         """Start the sums (token-weighted; per pair for DPO; per prompt for reinforcement learning)."""
         self._val_sum = torch.zeros(self._sum_size, dtype=torch.float64, device=self.device)
