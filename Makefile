@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml) $(CONSTRAINTS) req
   tools/platform_wheels.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) uv
-	$(UV_INSTALL) -c $(CONSTRAINTS) $(TORCH_PINS) -e '.[test,docs,release,tinker,bench]' $(foreach p,$(PLUGINS),-e 'plugins/$(p)')
+	$(UV_INSTALL) -c $(CONSTRAINTS) $(TORCH_PINS) -e '.[test,docs,release,tinker,bench,trackers]' $(foreach p,$(PLUGINS),-e 'plugins/$(p)')
 	$(BIN)/python tools/platform_wheels.py --python $(BIN)/python --uv $(UV)  # a wheel that bundles its library (soundfile's libsndfile) over a pure one
 	$(UV) pip check --python $(BIN)/python
 	$(BIN)/python tools/offline_setup.py

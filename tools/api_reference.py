@@ -28,6 +28,7 @@ CORE_MODULES = {
     "twinkle_core.pretrained": "Loading pretrained weights (weights=)",
     "twinkle_core.doctor": "What twinkle doctor checks",
     "twinkle_core.rewards": "Rewards for reinforcement learning",
+    "twinkle_core.tracking": "Experiment trackers (report_to)",
     "twinkle_core.client": "The service's Python client",
 }
 PLUGIN_OBJECTS = {

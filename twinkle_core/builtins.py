@@ -47,8 +47,8 @@ def register_data_processors(register: Register) -> None:
         "tabular",
         "twinkle_core.data.tabular:TabularProcessor",
         task=TABULAR_TASKS,
-        formats=["csv", "parquet", "pq", "idx"],
-        description="CSV/Parquet rows: numeric features and a label column",
+        formats=["csv", "parquet", "pq", "idx", "hf-dataset"],
+        description="CSV/Parquet rows (or a Hugging Face dataset folder): numeric features and a label column",
     )
 
 
@@ -69,6 +69,18 @@ def register_exporters(register: Register) -> None:
              description="TorchScript (torch.jit.trace), one .pt file")
     register("onnx", "twinkle_core.exporting.onnx:ONNXExporter", format="onnx",
              description="ONNX at a chosen opset; quantize=True for static QDQ INT8")
+
+
+@hookimpl
+def register_trackers(register: Register) -> None:
+    """MLflow, TensorBoard and Weights & Biases (each needs its library: the extras ``twinkle-core[mlflow]``,
+    ``[tensorboard]``, ``[wandb]``)."""
+    register("mlflow", "twinkle_core.tracking.builtin:MLflowTracker",
+             description="MLflow: MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME")
+    register("tensorboard", "twinkle_core.tracking.builtin:TensorBoardTracker",
+             description="TensorBoard event files: TENSORBOARD_LOGGING_DIR, else tensorboard/ in the run's folder")
+    register("wandb", "twinkle_core.tracking.builtin:WandbTracker",
+             description="Weights & Biases: WANDB_PROJECT, WANDB_MODE (offline keeps it on the machine)")
 
 
 @hookimpl

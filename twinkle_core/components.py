@@ -127,10 +127,12 @@ KINDS: dict[str, Kind] = {
              "training-backends"),
         Kind("check", "register_checks", (), "twinkle_core.doctor:Check", "checks"),
         Kind("reward", "register_rewards", (), "twinkle_core.rewards:Reward", "rewards"),
+        Kind("tracker", "register_trackers", (), "twinkle_core.tracking:Tracker", "trackers"),
     )
 }
 """The component kinds, by name: tasks, algorithms, data processors, resource strategies, exporters, commands,
-training backends, checks (``twinkle doctor``), rewards (reinforcement learning)."""
+training backends, checks (``twinkle doctor``), rewards (reinforcement learning), experiment trackers
+(``report_to``)."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*([/-]\*)?$")
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")

@@ -204,6 +204,23 @@ def register_rewards(register: Register) -> None:
     """
 
 
+@hookspec
+def register_trackers(register: Register) -> None:
+    """Register experiment trackers a run can report to (``report_to=[name]``): a
+    ``twinkle_core.tracking.Tracker`` subclass, built with no arguments and configured by its own settings
+    (environment variables), sent the run's parameters, tags, metrics and files from a thread of its own
+    (``twinkle trackers list`` shows them).
+
+    For example:
+
+    ```python
+    @hookimpl
+    def register_trackers(register):
+        register("mlflow", "twinkle_core.tracking.builtin:MLflowTracker", description="MLflow tracking")
+    ```
+    """
+
+
 HOOK_NAMES: tuple[str, ...] = tuple(
     name for name, value in dict(globals()).items() if name.startswith("register_") and callable(value)
 )

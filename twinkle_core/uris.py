@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,8 +172,22 @@ def suffix(uri: str) -> str:
     return name.rpartition(".")[2].lower() if "." in name else ""
 
 
+HUB_HINT = ("nothing is downloaded at run time: fetch the dataset once where the network is allowed "
+            "(huggingface-cli download --repo-type dataset NAME --local-dir DIR, or "
+            "datasets.load_dataset(NAME).save_to_disk(DIR)) and pass DIR")
+"""How to point at a Hugging Face Hub dataset: a local copy (said when ``hf://`` or a hub id is given)."""
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
 def filesystem(uri: str) -> tuple[Any, str]:
-    """The fsspec filesystem and the path within it for ``uri`` (after ``resolve``)."""
+    """The fsspec filesystem and the path within it for ``uri`` (after ``resolve``).
+
+    Raises:
+        TwinkleError: an ``hf://`` URI (the Hugging Face Hub: nothing is downloaded; ``HUB_HINT`` says what to do).
+    """
+    if uri.lower().startswith(("hf://", "hf:")):
+        raise TwinkleError(f"'{uri}' is on the Hugging Face Hub; {HUB_HINT}")
     fs, path = fsspec.core.url_to_fs(resolve(uri))
     return fs, path
 
@@ -187,7 +202,8 @@ def require_exists(uri: str, what: str = "data") -> tuple[Any, str]:
     except (ImportError, ValueError) as err:
         raise TwinkleError(f"cannot open {what} '{uri}': {err}") from err
     if not exists:
-        raise DataNotFoundError(f"{what} '{uri}' does not exist; check the path (resolved to '{resolve(uri)}')")
+        hub = f"; if '{uri}' is a Hugging Face Hub dataset id, {HUB_HINT}" if _HUB_ID.match(uri) else ""
+        raise DataNotFoundError(f"{what} '{uri}' does not exist; check the path (resolved to '{resolve(uri)}'){hub}")
     return fs, path
 
 

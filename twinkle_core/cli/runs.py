@@ -43,10 +43,13 @@ def _training_options(func: Any) -> Any:
 @click.option("--mode", type=click.Choice(["continue", "finetune", "resume"]), default="continue", show_default=True,
               help="With --from: keep the optimizer state (continue), the weights only (finetune), or everything "
                    "on the same data (resume).")
+@click.option("--report-to", "report_to", multiple=True, metavar="TRACKER",
+              help="Report the run to an experiment tracker (mlflow, tensorboard, wandb: twinkle trackers list), "
+                   "configured by its own environment variables; repeatable; --hp report_to=... too.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def train(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epochs: int | None,
           user: str | None, project: str | None, max_restarts: int, nodes: int | None, devices: int | None,
-          from_run: str | None, mode: str, as_json: bool) -> None:
+          from_run: str | None, mode: str, report_to: tuple[str, ...], as_json: bool) -> None:
     """Train ALGORITHM on --data as a new run (with --from, a child of that run); prints the plan, progress and the
     run URI.
 
@@ -62,6 +65,8 @@ def train(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epoc
         torch.set_num_threads(1)
     values = hyperparams_from(hp, epochs)
     values.update({k: v for k, v in (("num_nodes", nodes), ("devices", devices)) if v is not None})
+    if report_to:
+        values["report_to"] = [name for given in report_to for name in given.split(",") if name.strip()]
     given = {k: v for k, v in (("user", user), ("project", project)) if v is not None}
     if from_run:
         trainer = Trainer.from_checkpoint(from_run, data, mode, values, algorithm=algorithm, verbose=not as_json,

@@ -65,13 +65,16 @@ def _home(home: str | None) -> str:
               show_default=True,
               help="End a Tinker session whose client sent no heartbeat or request this long (a client that exited "
                    "without closing): its models' states are saved as checkpoint 'session-expired' and unloaded.")
+@click.option("--tinker-report-to", "tinker_report_to", multiple=True, metavar="TRACKER",
+              help="Report every Tinker training model's run to an experiment tracker (mlflow, tensorboard, wandb), "
+                   "configured by its environment variables; repeatable.")
 def serve(host: str, port: int, workers: int | None, home: str | None, no_auth: bool, data_roots: tuple[str, ...],
           max_running_per_user: int | None, max_queued_per_user: int, max_wall_clock: float | None,
           lease_seconds: float, grace_seconds: float, poll_seconds: float, max_upload_bytes: str,
           ray_address: str | None, training_nice: int, api_processes: int | None, fresh_processes: bool,
           tinker: bool, tinker_models: tuple[str, ...], tinker_backend: str, tinker_max_models_per_user: int,
           tinker_idle_seconds: float, tinker_max_requests_per_minute: int | None,
-          tinker_session_seconds: float) -> None:
+          tinker_session_seconds: float, tinker_report_to: tuple[str, ...]) -> None:
     """Serve training jobs: the API at /api/v1, the dashboard at /, local workers (and with --tinker the Tinker
     API at /tinker)."""
     from twinkle_core.planning.hardware import parse_bytes
@@ -92,7 +95,8 @@ def serve(host: str, port: int, workers: int | None, home: str | None, no_auth: 
                           tinker_backend=tinker_backend, tinker_models=_named_folders(tinker_models),
                           tinker_max_models_per_user=tinker_max_models_per_user, tinker_idle_seconds=tinker_idle_seconds,
                           tinker_max_requests_per_minute=tinker_max_requests_per_minute,
-                          tinker_session_seconds=tinker_session_seconds)
+                          tinker_session_seconds=tinker_session_seconds,
+                          tinker_report_to=[n for given in tinker_report_to for n in given.split(",") if n.strip()])
     run_server(config, announce=lambda text: click.echo(text, err=True))
 
 

@@ -53,6 +53,10 @@ _PUBLIC: dict[str, str] = {
     "is_index": "twinkle_core.data.index",
     "read_index": "twinkle_core.data.index",
     "write_index": "twinkle_core.data.index",
+    "HF_FORMAT": "twinkle_core.data.hf",
+    "HFDataset": "twinkle_core.data.hf",
+    "is_hf_dataset": "twinkle_core.data.hf",
+    "open_hf_dataset": "twinkle_core.data.hf",
     "DataError": "twinkle_core.data.errors",
     "EmptyDataError": "twinkle_core.data.errors",
     "MissingColumnError": "twinkle_core.data.errors",
@@ -82,6 +86,7 @@ if TYPE_CHECKING:  # pragma: no cover
         UnsupportedFormatError,
     )
     from twinkle_core.data.fingerprint import Manifest, Reader, data_fingerprint, read_file, scan
+    from twinkle_core.data.hf import HF_FORMAT, HFDataset, is_hf_dataset, open_hf_dataset
     from twinkle_core.data.index import index_header, is_index, read_array, read_index, write_index
     from twinkle_core.data.indexed import IndexedProcessor
     from twinkle_core.data.shards import DEFAULT_SHARD_ROWS, ShardedRows

@@ -291,8 +291,10 @@ def _processor_for(src: str, task: str | None) -> type[DataProcessor]:
     from twinkle_core.lookup import list_components
     from twinkle_core.uris import require_exists
 
+    from twinkle_core.data.hf import HF_FORMAT, is_hf_dataset
+
     fs, path = require_exists(src)
-    extension = "folder" if fs.isdir(path) else suffix(src)
+    extension = HF_FORMAT if is_hf_dataset(src) else "folder" if fs.isdir(path) else suffix(src)
     found = []
     for component in list_components("data_processor", task=task):
         if extension not in component.formats:

@@ -18,7 +18,8 @@ from twinkle_core.data.errors import (
     MissingValueError,
     NonNumericError,
 )
-from twinkle_core.data.fingerprint import read_file
+from twinkle_core.data.fingerprint import Manifest, Reader, read_file
+from twinkle_core.data.hf import HF_FORMAT, is_hf_dataset, open_hf_dataset
 from twinkle_core.data.index import index_header, is_index, read_array, read_index, write_index
 from twinkle_core.data.indexed import IndexedProcessor
 from twinkle_core.data.processor import PrepareContext, PreparedData, Samples, split_indices
@@ -63,7 +64,9 @@ class TabularRow:
 
 
 class TabularProcessor(IndexedProcessor):
-    """Rows of numeric features and one label column, from CSV or Parquet at any URI.
+    """Rows of numeric features and one label column, from CSV or Parquet at any URI, or a Hugging Face dataset
+    folder on this machine (``save_to_disk``'s or the Hub's Parquet layout: its train split; a ``ClassLabel`` label
+    as its class names; ``twinkle_core.data.hf``).
 
     Features are every numeric column except the label (text columns are an error naming them: encode or
     drop them first). Classification labels may be text or numbers; they are mapped to class indices in
@@ -73,7 +76,7 @@ class TabularProcessor(IndexedProcessor):
     """
 
     task = "tabular_classification"
-    formats = ("csv", "parquet", "pq", "idx")
+    formats = ("csv", "parquet", "pq", "idx", HF_FORMAT)
     index_kind = "tables"
     row_arrays = ("features", "labels")
 
@@ -225,9 +228,31 @@ class TabularProcessor(IndexedProcessor):
             MissingColumnError: a feature column of the run is absent. DataError: columns the run did not train on,
                 an empty table. NonNumericError, MissingValueError: as for training.
         """
+        if is_hf_dataset(uri):  # a datasets folder: its test split (else validation, else train)
+            frame, manifest = self.read_hf(uri, evaluation=True)
+            return self._samples(frame, spec, uri, f"md5:{manifest.md5}", targets)
         self._one_file(uri, *require_exists(uri))
         data, manifest = read_file(uri)
         return self._samples(self.read_table(uri, data), spec, uri, f"md5:{manifest.md5}", targets)
+
+    def read_hf(self, uri: str, evaluation: bool = False) -> tuple[pd.DataFrame, Manifest]:
+        """A Hugging Face dataset folder's training split (``evaluation``: its test split, else validation, else
+        train) as a table — a ``ClassLabel`` label column as its class names — and the folder's manifest.
+
+        Raises:
+            DataError, EmptyDataError: the folder's layout or split (``twinkle_core.data.hf``).
+        """
+        dataset = open_hf_dataset(uri)
+        split = dataset.evaluation_split() if evaluation else dataset.split()
+        frame = dataset.table(split).to_pandas()
+        frame.columns = [str(c) for c in frame.columns]
+        label = self.label_column if self.label_column in frame.columns else next(
+            (c for c in frame.columns if c.lower() in LABEL_CANDIDATES), None)
+        names = dataset.class_names(label) if label is not None else None
+        if label is not None and names:  # the classes by name, as a CSV of the same data would hold them
+            frame[label] = [names[int(i)] if i is not None and 0 <= int(i) < len(names) else None
+                            for i in frame[label]]
+        return frame, Reader(uri).manifest()
 
     def _one_file(self, uri: str, fs: Any, path: str) -> None:
         """Refuse a folder where one table is read (training, evaluation, prediction), naming the tables in it.
@@ -338,8 +363,9 @@ class TabularProcessor(IndexedProcessor):
         context = self.context(context)
         seed = context.seed
         fs, path = require_exists(uri)
-        indexed = suffix(uri) not in ("csv", "parquet", "pq") and is_index(uri)  # a table is not even peeked at
-        if not indexed:
+        hf = is_hf_dataset(uri)
+        indexed = not hf and suffix(uri) not in ("csv", "parquet", "pq") and is_index(uri)  # tables: not peeked at
+        if not indexed and not hf:
             self._one_file(uri, fs, path)
         if context.sharded:
             return self._prepare_sharded(uri, context, indexed)
@@ -348,6 +374,10 @@ class TabularProcessor(IndexedProcessor):
             arrays, meta = read_index(uri, mmap=self.use_mmap)
             x, y, facts, fingerprint = arrays["features"], arrays["labels"], meta["facts"], meta["fingerprint"]
             self._check_index_task(meta, uri)
+        elif hf:
+            frame, manifest = self.read_hf(uri)
+            x, y, facts = self.decode(frame, uri)
+            fingerprint = f"md5:{manifest.md5}"
         else:
             data, manifest = read_file(uri)
             x, y, facts = self.decode(self.read_table(uri, data), uri)
@@ -363,8 +393,9 @@ class TabularProcessor(IndexedProcessor):
             train, val = TensorDataset(xt[train_rows], yt[train_rows]), TensorDataset(xt[val_rows], yt[val_rows])
         spec = self._spec(facts, int(x.shape[1]), x[train_rows], y[train_rows])
         details = {"rows": int(len(y)), "train_rows": int(len(train_rows)), "val_rows": int(len(val_rows)),
-                   "index": indexed}
-        return PreparedData(train, val, spec, fingerprint, uri, int(fs.size(path)), details, manifest=manifest)
+                   "index": indexed, **({"hf_split": open_hf_dataset(uri).split()} if hf else {})}
+        size = int(fs.du(path, total=True)) if hf else int(fs.size(path))
+        return PreparedData(train, val, spec, fingerprint, uri, size, details, manifest=manifest)
 
     def _prepare_sharded(self, uri: str, context: PrepareContext, indexed: bool) -> PreparedData:
         """Stream the rows from an index file in shards (a CSV/Parquet source is decoded into one, once)."""
@@ -372,6 +403,16 @@ class TabularProcessor(IndexedProcessor):
         manifest = None
         if indexed:
             index = uri
+        elif is_hf_dataset(uri):  # the training split decoded into an index once, as a CSV would be
+            frame, manifest = self.read_hf(uri)
+
+            def build(url: str) -> None:
+                x, y, facts = self.decode(frame, uri)
+                write_index(url, {"features": x, "labels": y},
+                            {"task": self.task, "facts": facts, "fingerprint": f"md5:{manifest.md5}", "source": uri})
+
+            index = self.cached_index(context, f"{manifest.md5}-{self.task}-{self.label_column or 'auto'}.idx", build)
+            del frame
         else:
             data, manifest = read_file(uri)
 

@@ -111,4 +111,8 @@ def evaluate(store: RunStore, model: Algorithm, spec: DataSpec, samples: Samples
         evaluation.files[name] = join(output, name)
         atomic_write_bytes(evaluation.files[name], image)
     atomic_write_text(join(output, "evaluation.json"), json.dumps(evaluation.to_dict(), indent=2, default=str) + "\n")
+    if run_uri is not None:  # to the trackers the run reported to (report_to), into the same tracker runs
+        from twinkle_core.engine.reporting import report_evaluation
+
+        report_evaluation(store, run_uri, evaluation)
     return evaluation

@@ -72,6 +72,9 @@ def export_run(
     atomic_write_text(f"{output.rstrip('/')}.json", json.dumps(beside, indent=2, default=str) + "\n", mode=0o666)
     if record is not None:
         store.update(record.id, exports=[*record.exports, result.to_dict()])
+        from twinkle_core.engine.reporting import report_export
+
+        report_export(store, record.uri, output)  # to the run's trackers (report_to), if it has any
     return result
 
 

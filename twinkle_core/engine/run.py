@@ -34,9 +34,11 @@ from twinkle_core.engine.continuation import Continuation, RestoreOptimizerState
 from twinkle_core.engine.curves import last_logged, merge_history, plot_curves
 from twinkle_core.engine.loaders import eval_loader, train_loader
 from twinkle_core.engine.pipelined import PipelineGradients
-from twinkle_core.engine.precision import PrecisionSwitch, SwitchingMixedPrecision, precision_plugin
+from twinkle_core.engine.precision import (PrecisionSwitch, SwitchingMixedPrecision, precision_plugin,
+                                           probed_bf16_ratio)
 from twinkle_core.engine.ranks import broadcast, close_group, init_elastic_group
 from twinkle_core.engine.record import CheckpointRecord
+from twinkle_core.engine.reporting import ReportingLogger, open_run_reporter, send_run_files
 from twinkle_core.engine.isolation import distributed_environment_kept, quiet_lightning
 from twinkle_core.engine.result import FitResult
 from twinkle_core.engine.resume import ExactResume
@@ -46,6 +48,7 @@ from twinkle_core.engine.strategies import lightning_strategy
 from twinkle_core.engine.utilisation import Utilisation, tokens_per_sample
 from twinkle_core.errors import TwinkleError
 from twinkle_core.store.atomic import atomic_write_text
+from twinkle_core.tracking import Reporter
 from twinkle_core.ops.alerts import Alert, AlertAction, AlertKind
 from twinkle_core.ops.budget import BudgetConfig, BudgetGuard, forecast
 from twinkle_core.ops.memory import MemoryGuard, apply_gpu_limit, facts_of
@@ -119,6 +122,7 @@ class RunCallbacks:
             ``twinkle_core.engine.precision``); its plugin is the run's precision.
         extra: the others, in order (mid-epoch checkpoints, early stopping, optimizer state to restore, the
             memory guard, a progress bar, the caller's own).
+        reporter: the run's experiment trackers (``report_to``; rank 0 only), fed by a ``ReportingLogger``.
     """
 
     best: ModelCheckpoint
@@ -132,6 +136,7 @@ class RunCallbacks:
     budget: BudgetGuard | None = None
     precision: PrecisionSwitch | None = None
     extra: list[L.Callback] = field(default_factory=list)
+    reporter: Reporter | None = None
 
     @property
     def all(self) -> list[L.Callback]:
@@ -146,8 +151,9 @@ class RunCallbacks:
         return next((guard.stopped_by for guard in (self.monitor, self.budget) if guard and guard.stopped_by), None)
 
 
-def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Callable[[Alert], None]) -> RunCallbacks:
-    """Every callback of a run, by role."""
+def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Callable[[Alert], None],
+               reporter: Reporter | None = None) -> RunCallbacks:
+    """Every callback of a run, by role (and its trackers' reporter)."""
     settings, algorithm = setup.settings, setup.algorithm
     metric, mode = algorithm.monitor
     last_path = join(ckpt_dir, "last.ckpt")
@@ -162,12 +168,14 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Callable[[Alert], None]) 
         utilisation=Utilisation(),
         sigterm=StopOnSigterm(last_path),
         last_path=last_path,
+        reporter=reporter,
     )
     extra = roles.extra
     plan = setup.plan
     if plan.precision_switching == "on" and str(plan.strategy) in ("auto", "ddp") and not plan.layout.pipeline_enabled:
         roles.precision = PrecisionSwitch(SwitchingMixedPrecision(
-            "cuda" if plan.accelerator in ("cuda", "gpu") else "cpu", enabled=plan.precision == "bf16-mixed"))
+            "cuda" if plan.accelerator in ("cuda", "gpu") else "cpu", enabled=plan.precision == "bf16-mixed"),
+            bf16_ratio=probed_bf16_ratio(plan))
     if settings.checkpoint_every_n_steps:  # also mid-epoch, into the same last.ckpt
         extra.append(ModelCheckpoint(dirpath=ckpt_dir, save_top_k=0, save_last=True, enable_version_counter=False,
                                      every_n_train_steps=settings.checkpoint_every_n_steps))
@@ -226,7 +234,8 @@ def _lightning_trainer(setup: RunSetup, roles: RunCallbacks, run_dir: str) -> L.
         min_epochs=setup.algorithm.min_epochs,
         max_steps=settings.max_steps,
         # rows reach metrics.csv as they are logged, so a dashboard's curves grow live
-        logger=CSVLogger(save_dir=run_dir, name="logs", version="", flush_logs_every_n_steps=log_every),
+        logger=[CSVLogger(save_dir=run_dir, name="logs", version="", flush_logs_every_n_steps=log_every),
+                *([ReportingLogger(roles.reporter)] if roles.reporter is not None else [])],
         callbacks=roles.all,
         plugins=plugins,
         enable_progress_bar=settings.progress_bar and setup.verbose,
@@ -284,19 +293,24 @@ def _run_lightning(setup: RunSetup) -> FitResult:
         raise TwinkleError(f"the job's rank 0 failed after training: {shared}")
     store, record = setup.store, setup.record
     notify = run_notifier(store, record.id, record.uri, setup.monitor.webhook if setup.monitor else None)
+    reporter = _open_reporter(setup)
     try:
         with quiet_lightning(setup.verbose):
-            trainer, roles = _train(setup, store.run_dir(record.id), store.path(record.id, "checkpoints"), notify)
+            trainer, roles = _train(setup, store.run_dir(record.id), store.path(record.id, "checkpoints"), notify,
+                                    reporter)
     except StoppedBySignal as err:  # asked to stop: resumable from the checkpoint it just saved
         store.end_run(record.id, RunStatus.STOPPED, str(err))
+        _close_reporter(setup, reporter, "stopped")
         raise
     except BaseException as err:
         store.end_run(record.id, RunStatus.FAILED, err)
+        _close_reporter(setup, reporter, "failed")
         raise
     try:
         result = _finish(setup, trainer, roles)
     except BaseException as err:  # every other rank waits for the result: tell them
         store.end_run(record.id, RunStatus.FAILED, err)
+        _close_reporter(setup, reporter, "failed")
         broadcast(f"{type(err).__name__}: {err}")
         close_group()
         raise
@@ -305,12 +319,12 @@ def _run_lightning(setup: RunSetup) -> FitResult:
     return result
 
 
-def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Callable[[Alert], None]
-           ) -> tuple[L.Trainer, RunCallbacks]:
+def _train(setup: RunSetup, run_dir: str, ckpt_dir: str, notify: Callable[[Alert], None],
+           reporter: Reporter | None = None) -> tuple[L.Trainer, RunCallbacks]:
     """Run Lightning's fit (with out-of-memory retries); the store is written only where ``setup.record`` is."""
     store, record, plan, settings = setup.store, setup.record, setup.plan, setup.settings
     algorithm, prepared, continuation = setup.algorithm, setup.prepared, setup.continuation
-    roles = _callbacks(setup, ckpt_dir, notify)
+    roles = _callbacks(setup, ckpt_dir, notify, reporter)
     if setup.budget is not None and record is not None:
         expected = forecast(setup.budget, plan)
         if expected["fraction"] > 1:
@@ -437,6 +451,9 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: RunCallbacks) -> FitResu
         **(roles.precision.figures() if roles.precision is not None else {}),
     }
     status = "failed" if trainer.interrupted else "stopped" if stopped else "finished"
+    if roles.reporter is not None:
+        send_run_files(store, record, roles.reporter)
+        measured["trackers"] = roles.reporter.close(status)
     final = store.update(
         record.id, status=status, metrics={**metrics, f"best_{metric}": best_score}, measured=measured,
         best_checkpoint=best_path or last_path, finished=time.time(), plan=plan.to_dict(),
@@ -448,6 +465,31 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: RunCallbacks) -> FitResu
         run_dir=store.run_dir(record.id), parent=run_uri(record.parent) if record.parent else None,
         alerts=final.alerts, stop_reason=stopped.message if stopped else None,
     )
+
+
+def _open_reporter(setup: RunSetup) -> Reporter | None:
+    """The run's reporter to ``report_to``'s trackers, its parameters and tags queued (rank 0; ``None`` for no
+    trackers)."""
+    record = setup.record
+    if record is None or not setup.settings.report_to:
+        return None
+    continuation = setup.continuation
+    parent = continuation.parent_run if continuation is not None and continuation.parent_run else None
+    params = {**record.hyperparams, **{f"plan.{d.name}": d.value for d in setup.plan.decisions}}
+    return open_run_reporter(setup.store, record, setup.settings.report_to, params,
+                             {"twinkle.data_uri": record.data_uri,
+                              "twinkle.data_fingerprint": setup.prepared.fingerprint},
+                             parent if parent != record.uri else None)
+
+
+def _close_reporter(setup: RunSetup, reporter: Reporter | None, status: str) -> None:
+    """A run that failed or stopped: its trackers told so (what they sent kept in the run's record)."""
+    if reporter is None or setup.record is None:
+        return
+    summary = reporter.close(status)
+    record = setup.store.catalogue.get(setup.record.id)
+    measured = dict(record.measured) if record is not None else {}
+    setup.store.update(setup.record.id, measured={**measured, "trackers": summary})
 
 
 def _estimated_train_seconds(plan: Plan, resumed: bool) -> float | None:

@@ -98,7 +98,9 @@ def choose_processor(task: str, uri: str | None, name: str | None) -> Component:
         )
     if len(candidates) == 1 or uri is None:
         return candidates[0]
-    extension = suffix(uri) or "folder"
+    from twinkle_core.data.hf import HF_FORMAT, is_hf_dataset
+
+    extension = HF_FORMAT if is_hf_dataset(uri) else suffix(uri) or "folder"
     matching = [c for c in candidates if extension in c.formats] or [c for c in candidates if not c.formats]
     if len(matching) == 1:
         return matching[0]

@@ -79,6 +79,9 @@ class TrainerSettings:
             this release, with a ``DeprecationWarning``.
         max_restarts: restarts from the last checkpoint when a process of a Ray job dies (Ray's
             ``FailureConfig``); ``twinkle train --max-restarts`` and ``twinkle launch`` take the same.
+        report_to: experiment trackers the run reports to (``"mlflow"``, ``"tensorboard"``, ``"wandb"``, a
+            plugin's; ``twinkle trackers list``), each configured by its own environment variables; see
+            ``twinkle_core.tracking``. A comma-separated text is accepted; ``"none"``: none.
     """
 
     batch_size: PositiveInt = 32
@@ -113,6 +116,7 @@ class TrainerSettings:
     backend: Literal["local", "ray"] | None = None
     ray_workers: PositiveInt | None = None
     max_restarts: NonNegativeInt = DEFAULT_MAX_RESTARTS
+    report_to: list[str] | None = None
 
     RENAMED: ClassVar[dict[str, str]] = {"workers": "ray_workers"}
     """Old names of settings (old → new), accepted for one release with a ``DeprecationWarning``."""
@@ -124,6 +128,10 @@ class TrainerSettings:
             HyperparameterError: ``max_epochs=0``, ``max_steps=0``, or no limit at all (``max_epochs=-1``
                 needs ``max_steps``).
         """
+        if self.report_to is not None:  # every name registered, its library installed: before any run exists
+            from twinkle_core.tracking import check_report_to
+
+            self.report_to = check_report_to(self.report_to)
         if self.gradient_compression == "1bit-adam":
             raise HyperparameterError(
                 "gradient_compression='1bit-adam': DeepSpeed removed 1-bit Adam (0.19.8 has no OnebitAdam, 0/1 Adam or "

@@ -14,7 +14,7 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.uris import DataNotFoundError, StorePathError, StoreURI, is_store_uri, store_owner
@@ -82,6 +82,16 @@ class ServerConfig(BaseModel):
     tinker_session_seconds: float | None = Field(
         default=120.0, gt=0, description="a Tinker session without a heartbeat or request this long is ended: its "
                                          "models' states are saved as checkpoint 'session-expired' and unloaded")
+    tinker_report_to: list[str] = Field(default_factory=list, description="experiment trackers every Tinker "
+                                        "training model's run reports to (mlflow, tensorboard, wandb), configured by "
+                                        "their own environment variables in the server's")
+
+    @field_validator("tinker_report_to")
+    @classmethod
+    def _trackers(cls, value: list[str]) -> list[str]:
+        from twinkle_core.tracking import check_report_to
+
+        return check_report_to(value)
 
     @model_validator(mode="after")
     def _secure(self) -> ServerConfig:

@@ -134,3 +134,37 @@ def test_a_conversation_longer_than_max_seq_len_is_refused_or_cut_and_counted(tm
     assert prepared.details["truncated"] == 1
     assert next(d for d in prepared.decisions if d.name == "truncate").reason.endswith("(first: "
                                                                                       f"{data}, line 5)")
+
+
+def test_a_datasets_folder_gives_the_same_training_data_as_the_jsonl_it_was_made_from(tmp_path: Path) -> None:
+    """A chat set written by ``datasets`` itself — save_to_disk of a DatasetDict (train and test splits) — and in
+    the Hub's layout (Parquet shards under data/ with the README card's configs) is read as its train split: the
+    same tokenizer, training and validation windows as the JSONL of those conversations (so training on it gives
+    the same metrics); the run's data fingerprint covers the folder's shards; an evaluation reads its test split."""
+    import torch
+    from datasets import Dataset, DatasetDict
+
+    from twinkle_core.data import is_hf_dataset, open_hf_dataset
+
+    records = [_chat(f"What is {a} plus {b}?", f"{a + b}") for a in range(8) for b in range(5)]
+    held = [_chat(f"What is {a} minus {b}?", f"{a - b}") for a in range(5, 8) for b in range(3)]
+    jsonl = _write(tmp_path / "chats.jsonl", records)
+    DatasetDict({"train": Dataset.from_list(records), "test": Dataset.from_list(held)}).save_to_disk(
+        str(tmp_path / "saved"))
+    hub = tmp_path / "hub"
+    (hub / "data").mkdir(parents=True)
+    Dataset.from_list(records).to_parquet(str(hub / "data" / "train-00000-of-00001.parquet"))
+    Dataset.from_list(held).to_parquet(str(hub / "data" / "test-00000-of-00001.parquet"))
+    (hub / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+                                   "    path: data/train-*\n  - split: test\n    path: data/test-*\n---\n# chats\n")
+    processor = ChatProcessor(max_seq_len=96, vocab_size=300)
+    want = processor.prepare(str(jsonl), PrepareContext(seed=0))
+    for folder in (tmp_path / "saved", hub):
+        assert is_hf_dataset(str(folder)) and open_hf_dataset(str(folder)).evaluation_split() == "test"
+        got = processor.prepare(str(folder), PrepareContext(seed=0))
+        assert got.spec.extra["tokenizer"] == want.spec.extra["tokenizer"]
+        for a, b in zip([*got.train.tensors, *got.val.tensors], [*want.train.tensors, *want.val.tensors]):
+            assert torch.equal(a, b)
+        assert got.details["conversations"] == len(records)
+        shards = [name for name in got.manifest.files if name.endswith((".arrow", ".parquet"))]
+        assert len(shards) == 2  # both splits' shards are in the fingerprint

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ def server(small_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     try:
         # every test of the module makes models on this one server: room for all of them (the per-user limit is
         # the idle test's server's)
-        yield Server(runner, small_base, data, "--tinker-max-models-per-user", "64",
+        yield Server(runner, small_base, data, "--tinker-max-models-per-user", "64", "--tinker-report-to", "tensorboard",
                      # the name tinker-cookbook's recipe knows (its renderer and tokenizer are chosen by it)
                      "--tinker-model", f"{COOKBOOK_MODEL}={small_base}")
     finally:
@@ -134,7 +135,8 @@ def test_a_supervised_loop_learns_and_its_samples_agree_with_compute_logprobs(se
     """Thirty cross-entropy steps through the SDK more than halve the loss; the run records every step; greedy
     samples from the saved weights continue the learnt sequence, with the log-probabilities ``compute_logprobs``
     gives the same tokens (within 1e-4), and end after a stop string of several tokens; ``list_training_runs``
-    lists the run with its checkpoints; the SDK's ``get_tokenizer`` loads the base's tokenizer."""
+    lists the run with its checkpoints; the SDK's ``get_tokenizer`` loads the base's tokenizer; the server's
+    ``--tinker-report-to tensorboard`` gives the run's every step's loss as TensorBoard scalars."""
     from twinkle_core import RunStore
 
     service = server.client("alice")
@@ -160,6 +162,16 @@ def test_a_supervised_loop_learns_and_its_samples_agree_with_compute_logprobs(se
     assert record.algorithm == "tinker-lora" and record.status == "running"
     logged = (Path(RunStore(str(server.home)).run_dir(record.id)) / "logs" / "metrics.csv").read_text().splitlines()
     assert len(logged) == 31 and float(logged[-1].split(",")[1]) == pytest.approx(losses[-1], rel=1e-5)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(Path(RunStore(str(server.home)).run_dir(record.id)) / "tensorboard"))
+    for _ in range(100):  # the reporter's thread sends as the steps come: wait for the last one
+        events.Reload()
+        if "train_loss" in events.Tags()["scalars"] and len(events.Scalars("train_loss")) == 30:
+            break
+        time.sleep(0.1)
+    assert [e.step for e in events.Scalars("train_loss")] == list(range(1, 31))
+    assert events.Scalars("train_loss")[-1].value == pytest.approx(losses[-1], rel=1e-5)
 
     tokenizer = training.get_tokenizer()  # the base's own, from the local folder get_info names (issue 53)
     assert tokenizer.decode(tokenizer.encode("hello world", add_special_tokens=False)) == "hello world"

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from twinkle_core.data import (DataError, DataProcessor, DataSpec, EmptyDataError, PreparedData, PrepareContext, Reader,
-                               Samples)
+from twinkle_core.data import (HF_FORMAT, DataError, DataProcessor, DataSpec, EmptyDataError, PreparedData,
+                               PrepareContext, Reader, Samples)
 from twinkle_core.errors import HyperparameterError
 from twinkle_core.planning import Decision
 from twinkle_core.types import Fraction, PositiveInt
@@ -275,7 +275,7 @@ class TextProcessor(LanguageDataProcessor):
     """
 
     task = "causal_lm"
-    formats = ("txt", "jsonl", "parquet", "folder")
+    formats = ("txt", "jsonl", "parquet", "folder", HF_FORMAT)
 
     def __init__(self, max_seq_len: PositiveInt | None = None, vocab_size: PositiveInt = 2048,
                  val_fraction: Fraction = 0.1, text_field: str = "text") -> None:
@@ -333,7 +333,7 @@ class TextProcessor(LanguageDataProcessor):
         Raises:
             UnsupportedFormatError, DataError: as for training (the file, line and field named).
         """
-        documents, reader = read_documents(uri, self.text_field)
+        documents, reader = read_documents(uri, self.text_field, evaluation=True)
         if not targets:  # predict: each document is a prompt the model continues
             where = [f"{d.file}:{d.line}" if d.line else d.file for d in documents]
             return Samples([(d.text,) for d in documents], False, f"md5:{reader.manifest().md5}", uri, where,
@@ -356,7 +356,7 @@ class ChatProcessor(LanguageDataProcessor):
     """
 
     task = "instruction_tuning"
-    formats = ("jsonl", "parquet", "folder")
+    formats = ("jsonl", "parquet", "folder", HF_FORMAT)
 
     def __init__(self, max_seq_len: PositiveInt | None = None, vocab_size: PositiveInt = 2048,
                  val_fraction: Fraction = 0.1, truncate: bool = False) -> None:
@@ -407,7 +407,7 @@ class PreferenceProcessor(LanguageDataProcessor):
     """
 
     task = "preference_tuning"
-    formats = ("jsonl", "parquet", "folder")
+    formats = ("jsonl", "parquet", "folder", HF_FORMAT)
 
     def __init__(self, max_seq_len: PositiveInt | None = None, vocab_size: PositiveInt = 2048,
                  val_fraction: Fraction = 0.1, truncate: bool = False) -> None:
@@ -547,7 +547,7 @@ class PromptProcessor(LanguageDataProcessor):
     """
 
     task = "reinforcement_learning"
-    formats = ("jsonl", "parquet", "folder")
+    formats = ("jsonl", "parquet", "folder", HF_FORMAT)
 
     def __init__(self, max_seq_len: PositiveInt | None = None, vocab_size: PositiveInt = 2048,
                  val_fraction: Fraction = 0.1) -> None:
@@ -614,7 +614,8 @@ class PromptProcessor(LanguageDataProcessor):
         """
         from twinkle_llm.reading import read_records
 
-        prompts, reader = read_records(uri, "prompts", '{"prompt": "...", "answer": "..."}', rl_prompt)
+        prompts, reader = read_records(uri, "prompts", '{"prompt": "...", "answer": "..."}', rl_prompt,
+                                       evaluation=True)
         tokenizer = TextTokenizer.resolve(str(spec.extra["tokenizer"]))
         source = str(spec.extra.get("chat_template", DEFAULT_TEMPLATE))
         template = ChatTemplate.for_folder(None if source == DEFAULT_TEMPLATE else source, tokenizer.eos_text)

@@ -60,19 +60,20 @@ def register_algorithms(register: Register) -> None:
 
 @hookimpl
 def register_data_processors(register: Register) -> None:
-    """Raw text (.txt, JSONL or Parquet with a text field, or a folder of them)."""
+    """Raw text, conversations, preferences and prompts: JSONL or Parquet (raw text also .txt), a folder of them,
+    or a Hugging Face dataset folder (its train split)."""
     register("text", "twinkle_llm.data:TextProcessor", task="causal_lm",
-             formats=["txt", "jsonl", "parquet", "folder"],
+             formats=["txt", "jsonl", "parquet", "folder", "hf-dataset"],
              description="raw text: documents tokenized (a BPE trained on the data, or the model's) and packed")
     register("chat", "twinkle_llm.data:ChatProcessor", task="instruction_tuning",
-             formats=["jsonl", "parquet", "folder"],
+             formats=["jsonl", "parquet", "folder", "hf-dataset"],
              description="conversations (OpenAI messages, or prompt/response) in the model's chat template, "
                          "packed whole, trained on the assistant's tokens")
     register("preference", "twinkle_llm.data:PreferenceProcessor", task="preference_tuning",
-             formats=["jsonl", "parquet", "folder"],
+             formats=["jsonl", "parquet", "folder", "hf-dataset"],
              description="preference pairs (prompt, chosen, rejected) in the model's chat template, for DPO")
     register("prompts", "twinkle_llm.data:PromptProcessor", task="reinforcement_learning",
-             formats=["jsonl", "parquet", "folder"],
+             formats=["jsonl", "parquet", "folder", "hf-dataset"],
              description="prompts (text, or messages) with the fields their rewards read, for reinforcement learning")
 
 

@@ -1,6 +1,8 @@
 """Reading text data at any fsspec URI: ``.txt`` files (one document each), JSONL lines and Parquet rows (one
 record each), or a folder of them — in a stable order, every record with its file and line, every problem a
-named error that points at both."""
+named error that points at both. A Hugging Face dataset folder (``save_to_disk``'s, or the Hub's Parquet layout:
+``twinkle_core.data.open_hf_dataset``) gives its rows as records — its train split for training, its test split
+(else validation, else train) for an evaluation — each with its shard and row number."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-from twinkle_core.data import DataError, EmptyDataError, MissingColumnError, Reader, UnsupportedFormatError
+from twinkle_core.data import (DataError, EmptyDataError, MissingColumnError, Reader, UnsupportedFormatError,
+                               is_hf_dataset, open_hf_dataset)
 
 FORMATS = (".txt", ".jsonl", ".parquet")
 """The file kinds raw text comes in."""
@@ -126,13 +129,28 @@ def rows(reader: Reader, path: str, example: str) -> Iterator[Row]:
         yield Row(value, path, number)
 
 
-def read_records(uri: str, what: str, example: str, parse: Callable[[Row], T]) -> tuple[list[T], Reader]:
-    """Every record of the JSONL or Parquet file(s) at ``uri``, in a stable order, each ``parse``d (``what``
-    names them in errors; ``example`` shows one).
+def dataset_rows(uri: str, evaluation: bool = False) -> Iterator[Row]:
+    """The rows of a Hugging Face dataset folder's train split (``evaluation``: its test split, else validation,
+    else train), streamed, each with its shard and row number."""
+    dataset = open_hf_dataset(uri)
+    split = dataset.evaluation_split() if evaluation else dataset.split()
+    for values, shard, number in dataset.rows(split):
+        yield Row(values, shard, number)
+
+
+def read_records(uri: str, what: str, example: str, parse: Callable[[Row], T],
+                 evaluation: bool = False) -> tuple[list[T], Reader]:
+    """Every record of the JSONL or Parquet file(s) at ``uri`` (or of a Hugging Face dataset folder's split:
+    ``dataset_rows``), in a stable order, each ``parse``d (``what`` names them in errors; ``example`` shows one).
 
     Raises:
         UnsupportedFormatError, EmptyDataError, DataError: naming the file and line.
     """
+    if is_hf_dataset(uri):
+        found = [parse(row) for row in dataset_rows(uri, evaluation)]
+        if not found:
+            raise EmptyDataError(f"'{uri}' holds no {what}")
+        return found, Reader(uri)
     reader, paths = source_files(uri, RECORD_FORMATS, what)
     found = [parse(row) for path in paths for row in rows(reader, path, example)]
     if not found:
@@ -140,18 +158,24 @@ def read_records(uri: str, what: str, example: str, parse: Callable[[Row], T]) -
     return found, reader
 
 
-def read_documents(uri: str, text_field: str = "text") -> tuple[list[Document], Reader]:
+def read_documents(uri: str, text_field: str = "text", evaluation: bool = False) -> tuple[list[Document], Reader]:
     """Every document of ``uri`` in a stable order: a ``.txt`` file is one document, a JSONL line or a Parquet
-    row is one (its ``text_field``); a folder holds any of them.
+    row is one (its ``text_field``); a folder holds any of them; a Hugging Face dataset folder's rows are
+    (``dataset_rows``).
 
     Raises:
         UnsupportedFormatError: a file of another kind (or a folder without any).
         DataError: invalid JSON, a missing or non-string field, an empty text or non-UTF-8 bytes, naming the
             file and line.
     """
+    hint = "; pass text_field=..."
+    if is_hf_dataset(uri):
+        documents = [Document(row.text(text_field, hint), row.file, row.line) for row in dataset_rows(uri, evaluation)]
+        if not documents:
+            raise EmptyDataError(f"'{uri}' holds no documents")
+        return documents, Reader(uri)
     reader, paths = source_files(uri, FORMATS, "text")
     documents: list[Document] = []
-    hint = "; pass text_field=..."
     for path in paths:
         if path.lower().endswith(".txt"):
             text = decode_utf8(reader.read(path), path)

@@ -105,3 +105,46 @@ def test_other_filters_resample_in_the_batch_path(interpolation: str) -> None:
     transform = TrainTransform(24, 3, (0.5, 1.0), (0.75, 4 / 3), 0.0, 0.0, 0.2, None, interpolation)
     out = transform.batch(torch.from_numpy(_stored(4)))
     assert out.shape == (4, 3, 24, 24) and 0 <= float(out.min()) and float(out.max()) <= 1
+
+
+def test_a_datasets_image_set_gives_the_same_training_images_as_the_folder_it_was_made_from(
+        tmp_path: Path, digits_folder: Path) -> None:
+    """The digits PNGs as a dataset written by ``datasets`` itself (an Image column with the files' bytes and a
+    ClassLabel, save_to_disk of train and test splits): its train split is decoded once into the cached index, to
+    the same images, labels, classes and split as the class folders (so it trains to the same metrics); an
+    evaluation reads its test split, labelled by class name, with each image named by shard and row; a dataset
+    without an Image column is refused naming its features."""
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, Value
+
+    from twinkle_core.data import DataError
+
+    classes = sorted(p.name for p in digits_folder.iterdir() if p.is_dir())
+    files = [(c, p) for c in classes for p in sorted((digits_folder / c).iterdir())]
+    features = Features({"image": Image(), "label": ClassLabel(names=classes)})
+
+    def rows(items: list[tuple[str, Path]]) -> Dataset:
+        return Dataset.from_dict({"image": [{"bytes": p.read_bytes(), "path": None} for _, p in items],
+                                  "label": [classes.index(c) for c, _ in items]}, features=features)
+
+    saved = tmp_path / "digits-hf"
+    DatasetDict({"train": rows(files), "test": rows(files[::50])}).save_to_disk(str(saved))
+    context = PrepareContext(home=str(tmp_path / "home"))
+    want = ImageFolderProcessor().prepare(str(digits_folder), context)
+    got = ImageFolderProcessor().prepare(str(saved), context)
+    assert got.spec.class_names == want.spec.class_names and got.details["images"] == len(files)
+    assert np.array_equal(np.asarray(got.train.images), np.asarray(want.train.images))
+    assert np.array_equal(got.train.rows, want.train.rows) and np.array_equal(got.val.rows, want.val.rows)
+    assert np.array_equal(np.asarray(got.train.labels), np.asarray(want.train.labels))
+    assert "Hugging Face dataset" in next(d for d in got.decisions if d.name == "image_path").reason
+
+    samples = ImageFolderProcessor().read_samples(str(saved), got.spec)
+    assert samples.labelled and len(samples.dataset) == len(files[::50])
+    assert samples.ids[0] == "data-00000-of-00001.arrow, row 1"
+    assert int(samples.dataset[0][1]) == classes.index(files[0][0])
+
+    plain = tmp_path / "no-image"
+    Dataset.from_dict({"pixels": ["x", "y"], "label": [0, 1]},
+                      features=Features({"pixels": Value("string"), "label": ClassLabel(names=["a", "b"])})
+                      ).save_to_disk(str(plain))
+    with pytest.raises(DataError, match="has no Image column"):
+        ImageFolderProcessor().prepare(str(plain), context)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 
@@ -130,24 +130,26 @@ class Survey:
         return int(np.median([min(s) for s in self.sizes]))
 
 
-def survey(fs: Any, paths: list[str], bad_files: BadFiles = "error", full_decode: bool = False) -> Survey:
+def survey(fs: Any, paths: list[str], bad_files: BadFiles = "error", full_decode: bool = False,
+           read: Callable[[str], bytes] | None = None) -> Survey:
     """Open every file of ``paths`` once: its size and mode, and whether it decodes.
 
     Non-image suffixes and files Pillow cannot read are a ``CorruptImageError`` naming the first
     (``bad_files="error"``) or are left out and listed in ``Survey.skipped`` (``"skip"``). With
     ``full_decode`` every pixel is decoded (a truncated JPEG is found too); otherwise only headers are read
-    and Pillow's ``verify`` is run.
+    and Pillow's ``verify`` is run. ``read``: where the bytes of each path come from instead of ``fs`` (images
+    held in a dataset's shards: ``paths`` then name them, ``shard, row N``, and carry no suffix to check).
     """
     from PIL import ImageOps
 
     found = Survey([], [])
     for path in paths:
         reason = None
-        if path.rsplit(".", 1)[-1].lower() not in IMAGE_SUFFIXES:
+        if read is None and path.rsplit(".", 1)[-1].lower() not in IMAGE_SUFFIXES:
             reason = f"not an image file ({', '.join(IMAGE_SUFFIXES)})"
         else:
             try:
-                data = fs.cat_file(path)
+                data = read(path) if read is not None else fs.cat_file(path)
                 with _open(data) as image:
                     mode = image.mode
                     if full_decode:

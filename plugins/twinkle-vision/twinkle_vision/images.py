@@ -16,6 +16,11 @@ layout, or built ahead with ``ImageFolderProcessor.build_index``) and memory-map
 the host's memory), so that no epoch after the first decodes a file again. Files that cannot be
 decoded stop the run naming the file (``bad_files="error"``) or are left out, counted and listed in the run
 (``bad_files="skip"``).
+
+A Hugging Face dataset folder (``save_to_disk``'s or the Hub's Parquet layout) with an ``Image`` column and a
+``ClassLabel`` (or text) label column is read the same way: its train split's images — encoded bytes in its
+shards — decoded once into the cached index, classes by name; an evaluation reads its test split (else
+validation, else train). Each image is named ``<shard>, row N`` in errors.
 """
 
 from __future__ import annotations
@@ -41,8 +46,10 @@ from twinkle_core.data import (
     data_fingerprint,
     filesystem,
     index_header,
+    is_hf_dataset,
     is_index,
     join,
+    open_hf_dataset,
     read_array,
     read_index,
     require_exists,
@@ -311,14 +318,69 @@ class ImageFolderProcessor(IndexedProcessor):
         return hashlib.md5(key.encode()).hexdigest()[:12]
 
     # --------------------------------------------------------------- decoding
+    def hf_images(self, uri: str, evaluation: bool = False) -> tuple[list[str], list[tuple[str, str, str]],
+                                                                       dict[str, bytes]]:
+        """A Hugging Face dataset folder's images: its classes (sorted by name, as class folders are), each image
+        ``(where, class, "")`` of its train split (``evaluation``: its test split, else validation, else train)
+        and their encoded bytes by ``where`` (``<shard>, row N``).
+
+        Raises:
+            DataError: no ``Image`` column, no label column, an image row without its bytes, one class only.
+        """
+        dataset = open_hf_dataset(uri)
+        split = dataset.evaluation_split() if evaluation else dataset.split()
+        images = dataset.image_columns()
+        if not images:
+            raise DataError(f"'{uri}' has no Image column (datasets' Image feature); image classification reads one "
+                            f"(its features: {', '.join(dataset.features) or 'none described'})")
+        labels = [c for c in dataset.features if dataset.class_names(c)] or \
+            [c for c in ("label", "labels") if c in dataset.features]
+        if not labels:
+            raise DataError(f"'{uri}' has no label column (a ClassLabel, or one named label); its features: "
+                            f"{', '.join(dataset.features)}")
+        column, names = labels[0], dataset.class_names(labels[0])
+        entries, blobs = [], {}
+        for values, shard, number in dataset.rows(split):
+            where = f"{shard.rsplit('/', 1)[-1]}, row {number}"
+            image, label = values.get(images[0]), values.get(column)
+            data = image.get("bytes") if isinstance(image, dict) else None
+            if not data:
+                raise DataError(f"'{uri}' ({where}): the image holds no bytes (only a path); save the dataset with "
+                                "its images embedded (datasets' cast_column(..., Image()) then save_to_disk)")
+            if label is None:
+                raise DataError(f"'{uri}' ({where}): no '{column}'; give every image its class")
+            name = names[int(label)] if names else str(label)
+            entries.append((where, name, ""))
+            blobs[where] = bytes(data)
+        if not entries:
+            raise EmptyDataError(f"split '{split}' of '{uri}' holds no image")
+        classes = sorted({c for _, c, _ in entries})
+        if len(classes) < 2 and not evaluation:
+            raise DataError(f"'{uri}' has one class only ({classes[0]}); classification needs two or more")
+        return classes, entries, blobs
+
     def write_index(self, src: str, dst: str, model: ModelInput | None = None) -> str:
         """Decode every image of ``src`` once (every pixel checked) into the index file ``dst``, laid out for
-        ``model``'s input (default: the 0.2-style ``model_input`` attribute, else from the images alone)."""
-        tree, entries, found = self._survey(src, full_decode=True)
+        ``model``'s input (default: the 0.2-style ``model_input`` attribute, else from the images alone); ``src``
+        may be a Hugging Face dataset folder (``hf_images``)."""
+        if is_hf_dataset(src):
+            classes, entries, blobs = self.hf_images(src)
+            found = survey(None, [w for w, _, _ in entries], self.bad_files, True, read=blobs.__getitem__)
+            good = set(found.paths)
+            entries = [e for e in entries if e[0] in good]
+            tree: dict[str, Any] = {"classes": classes}
+
+            def read(where: str) -> bytes:
+                return blobs[where]
+        else:
+            tree, entries, found = self._survey(src, full_decode=True)
+
+            def read(where: str) -> bytes:
+                return tree["fs"].cat_file(where)
         layout, decisions = self._layout(found, model if model is not None else self.model_input)
         lookup = {c: i for i, c in enumerate(tree["classes"])}
-        images = np.stack([decode_image(tree["fs"].cat_file(p), p, layout["store"], layout["channels"],
-                                        layout["interpolation"]) for p, _, _ in entries])
+        images = np.stack([decode_image(read(p), p, layout["store"], layout["channels"], layout["interpolation"])
+                           for p, _, _ in entries])
         labels = np.array([lookup[c] for _, c, _ in entries], dtype=np.int64)
         split = np.array([SPLIT_CODES[s] for _, _, s in entries], dtype=np.int8)
         meta = {"task": self.task, "classes": tree["classes"], "fingerprint": data_fingerprint(src), "source": src,
@@ -366,7 +428,13 @@ class ImageFolderProcessor(IndexedProcessor):
         if context.sharded:  # larger than memory: decoded once into an index, then streamed in shards
             return self._prepare_sharded(uri, context, indexed)
         fingerprint = index_header(uri)[0]["meta"]["fingerprint"] if indexed else data_fingerprint(uri)
-        decode_once = None if indexed or self.use_mmap is not None else self._decode_once(uri, fingerprint, context)
+        if is_hf_dataset(uri):  # the images are bytes in the shards: decoded once into the cached index
+            decode_once: Decision | None = Decision(
+                "image_path", "decoded index", "a Hugging Face dataset's images are encoded in its shards: decoded "
+                "once into an index cached in the store, batches gathered from it by indexing")
+        else:
+            decode_once = None if indexed or self.use_mmap is not None else self._decode_once(uri, fingerprint,
+                                                                                               context)
         if indexed or self.use_mmap or decode_once is not None:
             index = uri if indexed else self._cached_index(uri, fingerprint, context)
             arrays, meta = read_index(index, mmap=True)
@@ -464,6 +532,8 @@ class ImageFolderProcessor(IndexedProcessor):
         Raises:
             EmptyDataError: no image. CorruptImageError, UnsupportedFormatError: a bad file (``bad_files="error"``).
         """
+        if is_hf_dataset(uri):
+            return self._hf_samples(uri, spec, targets)
         fs, root = require_exists(uri)
         if fs.isdir(root):
             folders = sorted(p.rstrip("/") for p in fs.ls(root, detail=False) if fs.isdir(p)
@@ -498,6 +568,34 @@ class ImageFolderProcessor(IndexedProcessor):
         ids = [p[len(root):].lstrip("/") or p.rsplit("/", 1)[-1] for p in paths]
         fingerprint = data_fingerprint(uri)
         return Samples(images if labelled else _Inputs(images), labelled, fingerprint, uri, ids, details)
+
+    def _hf_samples(self, uri: str, spec: DataSpec, targets: bool) -> Samples:
+        """A Hugging Face dataset folder's test split (else validation, else train) for a run trained on ``spec``:
+        its images decoded as the run's validation images were, labelled by class name (classes the run never saw
+        left out and counted); ids ``<shard>, row N``."""
+        _, entries, blobs = self.hf_images(uri, evaluation=True)
+        found = survey(None, [w for w, _, _ in entries], self.bad_files, read=blobs.__getitem__)
+        good = set(found.paths)
+        entries = [e for e in entries if e[0] in good]
+        details: dict[str, Any] = {"images": len(entries), **_skipped_details(found.skipped)}
+        lookup = {name: i for i, name in enumerate(spec.class_names)}
+        if targets:
+            unseen: dict[str, int] = {}
+            for _, name, _ in entries:
+                if name not in lookup:
+                    unseen[name] = unseen.get(name, 0) + 1
+            if unseen:
+                details["unseen_classes"] = unseen
+            entries = [e for e in entries if e[1] in lookup]
+        if not entries:
+            raise EmptyDataError(f"'{uri}' has no image of the run's classes to score")
+        layout = self._layout_of(spec)
+        images = np.stack([decode_image(blobs[w], w, layout["store"], layout["channels"], layout["interpolation"])
+                           for w, _, _ in entries])
+        labels = np.array([lookup.get(c, 0) for _, c, _ in entries], dtype=np.int64)
+        dataset: Dataset = ArrayImages(images, labels, np.arange(len(entries)), EvalTransform(layout["size"]))
+        return Samples(dataset if targets else _Inputs(dataset), targets, data_fingerprint(uri), uri,
+                       [w for w, _, _ in entries], details)
 
     def samples_from(self, items: Any, spec: DataSpec) -> Samples:
         """In-memory images — Pillow images, ``H × W`` or ``H × W × C`` uint8 arrays, or encoded file bytes —

@@ -44,13 +44,14 @@ def register_algorithms(register: Register) -> None:
 
 @hookimpl
 def register_data_processors(register: Register) -> None:
-    """Image folders (one folder per class) at any URI."""
+    """Image folders (one folder per class) at any URI, or a Hugging Face dataset folder with an Image column."""
     register(
         "image-folder",
         "twinkle_vision.images:ImageFolderProcessor",
         task="image_classification",
-        formats=["folder", "idx"],
-        description="one folder per class (train/ and val/ or a seeded split); use_mmap decodes once",
+        formats=["folder", "idx", "hf-dataset"],
+        description="one folder per class (train/ and val/ or a seeded split), or a Hugging Face dataset folder "
+                    "(Image and ClassLabel columns); use_mmap decodes once",
     )
     register(
         "yolo-format",

@@ -31,5 +31,6 @@ def mount(app: Any, config: Any, store: Any) -> None:
     else:
         backend = component.load()(**kwargs)
     app.state.tinker = TinkerService(store, backend, config.tinker_max_models_per_user, config.tinker_idle_seconds,
-                                     config.tinker_max_requests_per_minute, config.tinker_session_seconds)
+                                     config.tinker_max_requests_per_minute, config.tinker_session_seconds,
+                                     config.tinker_report_to)
     app.include_router(router, prefix="/tinker/api/v1")

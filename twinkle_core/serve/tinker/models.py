@@ -38,6 +38,8 @@ class TrainingModel:
     catalogued: float = 0.0
     """When (``time.monotonic``) its latest metrics last went into the run's catalogue row."""
     uncatalogued: dict[str, Any] | None = None
+    reporter: Any = None
+    """Its run's experiment trackers (``twinkle_core.tracking.Reporter``; the server's ``tinker_report_to``)."""
 
 
 __all__ = ["ALGORITHM", "PROJECT", "TrainingModel"]

@@ -64,12 +64,14 @@ class TinkerService:
 
     def __init__(self, store: RunStore, backend: TrainingBackend, max_models_per_user: int = 8,
                  idle_seconds: float | None = 600.0, max_requests_per_minute: int | None = None,
-                 session_seconds: float | None = 120.0) -> None:
+                 session_seconds: float | None = 120.0, report_to: list[str] | None = None) -> None:
         """Serve ``backend``'s base models, recording runs in ``store``; any run left ``running`` by a server that
         died is marked ``interrupted`` (its checkpoints stay loadable). ``idle_seconds``: write out models idle
         that long (``None``: never); ``max_requests_per_minute``: each user's submissions (``None``: no limit);
-        ``session_seconds``: end sessions silent that long (``None``: never)."""
+        ``session_seconds``: end sessions silent that long (``None``: never); ``report_to``: the experiment
+        trackers each training model's run reports its parameters and metric rows to (``twinkle_core.tracking``)."""
         self.store, self.backend, self.max_models_per_user = store, backend, max_models_per_user
+        self.report_to = list(report_to or [])
         self.idle_seconds, self.max_requests_per_minute = idle_seconds, max_requests_per_minute
         self.session_seconds = session_seconds
         self.beats: dict[str, float] = {}
@@ -251,6 +253,10 @@ class TinkerService:
                                                  "train_attn": lora.train_attn, "train_mlp": lora.train_mlp,
                                                  "train_unembed": lora.train_unembed, "tinker_model_id": model_id})
         model = TrainingModel(model_id, user, base_model, lora, run.id, vocab=0)
+        if self.report_to:
+            from twinkle_core.engine.reporting import open_run_reporter
+
+            model.reporter = open_run_reporter(self.store, run, self.report_to, run.hyperparams, {})
         future = self.requests.new(user)
         with self.lock:
             self.models[model_id] = model
@@ -266,6 +272,7 @@ class TinkerService:
                 with self.lock:
                     self.models.pop(model_id, None)
                 self.store.end_run(run.id, RunStatus.FAILED, "the model could not be created")
+                self._close_reporter(model, "failed")
                 raise
             self.store.update(run.id, measured={"trainable_parameters": info.get("trainable_parameters")})
             if checkpoint is not None:  # the SDK's create_training_client_from_state waits for a load's answer
@@ -294,7 +301,22 @@ class TinkerService:
             self.models.pop(model_id, None)
         self._catalogue(model)
         self.store.end_run(model.run_id, RunStatus.STOPPED, only_running=True)
+        self._close_reporter(model, "stopped")
         self.requests.now(user, lambda: self.backend.unload(model_id))
+
+    def _close_reporter(self, model: TrainingModel, status: str) -> None:
+        """The model's run ended: its trackers told so, from a thread (their last sends never hold a request up);
+        what each sent goes into the run's record (``measured["trackers"]``)."""
+        reporter, model.reporter = model.reporter, None
+        if reporter is None:
+            return
+
+        def close() -> None:
+            summary = reporter.close(status)
+            record = self.store.catalogue.get(model.run_id)
+            self.store.update(model.run_id, measured={**(record.measured if record else {}), "trackers": summary})
+
+        threading.Thread(target=close, name=f"tinker-trackers-{model.run_id}", daemon=True).start()
 
     def end_session(self, user: str, session: str) -> None:
         """End a session: its training models are unloaded."""
@@ -366,6 +388,8 @@ class TinkerService:
                 writer.writeheader()
             writer.writerow({k: "" if v is None else v for k, v in row.items()})
         model.uncatalogued = {"train_loss": row.get("train_loss"), "step": model.steps}
+        if model.reporter is not None:
+            model.reporter.log_metrics({k: v for k, v in row.items() if k != "step" and v is not None}, model.steps)
         if time.monotonic() - model.catalogued >= CATALOGUE_SECONDS:
             self._catalogue(model)
 
