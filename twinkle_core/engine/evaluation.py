@@ -114,5 +114,6 @@ def evaluate(store: RunStore, model: Algorithm, spec: DataSpec, samples: Samples
     if run_uri is not None:  # to the trackers the run reported to (report_to), into the same tracker runs
         from twinkle_core.engine.reporting import report_evaluation
 
-        report_evaluation(store, run_uri, evaluation)
+        report_evaluation(store, run_uri, evaluation.metrics, int(evaluation.number or 0),
+                          [*evaluation.files.values(), join(output, "evaluation.json")])
     return evaluation

@@ -20,10 +20,9 @@ from lightning.pytorch.loggers.logger import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
 from twinkle_core.tracking import Reporter, TrackedRun, open_reporter, read_ids
-from twinkle_core.uris import filesystem, is_local, join
+from twinkle_core.uris import filesystem, is_local
 
 if TYPE_CHECKING:
-    from twinkle_core.engine.evaluation import Evaluation
     from twinkle_core.store.catalogue import RunRecord
     from twinkle_core.store.runs import RunStore
 
@@ -150,19 +149,19 @@ def report_export(store: RunStore, run_uri: str, output: str) -> dict[str, Any] 
     return reporter.close("finished")
 
 
-def report_evaluation(store: RunStore, run_uri: str, evaluation: Evaluation) -> dict[str, Any] | None:
-    """Send ``evaluation`` of the run ``run_uri`` to the trackers its fit reported to (its ``report_to``), into the
-    same tracker runs; returns what each sent (``Reporter.close``), or ``None`` when the run reports to none."""
+def report_evaluation(store: RunStore, run_uri: str, metrics: Mapping[str, float], number: int,
+                      files: list[str]) -> dict[str, Any] | None:
+    """Send an evaluation of the run ``run_uri`` — its ``metrics``, its ``number`` among the run's evaluations, its
+    ``files`` (``evaluation.json``, plots) — to the trackers its fit reported to (its ``report_to``), into the same
+    tracker runs; returns what each sent (``Reporter.close``), or ``None`` when the run reports to none."""
     record = store.get(run_uri)
     names = _run_names(record)
     reporter = open_reporter(names, tracked_run(store, record)) if names else None
     if reporter is None:
         return None
-    number = int(evaluation.number or 0)
-    reporter.log_metrics({f"eval_{name}": value for name, value in evaluation.metrics.items()}, number)
-    folder = f"evaluations/{number}"
-    for uri in [*evaluation.files.values(), *([join(evaluation.folder, "evaluation.json")] if evaluation.folder else [])]:
-        _send_file(reporter, uri, folder)
+    reporter.log_metrics({f"eval_{name}": value for name, value in metrics.items()}, number)
+    for uri in files:
+        _send_file(reporter, uri, f"evaluations/{number}")
     return reporter.close("finished")
 
 
