@@ -81,7 +81,8 @@ def server(small_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     try:
         # every test of the module makes models on this one server: room for all of them (the per-user limit is
         # the idle test's server's)
-        yield Server(runner, small_base, data, "--tinker-max-models-per-user", "64", "--tinker-report-to", "tensorboard",
+        yield Server(runner, small_base, data, "--tinker-max-models-per-user", "64",
+                     "--tinker-report-to", "tensorboard",  # every model's run reports to TensorBoard
                      # the name tinker-cookbook's recipe knows (its renderer and tokenizer are chosen by it)
                      "--tinker-model", f"{COOKBOOK_MODEL}={small_base}")
     finally:
