@@ -121,20 +121,6 @@ class HFDataset:
             raise EmptyDataError(f"split '{self.split(split)}' of '{self.uri}' has no rows")
         return pa.Table.from_batches(batches)
 
-    def num_rows(self, split: str | None = None) -> int:
-        """How many rows a split has (from the shards' metadata where they say, else counted)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        total = 0
-        for path in self.splits[self.split(split)]:
-            if path.endswith(".parquet"):
-                total += pq.ParquetFile(path).metadata.num_rows
-            else:
-                with pa.memory_map(path) as source:
-                    total += sum(batch.num_rows for batch in _arrow_batches(source, path))
-        return total
-
 
 _PANDAS_INDEX = re.compile(r"^__index_level_\d+__$")
 

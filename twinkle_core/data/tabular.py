@@ -229,15 +229,16 @@ class TabularProcessor(IndexedProcessor):
                 an empty table. NonNumericError, MissingValueError: as for training.
         """
         if is_hf_dataset(uri):  # a datasets folder: its test split (else validation, else train)
-            frame, manifest = self.read_hf(uri, evaluation=True)
+            frame, manifest, _ = self.read_hf(uri, evaluation=True)
             return self._samples(frame, spec, uri, f"md5:{manifest.md5}", targets)
         self._one_file(uri, *require_exists(uri))
         data, manifest = read_file(uri)
         return self._samples(self.read_table(uri, data), spec, uri, f"md5:{manifest.md5}", targets)
 
-    def read_hf(self, uri: str, evaluation: bool = False) -> tuple[pd.DataFrame, Manifest]:
+    def read_hf(self, uri: str, evaluation: bool = False) -> tuple[pd.DataFrame, Manifest, str]:
         """A Hugging Face dataset folder's training split (``evaluation``: its test split, else validation, else
-        train) as a table — a ``ClassLabel`` label column as its class names — and the folder's manifest.
+        train) as a table — a ``ClassLabel`` label column as its class names —, the folder's manifest and the
+        split's name.
 
         Raises:
             DataError, EmptyDataError: the folder's layout or split (``twinkle_core.data.hf``).
@@ -252,7 +253,7 @@ class TabularProcessor(IndexedProcessor):
         if label is not None and names:  # the classes by name, as a CSV of the same data would hold them
             frame[label] = [names[int(i)] if i is not None and 0 <= int(i) < len(names) else None
                             for i in frame[label]]
-        return frame, Reader(uri).manifest()
+        return frame, Reader(uri).manifest(), split
 
     def _one_file(self, uri: str, fs: Any, path: str) -> None:
         """Refuse a folder where one table is read (training, evaluation, prediction), naming the tables in it.
@@ -375,7 +376,7 @@ class TabularProcessor(IndexedProcessor):
             x, y, facts, fingerprint = arrays["features"], arrays["labels"], meta["facts"], meta["fingerprint"]
             self._check_index_task(meta, uri)
         elif hf:
-            frame, manifest = self.read_hf(uri)
+            frame, manifest, split_name = self.read_hf(uri)
             x, y, facts = self.decode(frame, uri)
             fingerprint = f"md5:{manifest.md5}"
         else:
@@ -393,7 +394,7 @@ class TabularProcessor(IndexedProcessor):
             train, val = TensorDataset(xt[train_rows], yt[train_rows]), TensorDataset(xt[val_rows], yt[val_rows])
         spec = self._spec(facts, int(x.shape[1]), x[train_rows], y[train_rows])
         details = {"rows": int(len(y)), "train_rows": int(len(train_rows)), "val_rows": int(len(val_rows)),
-                   "index": indexed, **({"hf_split": open_hf_dataset(uri).split()} if hf else {})}
+                   "index": indexed, **({"hf_split": split_name} if hf else {})}
         size = int(fs.du(path, total=True)) if hf else int(fs.size(path))
         return PreparedData(train, val, spec, fingerprint, uri, size, details, manifest=manifest)
 
@@ -404,7 +405,7 @@ class TabularProcessor(IndexedProcessor):
         if indexed:
             index = uri
         elif is_hf_dataset(uri):  # the training split decoded into an index once, as a CSV would be
-            frame, manifest = self.read_hf(uri)
+            frame, manifest, _ = self.read_hf(uri)
 
             def build(url: str) -> None:
                 x, y, facts = self.decode(frame, uri)

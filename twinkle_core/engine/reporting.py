@@ -117,12 +117,15 @@ EXPORTS_VARIABLE = "TWINKLE_REPORT_EXPORTS"
 the files can be gigabytes)."""
 
 
-def _run_names(record: RunRecord) -> list[str]:
-    """The trackers a run reports to (its ``report_to``)."""
+def _run_reporter(store: RunStore, run_uri: str) -> Reporter | None:
+    """A reporter to the trackers the run's fit reported to (its ``report_to``), reopening the same tracker runs
+    (``trackers.json``); ``None`` when it reports to none."""
+    record = store.get(run_uri)
     names = record.hyperparams.get("report_to")
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
-    return [n for n in (names or []) if n != "none"]
+    names = [n for n in (names or []) if n != "none"]
+    return open_reporter(names, tracked_run(store, record)) if names else None
 
 
 def report_export(store: RunStore, run_uri: str, output: str) -> dict[str, Any] | None:
@@ -131,9 +134,7 @@ def report_export(store: RunStore, run_uri: str, output: str) -> dict[str, Any] 
     ``1``; what each sent (``Reporter.close``), or ``None`` when the run reports to none."""
     import os
 
-    record = store.get(run_uri)
-    names = _run_names(record)
-    reporter = open_reporter(names, tracked_run(store, record)) if names else None
+    reporter = _run_reporter(store, run_uri)
     if reporter is None:
         return None
     _send_file(reporter, f"{output.rstrip('/')}.json", "exports")
@@ -154,9 +155,7 @@ def report_evaluation(store: RunStore, run_uri: str, metrics: Mapping[str, float
     """Send an evaluation of the run ``run_uri`` — its ``metrics``, its ``number`` among the run's evaluations, its
     ``files`` (``evaluation.json``, plots) — to the trackers its fit reported to (its ``report_to``), into the same
     tracker runs; returns what each sent (``Reporter.close``), or ``None`` when the run reports to none."""
-    record = store.get(run_uri)
-    names = _run_names(record)
-    reporter = open_reporter(names, tracked_run(store, record)) if names else None
+    reporter = _run_reporter(store, run_uri)
     if reporter is None:
         return None
     reporter.log_metrics({f"eval_{name}": value for name, value in metrics.items()}, number)
