@@ -88,6 +88,8 @@ class Exporter(ABC):
             ``.torchscript``, as ultralytics names it).
         supports_quantize: whether ``quantize=True`` is accepted.
         int8_only: the format is INT8 by definition (``quantize`` is implied).
+        calibrates: ``quantize`` needs calibration inputs (static INT8 activations); ``False`` for a format that
+            quantizes weights alone (GGUF's q8_0), which gets ``calibration=None``.
         float_tolerance: how far a float artefact may differ from PyTorch, absolute and relative to the
             outputs' magnitude (``1e-4`` for fp32 formats; a format that runs in fp16 sets more).
         verify_samples: at most this many validation samples are run through the artefact.
@@ -102,6 +104,7 @@ class Exporter(ABC):
     suffixes: ClassVar[tuple[str, ...]] = ()
     supports_quantize: ClassVar[bool] = False
     int8_only: ClassVar[bool] = False
+    calibrates: ClassVar[bool] = True
     float_tolerance: ClassVar[float] = 1e-4
     verify_samples: ClassVar[int] = 2048
     decodes_on_cpu: ClassVar[bool] = False

@@ -72,10 +72,10 @@ def export_and_verify(
         raise ExportError("no validation samples to verify the export with")
     example = map_inputs(algorithm.export_inputs(batches[0]), lambda tensor: tensor[:1])
     calib = None
-    if quantize and isinstance(example, dict):
+    if quantize and exporter.calibrates and isinstance(example, dict):
         raise ExportError(f"{type(algorithm).__name__} exports a model with several inputs, which Twinkle does not "
                           "quantize; export it without quantize=True")
-    if quantize:
+    if quantize and exporter.calibrates:
         source = calibration if calibration is not None else val
         calib = [algorithm.export_inputs(b).numpy() for b in _batches(source, 32, calibration_samples, algorithm,
                                                                         collate_fn)]

@@ -26,7 +26,7 @@ from twinkle_core.planning.deciders import (
     PrecisionSwitchingDecider,
     TrainingLengthDecider,
 )
-from twinkle_core.planning.estimate import ModelFacts, PlanningError, measure, measure_example
+from twinkle_core.planning.estimate import ModelFacts, PlanningError, measure, measure_example, stored_bytes
 from twinkle_core.planning.hardware import Hardware
 from twinkle_core.planning.history import PastRun
 from twinkle_core.planning.layout import Layout, plan_layout
@@ -72,6 +72,7 @@ __all__ = [
     "TrainingLengthDecider",
     "measure",
     "measure_example",
+    "stored_bytes",
     "plan_layout",
 ]
 

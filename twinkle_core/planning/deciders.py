@@ -803,16 +803,16 @@ def memory_breakdown(c: PlanContext, micro_batch: int, shards: int = 1) -> tuple
     """One training step's estimated memory per device and what it is made of, in words.
 
     Weights, gradients and AdamW's two moments take 16 bytes per trainable parameter (fp32), a frozen
-    parameter (LoRA's base) 4; activations and their gradients twice the bytes measured per sample (per token
+    parameter (LoRA's base) what it holds (4 in fp32, about 0.5 in NF4); activations and their gradients twice the bytes measured per sample (per token
     for token inputs) × the micro-batch. ``shards`` divides the parameter state (FSDP, DeepSpeed).
     """
     f = c.facts
-    frozen = f.parameters - f.trainable
+    frozen, frozen_bytes = f.parameters - f.trainable, f.state_bytes - 16 * f.trainable
     state = f.state_bytes / shards
     activations = 2 * f.activation_bytes_per_sample * micro_batch
     share = f" / {shards} shards" if shards > 1 else ""
     parts = [f"weights, gradients and AdamW moments 16 B × {human(f.trainable)} trainable"
-             + (f" + frozen weights 4 B × {human(frozen)}" if frozen else "") + f"{share} = {nbytes(state)}"]
+             + (f" + {human(frozen)} frozen weights {nbytes(frozen_bytes)}" if frozen else "") + f"{share} = {nbytes(state)}"]
     per = f"{nbytes(f.activation_bytes_per_sample)} per sample"
     if c.tokens_per_sample:
         per = (f"{nbytes(f.activation_bytes_per_sample / c.tokens_per_sample)} per token × "

@@ -26,8 +26,9 @@ class ModelFacts:
         trainable: parameters with ``requires_grad``.
         flops_per_sample: forward + backward FLOPs for one sample (``torch.utils.flop_counter``).
         activation_bytes_per_sample: bytes of module outputs kept for backward, per sample (fp32).
-        state_bytes: weights, gradients and AdamW's two moments in fp32 (16 bytes per trainable parameter
-            plus 4 per frozen one).
+        state_bytes: weights, gradients and AdamW's two moments in fp32 (16 bytes per trainable parameter)
+            plus the bytes the frozen parameters hold (``stored_bytes``: 4 for an fp32 one, about 0.5 for a
+            4-bit base's).
         tensor_parallel_bytes_per_sample: fp32 bytes tensor parallel reduces per sample, forward and backward: the
             outputs of the modules its plan splits row-wise, twice (0 without a plan).
         tensor_parallel_collectives: the collectives tensor parallel runs per micro-batch (two per row-wise module
@@ -96,12 +97,21 @@ def measure(model: nn.Module, example: Any, row_wise: Iterable[nn.Module] = (), 
         trainable=trainable,
         flops_per_sample=int(flops // max(batch, 1)),
         activation_bytes_per_sample=int(activations // max(batch, 1)),
-        state_bytes=16 * trainable + 4 * (parameters - trainable),
+        state_bytes=16 * trainable + sum(stored_bytes(p) for p in model.parameters() if not p.requires_grad),
         tensor_parallel_bytes_per_sample=2 * sum(reduced) // max(batch, 1),
         tensor_parallel_collectives=len(reduced) * (4 if sequence_parallel else 2),
         boundary_bytes_per_sample=max(reduced, default=0) // max(batch, 1),
         shard_units=max(shard_units, 1),
     )
+
+
+def stored_bytes(tensor: torch.Tensor) -> int:
+    """The bytes ``tensor`` holds: its elements, or for a tensor subclass wrapping others (a 4-bit weight's codes
+    and scales, torch's ``__tensor_flatten__`` protocol) the sum of theirs."""
+    data = getattr(tensor, "data", tensor)
+    if type(data) not in (torch.Tensor, nn.Parameter) and hasattr(data, "__tensor_flatten__"):
+        return sum(stored_bytes(getattr(data, name)) for name in data.__tensor_flatten__()[0])
+    return data.numel() * data.element_size()
 
 
 def measure_example(model: nn.Module) -> ModelFacts:

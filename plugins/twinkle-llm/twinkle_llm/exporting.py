@@ -39,13 +39,17 @@ class LanguageModelExport(nn.Module):
         network: the transformers model (a ``peft.PeftModel`` for a LoRA run).
         tokenizer: the run's tokenizer.
         chat_template: the run's chat template (the default one, or its model folder's).
+        quantized_base: how the run stored its frozen base while training (``nf4``, ``bnb-nf4``, ``none``);
+            ``network`` holds its dequantized values.
     """
 
-    def __init__(self, network: nn.Module, tokenizer: TextTokenizer, chat_template: ChatTemplate) -> None:
+    def __init__(self, network: nn.Module, tokenizer: TextTokenizer, chat_template: ChatTemplate,
+                 quantized_base: str = "none") -> None:
         """Wrap ``network``."""
         super().__init__()
         self.network = network
         self.tokenizer, self.chat_template = tokenizer, chat_template
+        self.quantized_base = quantized_base
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The logits ``[B, L, vocab]`` of ``input_ids`` (one causal sequence per row; the all-ones attention mask
@@ -90,7 +94,8 @@ class LanguageModelExport(nn.Module):
             config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def _runner(load: Callable[[], nn.Module]) -> Callable[[np.ndarray], np.ndarray]:
+def logits_runner(load: Callable[[], nn.Module]) -> Callable[[np.ndarray], np.ndarray]:
+    """An exporter's ``runner``: the model ``load`` returns, in eval mode, from token ids to fp32 logits."""
     model = load().eval()
 
     def run(batch: Any) -> np.ndarray:
@@ -130,13 +135,14 @@ class HuggingFaceExporter(Exporter):
         lm.write_tokenizer(folder)
         lm.write_generation_config(folder)
         return {"merged_lora": lm.adapted, "parameters": sum(p.numel() for p in network.parameters()),
-                "architecture": type(network).__name__}
+                "architecture": type(network).__name__,
+                "dequantized_base": lm.quantized_base if lm.quantized_base != "none" else None}
 
     def runner(self, path: str) -> Callable[[np.ndarray], np.ndarray]:
         """``AutoModelForCausalLM.from_pretrained`` of the folder (local files, fp32)."""
         from transformers import AutoModelForCausalLM
 
-        return _runner(lambda: AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
+        return logits_runner(lambda: AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
                                                                     use_safetensors=True, dtype=torch.float32))
 
 
@@ -146,6 +152,10 @@ class PeftExporter(Exporter):
     format = "peft"
     suffix = "-peft"
     folder = True
+
+    def __init__(self) -> None:
+        """An exporter with nothing written yet."""
+        self._base_quantized = "none"
 
     def export(self, model: nn.Module, example: Any, path: str, *, quantize: bool = False,
                calibration: Iterable[np.ndarray] | None = None, **options: Any) -> dict[str, Any]:
@@ -158,19 +168,28 @@ class PeftExporter(Exporter):
         lm.network.save_pretrained(folder, safe_serialization=True)
         lm.write_tokenizer(folder)
         config = json.loads((folder / "adapter_config.json").read_text())
+        self._base_quantized = lm.quantized_base
         return {"base": config.get("base_model_name_or_path"), "rank": config.get("r"),
-                "adapter_parameters": sum(p.numel() for p in lm.network.parameters() if p.requires_grad)}
+                "adapter_parameters": sum(p.numel() for p in lm.network.parameters() if p.requires_grad),
+                "trained_on_base": lm.quantized_base if lm.quantized_base != "none" else "full precision"}
 
     def runner(self, path: str) -> Callable[[np.ndarray], np.ndarray]:
-        """The base folder the adapter names, loaded, with ``PeftModel.from_pretrained`` of the adapter."""
+        """The base folder the adapter names, loaded, with ``PeftModel.from_pretrained`` of the adapter; the base
+        of adapters trained on an NF4 base stored in NF4 again (``twinkle_llm.quantized.load_nf4``: the same
+        blocks, so the same values as in training)."""
         from peft import PeftModel
         from transformers import AutoModelForCausalLM
 
         base = json.loads((Path(path) / "adapter_config.json").read_text())["base_model_name_or_path"]
 
         def load() -> nn.Module:
-            network = AutoModelForCausalLM.from_pretrained(base, local_files_only=True, use_safetensors=True,
-                                                           dtype=torch.float32)
+            if self._base_quantized == "nf4":
+                from twinkle_llm.quantized import load_nf4
+
+                network = load_nf4(base)[0]
+            else:
+                network = AutoModelForCausalLM.from_pretrained(base, local_files_only=True, use_safetensors=True,
+                                                               dtype=torch.float32)
             return PeftModel.from_pretrained(network, path, local_files_only=True)
 
-        return _runner(load)
+        return logits_runner(load)

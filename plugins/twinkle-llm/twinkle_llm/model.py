@@ -22,6 +22,7 @@ from twinkle_llm.presets import PRESETS
 from twinkle_llm.rl import RL_TASK, RLSettings, RolloutBuffer, rl_figures, rl_loss, rl_sums
 from twinkle_llm.rl import rollout_engine as make_engine
 from twinkle_llm.prompts import Prompt, held_out_prompts
+from twinkle_llm.quantized import QuantizeBase, require_bitsandbytes, require_torchao
 from twinkle_llm.tokenizing import TextTokenizer
 
 
@@ -76,6 +77,7 @@ class CausalLM(Algorithm):
                  loss_normalisation: Literal["sequence", "token", "constant"] = "token",
                  advantages: Literal["grpo", "rloo"] = "grpo", scale_rewards: bool = True,
                  pass_threshold: float = 1.0, updates_per_rollout: PositiveInt = 1, rollout_engine: str = "local",
+                 quantize_base: QuantizeBase = "auto",
                  task: Literal["causal_lm", "instruction_tuning", "preference_tuning",
                                "reinforcement_learning"] = "causal_lm") -> None:
         """Choose the model.
@@ -132,6 +134,11 @@ class CausalLM(Algorithm):
             rollout_engine: what samples the completions (``twinkle_llm.rl.ROLLOUT_ENGINES``): ``local``, the policy
                 itself on the training processes; an engine serving the policy elsewhere (vLLM) registers with
                 ``register_rollout_engine`` and is told when the weights change.
+            quantize_base: QLoRA — how a LoRA run stores its frozen base (``twinkle_llm.quantized``): ``nf4``
+                (the decoder's linear weights in 4-bit NormalFloat with torchao, about 0.26 of their bf16 size; CPU
+                and GPU), ``bnb-nf4`` (bitsandbytes' 4-bit, CUDA), ``none`` (full precision) or ``auto`` (NF4 only
+                where the fp32 base would take more than half of the device's memory; the plan says which and why).
+                The adapters train in the compute precision either way.
             task: ``causal_lm`` (raw text), ``instruction_tuning`` (conversations), ``preference_tuning``
                 (DPO on chosen and rejected answers, against the starting model as the reference) or
                 ``reinforcement_learning`` (GRPO on prompts: completions sampled, scored by ``rewards``,
@@ -205,6 +212,18 @@ class CausalLM(Algorithm):
         self.adapter = adapter
         if adapter is not None:
             self._take_adapter(adapter, lora_rank, lora_alpha, targets)
+        if quantize_base in ("nf4", "bnb-nf4") and not self.lora_rank:
+            raise HyperparameterError(f"'quantize_base' = {quantize_base!r} stores the frozen base of a LoRA run, but "
+                                      "lora_rank is 0 (every weight trains): set lora_rank (e.g. 8), or drop "
+                                      "quantize_base")
+        if quantize_base == "nf4":
+            require_torchao()
+        elif quantize_base == "bnb-nf4":
+            require_bitsandbytes()
+        self.quantize_base: str = quantize_base
+        self.quantized_base: str = "none"
+        """What the built model's base is stored in: ``nf4``, ``bnb-nf4`` or ``none`` (``quantize_base`` resolved)."""
+        self._quantize_reason = ""
         self._tokenizer: TextTokenizer | None = None
         self._template: ChatTemplate | None = None
         self._val_sum: torch.Tensor | None = None
@@ -243,15 +262,19 @@ class CausalLM(Algorithm):
                           updates_per_rollout, make_engine(rollout_engine))
 
     def plan_decisions(self, plan: Any) -> list[Any]:
-        """Reinforcement learning explains its rollouts: completions sampled and scored per step and per optimizer
-        step, their length, and the one update each rollout batch makes."""
-        if self.rl is None:
-            return []
+        """A LoRA run from a folder explains how its base is stored (``quantize_base``: the base's size against the
+        device's memory); reinforcement learning explains its rollouts: completions sampled and scored per step and
+        per optimizer step, their length, and the one update each rollout batch makes."""
         from twinkle_core.planning import Decision
+
+        decisions = [Decision("quantize_base", self.quantized_base, self._quantize_reason)] \
+            if self._quantize_reason else []
+        if self.rl is None:
+            return decisions
 
         rl, micro = self.rl, plan.micro_batch_size
         names = ", ".join(f"{w.name} × {w.weight:g}" for w in rl.rewards)
-        return [Decision("rollouts", micro * rl.group_size,
+        return decisions + [Decision("rollouts", micro * rl.group_size,
                          f"each step samples {rl.group_size} completions (group_size) of each of its {micro} prompts: "
                          f"{micro * rl.group_size} completions of up to {rl.max_new_tokens} tokens (max_new_tokens) at "
                          f"temperature {rl.temperature:g}, scored by {names}; an optimizer step takes "
@@ -319,7 +342,7 @@ class CausalLM(Algorithm):
         if spec.vocab_size is None:
             raise TwinkleError(f"{type(self).__name__} needs token ids with a vocabulary; got a {spec.task} spec")
         if self.folder_config is not None:
-            model = load_folder_model(str(self.weights), dtype=torch.float32, attention_dropout=self.dropout)
+            model = self._load_base()
             if model.config.vocab_size < spec.vocab_size:
                 raise TwinkleError(f"the tokenizer has {spec.vocab_size} ids but '{self.weights}' embeds "
                                    f"{model.config.vocab_size}")
@@ -331,6 +354,32 @@ class CausalLM(Algorithm):
                     "eos_token_id": spec.extra.get("eos_id"), "pad_token_id": spec.extra.get("pad_id"),
                     "bos_token_id": None, "attention_dropout": self.dropout}
         return AutoModelForCausalLM.from_config(build_config(self.family, settings), dtype=torch.float32)
+
+    def _load_base(self) -> nn.Module:
+        """The ``weights`` folder's model in fp32; a LoRA run's base stored as ``quantize_base`` resolves
+        (``twinkle_llm.quantized.choose``: the value and its reason go into the plan)."""
+        from twinkle_core.planning import Hardware
+
+        from twinkle_llm import quantized
+
+        folder = str(self.weights)
+        if not self.lora_rank:
+            return load_folder_model(folder, dtype=torch.float32, attention_dropout=self.dropout)
+        memory = Hardware.detect().device_memory_bytes
+        self.quantized_base, self._quantize_reason = quantized.choose(self.quantize_base,
+                                                                      quantized.folder_parameters(folder), memory)
+        if self.quantized_base == "nf4":
+            model, done = quantized.load_nf4(folder, attention_dropout=self.dropout)
+            self._quantize_reason += (f"; {done.layers} linear layers in NF4: {done.nf4_bytes:,} bytes for "
+                                      f"{done.full_bytes:,} in bf16 ({done.nf4_bytes / done.full_bytes:.2f})")
+            if done.kept:
+                self._quantize_reason += f", {len(done.kept)} kept in full precision (not whole 64-value blocks)"
+            return model
+        if self.quantized_base == "bnb-nf4":
+            quantized.require_bitsandbytes()
+            return load_folder_model(folder, dtype=torch.bfloat16, attention_dropout=self.dropout,
+                                     **quantized.bnb_options())
+        return load_folder_model(folder, dtype=torch.float32, attention_dropout=self.dropout)
 
     def _take_adapter(self, adapter: str, rank: int, alpha: float | None, targets: list[str]) -> None:
         """The rank, scale and layers of the adapter folder ``adapter`` (those given must agree with it)."""
@@ -712,10 +761,13 @@ class CausalLM(Algorithm):
 
     # ---------------------------------------------------------------------- export
     def export_module(self) -> nn.Module:
-        """The network with the tokenizer and chat template (``twinkle_llm.exporting``); forward: ids → logits."""
+        """The network with the tokenizer and chat template (``twinkle_llm.exporting``); forward: ids → logits.
+        A QLoRA run's NF4 base comes dequantized (a copy: the values its layers compute with)."""
         from twinkle_llm.exporting import LanguageModelExport
+        from twinkle_llm.quantized import dequantized
 
-        return LanguageModelExport(self.model, self.tokenizer, self.chat_template)
+        return LanguageModelExport(dequantized(self.model), self.tokenizer, self.chat_template,
+                                   quantized_base=self.quantized_base)
 
     def export_inputs(self, batch: Any) -> dict[str, torch.Tensor]:
         """The token ids of a validation batch as the input ``input_ids`` (a preference batch's answers one after

@@ -79,11 +79,14 @@ def register_data_processors(register: Register) -> None:
 
 @hookimpl
 def register_exporters(register: Register) -> None:
-    """Hugging Face model folders (merged) and peft adapter folders."""
+    """Hugging Face model folders (merged), peft adapter folders and GGUF files (llama.cpp)."""
     register("hf", "twinkle_llm.exporting:HuggingFaceExporter", format="hf",
              description="a Hugging Face model folder (safetensors, tokenizer, chat template), LoRA merged")
     register("peft", "twinkle_llm.exporting:PeftExporter", format="peft",
              description="the LoRA adapters alone, as peft loads them onto the base folder")
+    register("gguf", "twinkle_llm.gguf_files:GGUFExporter", format="gguf",
+             description="one GGUF file for llama.cpp, Ollama, LM Studio (f16/bf16/f32, q8_0 with --quantize), "
+                         "tokenizer and chat template inside")
 
 
 @hookimpl
