@@ -7,7 +7,7 @@ CACHE := $(CURDIR)/.cache
 STAMP := $(VENV)/.twinkle-installed
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 CONSTRAINTS := requirements/constraints.txt
-PLUGINS := twinkle-vision[yolo] twinkle-timeseries[data] twinkle-audio[quality] twinkle-edge twinkle-llm
+PLUGINS := twinkle-vision[yolo] twinkle-timeseries[data] twinkle-audio[quality] twinkle-edge twinkle-llm[qlora,gguf]
 
 # Every library's caches and config stay inside the repository, and nothing reaches the network.
 export XDG_CACHE_HOME := $(CACHE)/xdg

@@ -137,7 +137,7 @@ def _architecture(config: Any) -> str:
     if arch not in ARCHITECTURES:
         raise ExportError(f"format='gguf' writes {', '.join(ARCHITECTURES)} models; this run's is {arch!r}: export "
                           "format='hf' instead")
-    scaling = getattr(config, "rope_scaling", None) or {}
+    scaling = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     kind = scaling.get("rope_type", scaling.get("type", "default")) if isinstance(scaling, dict) else "default"
     if kind not in ("default", None):
         raise ExportError(f"format='gguf': this {arch} model uses rope scaling {kind!r}, which the GGUF export does "

@@ -116,7 +116,6 @@ def quantize_nf4(model: nn.Module) -> Quantized:
         HyperparameterError: torchao is not installed (the fix: the ``qlora`` extra).
     """
     require_torchao()
-    _import_torchao()
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     layers, weights, full, packed, kept = 0, 0, 0, 0, []
     for name, module in list(model.named_modules()):
@@ -136,10 +135,10 @@ def quantize_nf4(model: nn.Module) -> Quantized:
 
 
 def load_nf4(folder: str, **options: Any) -> tuple[nn.Module, Quantized]:
-    """A model folder loaded in fp32, its decoder's linear weights then stored in NF4 (``quantize_nf4``, from their
-    bf16 values), every other weight (embeddings, norms, the output head) and buffer kept in fp32. Loading peaks at
-    the fp32 model's size: a bf16 load would halve that, but rounds the rotary frequencies and the embeddings the
-    run then trains against.
+    """A model folder loaded in bf16 (half of an fp32 load's peak), its decoder's linear weights then stored in NF4
+    (``quantize_nf4``), every other weight (embeddings, norms, the output head) cast to fp32 in place (tied weights
+    stay one tensor) — their values bf16's, as QLoRA and torchtune keep a base. transformers keeps the rotary
+    frequencies in fp32 whatever the load's dtype.
 
     Raises:
         HyperparameterError: torchao is not installed.
@@ -147,8 +146,13 @@ def load_nf4(folder: str, **options: Any) -> tuple[nn.Module, Quantized]:
     from twinkle_llm.folders import load_folder_model
 
     require_torchao()
-    model = load_folder_model(folder, dtype=torch.float32, **options)
-    return model, quantize_nf4(model)
+    model = load_folder_model(folder, dtype=torch.bfloat16, **options)
+    done = quantize_nf4(model)
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if tensor.is_floating_point() and not is_nf4(tensor):
+            tensor.data = tensor.data.to(torch.float32)
+    model.config.dtype = torch.float32
+    return model, done
 
 
 def dequantized(model: nn.Module, dtype: torch.dtype = torch.float32) -> nn.Module:
@@ -182,19 +186,6 @@ def require_torchao() -> None:
     if importlib.util.find_spec("torchao") is None:
         raise HyperparameterError("'quantize_base' = 'nf4' stores the base with torchao, which is not installed: "
                                   "pip install 'twinkle-llm[qlora]' (torchao), or set quantize_base='none'")
-
-
-def _import_torchao() -> None:
-    """Import torchao with torch's pytree notes about its enums (logged at import, not for users) silenced."""
-    import logging
-
-    log = logging.getLogger("torch.utils._pytree")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        import torchao.quantization  # noqa: F401
-    finally:
-        log.setLevel(level)
 
 
 def require_bitsandbytes() -> None:
