@@ -54,11 +54,13 @@ def test_bad_pairs_name_the_file_and_line(tmp_path: Path, record: object, error:
         PreferenceProcessor().prepare(str(data))
 
 
+@pytest.mark.parametrize("quantize_base", ["none", "nf4"])
 def test_dpo_starts_at_log_2_against_the_adapter_free_base_and_its_gradient_prefers_the_chosen(
-        small_base: Path, tmp_path: Path) -> None:
+        small_base: Path, tmp_path: Path, quantize_base: str) -> None:
     """The mechanics, on a small Llama folder: with fresh adapters the policy is the reference (every margin 0,
     the loss log 2); the reference is the base with the adapters switched off, which training never changes; a few
-    DPO steps on a batch raise the chosen answers' rewards above the rejected ones'."""
+    DPO steps on a batch raise the chosen answers' rewards above the rejected ones'. The same on the base stored in
+    NF4 (QLoRA): policy and reference share the one quantized base."""
     import math
 
     import torch
@@ -72,7 +74,8 @@ def test_dpo_starts_at_log_2_against_the_adapter_free_base_and_its_gradient_pref
         str(_write(tmp_path / "pairs.jsonl", records)),
         PrepareContext(seed=0, model_input=ModelInput(tokenizer=str(small_base))))
     torch.manual_seed(0)
-    algorithm = LlmTiny(weights=str(small_base), lora_rank=8, beta=0.5, task="preference_tuning")
+    algorithm = LlmTiny(weights=str(small_base), lora_rank=8, beta=0.5, task="preference_tuning",
+                        quantize_base=quantize_base)
     algorithm.configure_data(prepared.spec)
     batch = prepared.train.tensors
     first = algorithm.preference_terms(batch)
@@ -87,6 +90,7 @@ def test_dpo_starts_at_log_2_against_the_adapter_free_base_and_its_gradient_pref
     after = algorithm.preference_terms(batch)
     assert after.loss.mean().item() < math.log(2) - 0.1 and (after.margin > 0).float().mean() >= 0.9
     assert torch.equal(algorithm.reference_logits(batch[0].flatten(0, 1)), reference)  # the base never moved
+    assert algorithm.quantized_base == quantize_base
 
 
 @pytest.mark.slow

@@ -141,7 +141,8 @@ def test_an_rl_run_killed_between_two_updates_of_a_rollout_resumes_to_identical_
     policy moved since it sampled), and the plan says so. SIGKILL before step 4, after the step-3 checkpoint —
     taken between the two updates of the second rollout: resumed, the run trains on that kept rollout again (the
     buffer is in the checkpoint), then samples the same completions (the rollouts' random state is restored) and
-    ends with LoRA adapters bit-identical to a run never interrupted."""
+    ends with LoRA adapters bit-identical to a run never interrupted. The runs are QLoRA's (``quantize_base="nf4"``):
+    the resumed process quantizes the base again to the very values it trained on."""
     data, base, home = str(_prompts(tmp_path, 12)), str(small_base), tmp_path / "home"
     full = _printed_run(_train_rl(home, "full", data, base))
     store = RunStore(str(home))
@@ -164,6 +165,7 @@ def test_an_rl_run_killed_between_two_updates_of_a_rollout_resumes_to_identical_
     for key, value in reference["state_dict"].items():
         assert torch.equal(value, again["state_dict"][key]), key
     assert store.get(resumed["run_uri"]).status == "finished"
+    assert next(d for d in plan["decisions"] if d["name"] == "quantize_base")["value"] == "nf4"
 
 
 def test_a_reward_from_code_trains_is_recorded_by_name_and_a_failing_one_fails_the_run(small_base: Path,
