@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from twinkle_core import Trainer
-from twinkle_core.planning import DefaultStrategy, Hardware, ModelFacts, ParallelDims, PastRun, PlanContext, measure
+from twinkle_core.planning import (DefaultStrategy, Hardware, ModelFacts, ParallelDims, PastRun, PlanContext, measure,
+                                    stored_bytes)
 
 GB = 10**9
 CPU = Hardware("cpu", 1, "cpu", 24 * GB, False, False, 2, 24 * GB)
@@ -162,6 +163,10 @@ def test_measure_counts_parameters_flops_and_activations() -> None:
     assert m.activation_bytes_per_sample == 4 * (64 + 64 + 2)
     assert m.state_bytes == 16 * m.parameters
     assert all(p.grad is None for p in model.parameters())
+    model[0].requires_grad_(False)  # a frozen base counts what it holds: 4 bytes a value in fp32, 2 in bf16
+    frozen = 30 * 64 + 64
+    assert measure(model, torch.randn(2, 30)).state_bytes == 16 * (m.parameters - frozen) + 4 * frozen
+    assert stored_bytes(model[0].weight.detach().to(torch.bfloat16)) == 2 * 30 * 64
 
 
 def test_trainer_plan_reuses_a_finished_run(twinkle_home, cancer_csv) -> None:
@@ -174,7 +179,7 @@ def test_trainer_plan_reuses_a_finished_run(twinkle_home, cancer_csv) -> None:
 
 
 def test_the_memory_line_adds_up_state_a_frozen_base_and_activations_per_token() -> None:
-    """The plan's ``memory`` decision is the state (16 B per trainable parameter, 4 per frozen one) plus the
+    """The plan's ``memory`` decision is the state (16 B per trainable parameter, what the frozen ones hold) plus the
     activations and their gradients × the micro-batch, said per token for token inputs; under FSDP2 the state is
     divided between the shards."""
     lora = ModelFacts(parameters=1_000_000, trainable=10_000, flops_per_sample=6_000_000,
@@ -182,7 +187,7 @@ def test_the_memory_line_adds_up_state_a_frozen_base_and_activations_per_token()
     p = plan(model=lora, tokens_per_sample=128)
     memory = next(d for d in p.decisions if d.name == "memory")
     assert memory.value == "8.2 MB"  # 4.12 MB of state + 2 × 64 kB × 32 = 4.1 MB of activations
-    assert "16 B × 10.0k trainable + frozen weights 4 B × 990.0k = 4.1 MB" in memory.reason
+    assert "16 B × 10.0k trainable + 990.0k frozen weights 4.0 MB = 4.1 MB" in memory.reason
     assert "2 × 500 B per token × 128 tokens × 32 = 4.1 MB" in memory.reason
     sharded = reasons(plan(H200, facts(7e9)))["memory"]
     assert "/ 8 shards = 14.0 GB" in sharded and "per sample" in sharded
