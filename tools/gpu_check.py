@@ -16,6 +16,7 @@ exits non-zero when one fails.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -195,10 +196,37 @@ def check_llm(work: Path, hyperparams: dict | None = None) -> dict:
             "fit_seconds": round(seconds, 1), "memory_plan": memory,
             "peak_memory_bytes": measured.get("peak_memory_bytes"),
             "generated": trainer.generate("The with statement", max_new_tokens=24),
-            "hf_max_abs_diff": exported.max_abs_diff,
+            "hf_max_abs_diff": exported.max_abs_diff, "hf_path": exported.path,
             "utilisation": {k: measured.get(k) for k in ("tokens_per_second", "samples_per_second",
                                                          "achieved_flops_per_second", "mfu", "peak_source",
                                                          "data_wait_fraction")}}
+
+
+def check_qlora(work: Path) -> dict:
+    """Issue 56 on the GPU: ``llama-60m`` pre-trained briefly and exported as the base, then 60 LoRA steps on its
+    topics with the base in full precision, in NF4 (torchao) and — where bitsandbytes is installed — in bitsandbytes'
+    NF4: the validation loss, the peak memory and tokens/s of each; the NF4 run's GGUF exports (f16 and q8_0)."""
+    from twinkle_core import RunStore
+
+    base_run = check_llm(work, {"max_epochs": 1})
+    folder = base_run["hf_path"]
+    out: dict = {"base_perplexity": base_run["val_perplexity"]}
+    kinds = ["none", "nf4"] + (["bnb-nf4"] if importlib.util.find_spec("bitsandbytes") else [])
+    for kind in kinds:
+        trainer = Trainer("llama-60m", verbose=False, progress_bar=False, hyperparams={
+            "weights": str(folder), "lora_rank": 16, "quantize_base": kind, "max_steps": 60, "max_seq_len": 512,
+            "batch_size": 16})
+        result = trainer.fit(data=str(work / "topics.jsonl"))
+        measured = RunStore().get(result.run_uri).measured
+        out[kind] = {"val_loss": result.metrics.get("val_loss"), "precision": result.plan.precision,
+                     "peak_memory_bytes": measured.get("peak_memory_bytes"),
+                     "tokens_per_second": measured.get("tokens_per_second"),
+                     "decision": next(d.reason for d in result.plan.decisions if d.name == "quantize_base")}
+        if kind == "nf4":
+            for quantize in (False, True):
+                exported = trainer.export(format="gguf", quantize=quantize)
+                out[kind][f"gguf_{'q8_0' if quantize else 'f16'}_max_abs_diff"] = exported.max_abs_diff
+    return out
 
 
 def check_layouts(work: Path) -> dict:
@@ -297,14 +325,15 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="twinkle-gpu-"))
     os.environ.setdefault("TWINKLE_HOME", str(work / "home"))
     failed = 0
-    chosen = set(os.environ.get("CHECKS", "speed,kronos,resnet18,llm,layouts,strategies,tts").split(","))
+    chosen = set(os.environ.get("CHECKS", "speed,kronos,resnet18,llm,layouts,strategies,tts,qlora").split(","))
     for name, check in (("speed", lambda: check_speed(work)),
                         ("kronos", lambda: check_kronos(Path(os.environ["BARS"]))),
                         ("resnet18", lambda: check_resnet(work)),
                         ("llm", lambda: check_llm(work)),
                         ("layouts", lambda: check_layouts(work)),
                         ("strategies", lambda: check_strategies_in_a_job(work)),
-                        ("tts", lambda: check_tts(work))):
+                        ("tts", lambda: check_tts(work)),
+                        ("qlora", lambda: check_qlora(work))):
         if name not in chosen:
             continue
         try:

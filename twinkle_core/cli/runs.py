@@ -100,22 +100,27 @@ def plan(algorithm: str, data: str, task: str | None, hp: tuple[str, ...], epoch
 @click.command()
 @click.argument("run")
 @click.option("--format", "-f", "fmt", default="onnx", show_default=True, help="Exporter (twinkle exporters list).")
-@click.option("--quantize", is_flag=True, help="INT8 (static, calibrated on the run's data).")
+@click.option("--quantize", is_flag=True, help="8-bit: INT8 (static, calibrated on the run's data) for ONNX, q8_0 for "
+                                             "GGUF.")
 @click.option("--output", "-o", help="Where to write (default: the run's exports/ folder); the format's suffix is "
                                      "added when the name lacks it (-o out/yolo3 writes out/yolo3.onnx), and a "
                                      "folder gets model.onnx.")
 @click.option("--opset", type=int, help="ONNX opset version.")
 @click.option("--target", help="The device to convert for, where the exporter has several "
                                "(twinkle exporters list shows them; e.g. --format rknn --target rk3588).")
+@click.option("--outtype", help="The weights' float type, where the exporter has several (--format gguf: f16, bf16, "
+                                "f32).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verification as JSON.")
 def export(run: str, fmt: str, quantize: bool, output: str | None, opset: int | None, target: str | None,
-           as_json: bool) -> None:
+           outtype: str | None, as_json: bool) -> None:
     """Export RUN's best model (twinkle://user/project/runN or a .ckpt) and verify it."""
     from twinkle_core import Trainer  # imported with the collector paused (twinkle_core.imports)
 
     options: dict[str, object] = {"opset_version": opset} if opset is not None else {}
     if target is not None:
         options["target"] = target
+    if outtype is not None:
+        options["outtype"] = outtype
     result = Trainer.from_checkpoint(run, mode="finetune", verbose=False).export(fmt, output, quantize, **options)
     if as_json:
         echo_json(result.to_dict())

@@ -6,14 +6,17 @@ requests are named errors."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from click.testing import CliRunner
 
 from twinkle_core import Trainer
+from twinkle_core.cli import main
 from twinkle_core.errors import HyperparameterError
 from twinkle_core.exporting import ExportError
 from twinkle_llm.exporting import DEFAULT_JINJA
@@ -45,7 +48,8 @@ def test_qlora_learns_as_lora_does_and_every_export_reproduces_it(
     its loss, and generates; its ``hf`` export is the dequantized base with the adapters merged and matches the run within 1e-4,
     its ``peft`` adapters on the base stored in NF4 again match exactly, and its GGUF files read by transformers give
     logits within 1e-2 (f16) and the same greedy answers to eight prompts (q8_0, up to 16 tokens each), with the chat template and architecture in the
-    file's metadata (read by ``gguf``'s own reader). An output below a file is refused. (Precision is pinned to fp32:
+    file's metadata (read by ``gguf``'s own reader); ``twinkle export --format gguf --outtype bf16`` writes the bf16
+file. An output below a file is refused. (Precision is pinned to fp32:
     the speed probe's choice would add its own difference to the two runs.)"""
     import gguf
     from transformers import AutoTokenizer
@@ -105,6 +109,11 @@ def test_qlora_learns_as_lora_does_and_every_export_reproduces_it(
         assert ours[0, prompt.shape[1]:].tolist() == theirs[0, prompt.shape[1]:].tolist(), question
         compared += ours.shape[1] - prompt.shape[1]
     assert compared >= 16
+
+    said = CliRunner().invoke(main, ["export", qlora_result.run_uri, "--format", "gguf", "--outtype", "bf16",
+                                     "-o", str(tmp_path / "cli"), "--json"])
+    assert said.exit_code == 0, said.output
+    assert json.loads(said.stdout)["details"]["outtype"] == "bf16" and (tmp_path / "cli.gguf").is_file()
 
     (tmp_path / "notes.txt").write_text("a file where a folder would go")
     with pytest.raises(ExportError, match="is a file, not a folder"):
