@@ -165,7 +165,8 @@ def test_a_gguf_file_of_each_architecture_reads_back_as_the_model(tmp_path: Path
 
 def test_bad_qlora_and_gguf_requests_are_named_errors(tmp_path: Path, small_base: Path) -> None:
     """``quantize_base`` without adapters, bitsandbytes where it is missing, an architecture, rope scaling or
-    outtype GGUF does not write: each a named error with the fix, before anything is written. ``auto`` chooses NF4
+    outtype GGUF does not write, a merged export of a bitsandbytes base: each a named error with the fix, before
+    anything is written. ``auto`` chooses NF4
     only where the fp32 base would take more than half of the device's memory; a given value is kept."""
     from transformers import AutoModelForCausalLM, MistralConfig
 
@@ -206,3 +207,9 @@ def test_bad_qlora_and_gguf_requests_are_named_errors(tmp_path: Path, small_base
     with pytest.raises(ExportError, match="writes llama, qwen2, qwen3 models; this run's is 'mistral'"):
         GGUFExporter().export(LanguageModelExport(mistral, tokenizer, template), ids, path)
     assert not Path(path).exists()
+    from twinkle_llm.exporting import HuggingFaceExporter
+
+    on_bnb = LanguageModelExport(model, tokenizer, template, quantized_base="bnb-nf4")
+    for exporter in (GGUFExporter(), HuggingFaceExporter()):  # bitsandbytes' 4-bit is not dequantized for merging
+        with pytest.raises(ExportError, match="kept in bitsandbytes' 4-bit: export format='peft'"):
+            exporter.export(on_bnb, ids, str(tmp_path / "bnb"))

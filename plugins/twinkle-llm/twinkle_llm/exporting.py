@@ -106,6 +106,20 @@ def logits_runner(load: Callable[[], nn.Module]) -> Callable[[np.ndarray], np.nd
     return run
 
 
+def merged_network(lm: LanguageModelExport, format: str) -> nn.Module:
+    """``lm``'s network with its LoRA adapters merged into a copy of the weights (the network itself where it has
+    none).
+
+    Raises:
+        ExportError: the base is bitsandbytes' 4-bit, which is not dequantized for a merged export yet.
+    """
+    if lm.quantized_base == "bnb-nf4":
+        raise ExportError(f"format='{format}' merges the adapters into the base, which this run kept in "
+                          "bitsandbytes' 4-bit: export format='peft' (the adapters alone), or train with "
+                          "quantize_base='nf4' (torchao), whose base every export dequantizes")
+    return copy.deepcopy(lm.network).merge_and_unload() if lm.adapted else lm.network
+
+
 def _checked(model: nn.Module, quantize: bool, options: dict[str, Any], format: str) -> LanguageModelExport:
     if not isinstance(model, LanguageModelExport):
         raise ExportError(f"format='{format}' exports twinkle-llm language models, not {type(model).__name__}")
@@ -127,9 +141,7 @@ class HuggingFaceExporter(Exporter):
                calibration: Iterable[np.ndarray] | None = None, **options: Any) -> dict[str, Any]:
         """Write the folder: the weights (merged when LoRA trained), config, generation config and tokenizer."""
         lm = _checked(model, quantize, options, self.format)
-        network = lm.network
-        if lm.adapted:
-            network = copy.deepcopy(network).merge_and_unload()
+        network = merged_network(lm, self.format)
         folder = Path(path)
         network.save_pretrained(folder, safe_serialization=True)
         lm.write_tokenizer(folder)
@@ -176,7 +188,7 @@ class PeftExporter(Exporter):
     def runner(self, path: str) -> Callable[[np.ndarray], np.ndarray]:
         """The base folder the adapter names, loaded, with ``PeftModel.from_pretrained`` of the adapter; the base
         of adapters trained on an NF4 base stored in NF4 again (``twinkle_llm.quantized.load_nf4``: the same
-        blocks, so the same values as in training)."""
+        blocks, so the same values as in training), on a bitsandbytes base loaded in bitsandbytes' 4-bit again."""
         from peft import PeftModel
         from transformers import AutoModelForCausalLM
 
@@ -187,6 +199,12 @@ class PeftExporter(Exporter):
                 from twinkle_llm.quantized import load_nf4
 
                 network = load_nf4(base)[0]
+            elif self._base_quantized == "bnb-nf4":
+                from twinkle_llm.quantized import bnb_options, require_bitsandbytes
+
+                require_bitsandbytes()
+                network = AutoModelForCausalLM.from_pretrained(base, local_files_only=True, use_safetensors=True,
+                                                               dtype=torch.bfloat16, **bnb_options())
             else:
                 network = AutoModelForCausalLM.from_pretrained(base, local_files_only=True, use_safetensors=True,
                                                                dtype=torch.float32)

@@ -10,7 +10,6 @@ tokenizer it rebuilds from the metadata must encode text as the run's does.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from pathlib import Path
@@ -23,7 +22,7 @@ from torch import nn
 from twinkle_core.errors import ExportVerificationError
 from twinkle_core.exporting import Exporter, ExportError
 
-from twinkle_llm.exporting import LanguageModelExport, logits_runner
+from twinkle_llm.exporting import LanguageModelExport, logits_runner, merged_network
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
 """The ``model_type`` values written (what twinkle-llm trains; llama.cpp's architecture of the same name)."""
@@ -43,10 +42,6 @@ class GGUFExporter(Exporter):
     supports_quantize = True
     calibrates = False  # q8_0 quantizes weights alone
     float_tolerance = 1e-2  # f16 weights (bf16: the same bound holds at the outputs' scale)
-
-    def __init__(self) -> None:
-        """An exporter with nothing written yet."""
-        self._tokenizer: Any = None
 
     def export(self, model: nn.Module, example: Any, path: str, *, quantize: bool = False,
                calibration: Iterable[np.ndarray] | None = None, **options: Any) -> dict[str, Any]:
@@ -74,7 +69,7 @@ class GGUFExporter(Exporter):
         if outtype not in OUTTYPES:
             raise ExportError(f"outtype={outtype!r} is not a GGUF float type here; use one of {', '.join(OUTTYPES)}, "
                               "or quantize=True for q8_0")
-        network = copy.deepcopy(model.network).merge_and_unload() if model.adapted else model.network
+        network = merged_network(model, self.format)
         config = network.config
         arch = _architecture(config)
         writer = gguf.GGUFWriter(path, arch)

@@ -35,8 +35,6 @@ AUTO_SHARE = 0.5
 """``auto`` stores the base in NF4 where its full-precision weights (fp32, as training holds a frozen base) would
 take more than this share of one device's memory: the rest is left for the adapters' optimizer state, activations
 and the data."""
-NF4_BITS = 4 + 8 / BLOCK_SIZE + 32 / (BLOCK_SIZE * SCALER_BLOCK_SIZE)
-"""Bits per weight of an NF4 tensor: 4-bit codes, one 8-bit scale per block, one fp32 factor per scale block."""
 
 
 class NF4Linear(nn.Linear):
@@ -220,9 +218,9 @@ def choose(given: str, parameters: int, memory_bytes: int) -> tuple[str, str]:
     ``auto`` stores the base in NF4 where its fp32 weights (4 B each, as training holds a frozen base) exceed
     ``AUTO_SHARE`` of the memory; a given value is kept.
     """
-    fp32, nf4 = 4 * parameters, parameters * NF4_BITS / 8
-    sizes = (f"the base's {parameters / 1e6:.1f} M weights take {_size(fp32)} in fp32, about {_size(nf4)} in "
-             f"NF4; {AUTO_SHARE:.0%} of this device's {_size(memory_bytes)} is {_size(AUTO_SHARE * memory_bytes)}")
+    fp32 = 4 * parameters
+    sizes = (f"the base's {parameters / 1e6:.1f} M weights take {_size(fp32)} in fp32; {AUTO_SHARE:.0%} of this "
+             f"device's {_size(memory_bytes)} is {_size(AUTO_SHARE * memory_bytes)}")
     if given != "auto":
         return given, f"given ({sizes})"
     if fp32 > AUTO_SHARE * memory_bytes:
