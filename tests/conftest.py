@@ -170,8 +170,10 @@ class JobRunner:
         for old in script.parent.glob(f"{args[0]}-rank*.json"):
             old.unlink()
         # a process of its own (session and group), forked from one that imported the Trainer once; Lightning
-        # starts a script's other ranks in fresh interpreters
-        proc = run_script([str(script), *args], env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=900)
+        # starts a script's other ranks in fresh interpreters. Killed before pytest-timeout's 600 s, with every
+        # rank's stacks (faulthandler) in its stderr, so that a hung job's failure says where each rank waited
+        proc = run_script([str(script), *args], env={**os.environ, "PYTHONWARNINGS": "ignore",
+                                                     "PYTHONFAULTHANDLER": "1"}, timeout=480)
         proc.results = {int(p.stem.rsplit("rank", 1)[1]): json.loads(p.read_text())  # type: ignore[attr-defined]
                         for p in script.parent.glob(f"{args[0]}-rank*.json")}
         return proc
@@ -179,7 +181,7 @@ class JobRunner:
     def __call__(self, script: Path, *args: str) -> dict[int, dict]:
         """Run it and return the per-rank results (failing with its output when it did not succeed)."""
         proc = self.raw(script, *args)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-12000:]
         return proc.results  # type: ignore[attr-defined]
 
 

@@ -227,8 +227,9 @@ def become_fresh(env: dict[str, str], stdout: str | None, stderr: str | None, cw
 
     Its own session and process group (``new_session``), the environment replaced, stdin from ``/dev/null``,
     stdout/stderr appended to the given files (``None``: kept; the same file twice: one log), unbuffered text
-    streams on them, and ``multiprocessing``'s start method back to the platform's default (the template's
-    forkserver would otherwise be inherited, and a ``DataLoader``'s workers could not start).
+    streams on them, ``multiprocessing``'s start method back to the platform's default (the template's
+    forkserver would otherwise be inherited, and a ``DataLoader``'s workers could not start), and Python's
+    faulthandler on where ``env`` sets ``PYTHONFAULTHANDLER``.
     """
     if new_session:
         os.setsid()
@@ -257,6 +258,10 @@ def become_fresh(env: dict[str, str], stdout: str | None, stderr: str | None, cw
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True, line_buffering=True,
                                   errors="backslashreplace")
     multiprocessing.set_start_method(None, force=True)
+    if env.get("PYTHONFAULTHANDLER"):  # as a fresh interpreter reads it at start: stacks on SIGABRT, SIGSEGV, ...
+        import faulthandler
+
+        faulthandler.enable(file=sys.stderr)
 
 
 def run_exit_handlers() -> None:

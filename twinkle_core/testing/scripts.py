@@ -39,8 +39,10 @@ def run_script(argv: Sequence[str], *, cwd: str | os.PathLike[str] | None = None
         argv: what follows ``python``: a script's path and its arguments, or ``"-m", MODULE, ...``.
         cwd: its working folder (default: this process's).
         env: its whole environment (default: this process's).
-        timeout: seconds before it is killed (SIGKILL to its group); the result's ``returncode`` is then ``-9``
-            and its ``stderr`` ends with a line saying so.
+        timeout: seconds before it is killed: SIGABRT to its group first (a process with Python's faulthandler on
+            — ``PYTHONFAULTHANDLER=1`` in ``env`` — writes every thread's stack to its stderr: where a hung job
+            waits), SIGKILL 5 s later; the result's ``returncode`` is then ``-9`` and its ``stderr`` ends with a line
+            saying so.
         preload: modules the template also imports — only when this is the first call of this process; later they
             are imported by each script as usual.
         new_session: its own session and process group (``start_new_session``), so a script can signal itself
@@ -62,7 +64,12 @@ def run_script(argv: Sequence[str], *, cwd: str | os.PathLike[str] | None = None
         process.join(timeout)
         timed_out = process.exitcode is None
         if timed_out:
-            signal_group(process.pid, signal.SIGKILL) if new_session else process.kill()
+            if new_session:
+                signal_group(process.pid, signal.SIGABRT)  # faulthandler's stacks, where the script enabled it
+                process.join(5)
+                signal_group(process.pid, signal.SIGKILL)
+            else:
+                process.kill()
             process.join()
         stdout, stderr = (Path(path).read_text(errors="replace") if os.path.exists(path) else "" for path in (out, err))
     if timed_out:
