@@ -199,15 +199,15 @@ class PeftExporter(Exporter):
                 from twinkle_llm.quantized import load_nf4
 
                 network = load_nf4(base)[0]
-            elif self._base_quantized == "bnb-nf4":
-                from twinkle_llm.quantized import bnb_options, require_bitsandbytes
-
-                require_bitsandbytes()
-                network = AutoModelForCausalLM.from_pretrained(base, local_files_only=True, use_safetensors=True,
-                                                               dtype=torch.bfloat16, **bnb_options())
             else:
+                options: dict[str, Any] = {"dtype": torch.float32}
+                if self._base_quantized == "bnb-nf4":
+                    from twinkle_llm.quantized import bnb_options, require_bitsandbytes
+
+                    require_bitsandbytes()
+                    options = {"dtype": torch.bfloat16, **bnb_options()}
                 network = AutoModelForCausalLM.from_pretrained(base, local_files_only=True, use_safetensors=True,
-                                                               dtype=torch.float32)
+                                                               **options)
             return PeftModel.from_pretrained(network, path, local_files_only=True)
 
         return logits_runner(load)

@@ -22,7 +22,7 @@ from torch import nn
 from twinkle_core.errors import ExportVerificationError
 from twinkle_core.exporting import Exporter, ExportError
 
-from twinkle_llm.exporting import LanguageModelExport, logits_runner, merged_network
+from twinkle_llm.exporting import DEFAULT_JINJA, LanguageModelExport, logits_runner, merged_network
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
 """The ``model_type`` values written (what twinkle-llm trains; llama.cpp's architecture of the same name)."""
@@ -164,7 +164,7 @@ def _write_settings(writer: Any, config: Any, model: LanguageModelExport, kind: 
     writer.add_file_type(file_types[kind])
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     tokens = _write_tokenizer(writer, model, int(config.vocab_size))
-    writer.add_chat_template(model.chat_template.jinja or _default_jinja())
+    writer.add_chat_template(model.chat_template.jinja or DEFAULT_JINJA)
     return {"vocabulary": tokens}
 
 
@@ -173,12 +173,6 @@ def _rope_theta(config: Any) -> float:
     if theta is None:  # transformers 5 keeps it in rope_parameters
         theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
     return float(theta)
-
-
-def _default_jinja() -> str:
-    from twinkle_llm.exporting import DEFAULT_JINJA
-
-    return DEFAULT_JINJA
 
 
 def _write_tokenizer(writer: Any, model: LanguageModelExport, vocab_size: int) -> int:

@@ -94,14 +94,12 @@ class Quantized:
     Attributes:
         layers: linear layers stored in NF4.
         kept: linear layers left in full precision (a size that is not whole 64-value blocks), by name.
-        weights: the quantized layers' weights (values).
         full_bytes: those weights' bytes in bf16.
         nf4_bytes: their bytes in NF4 (codes, scales and the scales' own factors).
     """
 
     layers: int
     kept: tuple[str, ...]
-    weights: int
     full_bytes: int
     nf4_bytes: int
 
@@ -115,7 +113,7 @@ def quantize_nf4(model: nn.Module) -> Quantized:
     """
     require_torchao()
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    layers, weights, full, packed, kept = 0, 0, 0, 0, []
+    layers, full, packed, kept = 0, 0, 0, []
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             if type(child) is not nn.Linear or child is head:
@@ -127,9 +125,9 @@ def quantize_nf4(model: nn.Module) -> Quantized:
                 kept.append(qualified)
                 continue
             setattr(module, child_name, layer)
-            layers, weights, full = layers + 1, weights + child.weight.numel(), full + 2 * child.weight.numel()
+            layers, full = layers + 1, full + 2 * child.weight.numel()
             packed += stored_bytes(layer.weight)
-    return Quantized(layers, tuple(kept), weights, full, packed)
+    return Quantized(layers, tuple(kept), full, packed)
 
 
 def load_nf4(folder: str, **options: Any) -> tuple[nn.Module, Quantized]:
