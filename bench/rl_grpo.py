@@ -17,9 +17,10 @@ by ``twinkle`` (``Trainer(task="reinforcement_learning").fit`` with ``max_steps`
 (``GRPOTrainer`` with ``GRPOConfig(num_generations=8, per_device_train_batch_size=64, max_completion_length=8,
 beta=0.05, ...)``, its ``loss_type`` "dapo" = Twinkle's default per-token normalisation, the same reward function),
 ``--steps`` steps each, in rounds whose order alternates, each case in a fresh process (``fit_speed.in_child``) that
-first runs one step untimed. Both sample with transformers' ``generate`` (KV cache): the bench wraps it the same way
-in both processes to count the completion tokens (up to and including the first stop) and the CPU seconds spent in
-it (rollout tokens per CPU second; per wall second beside it), and a callback of each library times every optimizer
+first runs one step untimed. The bench wraps each library's own sampling call — Twinkle's rollout engine
+(``LocalEngine.sample``: its own KV-cached decoding, each prompt's pass shared by its group), TRL's transformers
+``generate`` (KV cache) — to count the completion tokens (up to and including the first stop) and the CPU seconds
+spent in it (rollout tokens per CPU second; per wall second beside it), and a callback of each library times every optimizer
 step in CPU seconds (seconds per RL step, the median of the timed steps; CPU time, as other load on the machine would
 skew the wall clock). The ratios are TRL's seconds over Twinkle's, and Twinkle's rollout tokens/s over TRL's, per round,
 then the median and spread (goal ≥ 1.0). A third case, ``twinkle_fp32``, pins ``precision="32-true"``: the plan's
@@ -177,30 +178,48 @@ def draw_curve(sampled: list[float], held_out: list[float], before: float, after
 
 # ---------------------------------------------------------------------------------------------- speed
 class RolloutClock:
-    """Wraps transformers' ``generate`` (every model's) to count completion tokens and the seconds spent in it while
-    ``armed`` (inside a training step: not a planner's probe nor a validation)."""
+    """Times each library's own sampling call while ``armed`` (inside a training step: not a planner's probe nor a
+    validation) and counts the completion tokens it returns (up to and including the first stop): Twinkle's
+    rollout engine (``twinkle_llm.rl.LocalEngine.sample``) or transformers' ``generate`` (what TRL's GRPOTrainer
+    samples with)."""
 
-    def __init__(self) -> None:
-        from transformers.generation.utils import GenerationMixin
+    def __init__(self, stops: set[int]) -> None:
+        self.tokens, self.seconds, self.cpu, self.stops, self.armed = 0, 0.0, 0.0, stops, False
 
-        self.tokens, self.seconds, self.cpu, self.stops, self.armed = 0, 0.0, 0.0, set(), False
-        original = GenerationMixin.generate
-
-        def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
+    def _timed(self, original: Any, count: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
             if not self.armed:
-                return original(model, *args, **kwargs)
+                return original(*args, **kwargs)
             started, cpu = time.perf_counter(), time.process_time()
-            out = original(model, *args, **kwargs)
+            out = original(*args, **kwargs)
             self.seconds += time.perf_counter() - started
             self.cpu += time.process_time() - cpu
-            prompt_length = (kwargs.get("input_ids") if kwargs.get("input_ids") is not None else args[0]).shape[1]
-            sequences = out.sequences if hasattr(out, "sequences") else out
-            for row in sequences[:, prompt_length:].tolist():
-                ended = next((i for i, t in enumerate(row) if t in self.stops), None)
-                self.tokens += len(row) if ended is None else ended + 1
+            self.tokens += count(out, args, kwargs)
             return out
 
-        GenerationMixin.generate = generate  # type: ignore[method-assign]
+        return timed
+
+    def wrap_engine(self) -> None:
+        """Time Twinkle's ``local`` rollout engine: its tokens are its completion mask's ones."""
+        from twinkle_llm.rl import LocalEngine
+
+        LocalEngine.sample = self._timed(LocalEngine.sample,  # type: ignore[method-assign]
+                                         lambda out, args, kwargs: int(out[1].sum()))
+
+    def wrap_generate(self) -> None:
+        """Time transformers' ``generate`` (every model's)."""
+        from transformers.generation.utils import GenerationMixin
+
+        def count(out: Any, args: Any, kwargs: Any) -> int:
+            prompt_length = (kwargs.get("input_ids") if kwargs.get("input_ids") is not None else args[1]).shape[1]
+            sequences = out.sequences if hasattr(out, "sequences") else out
+            tokens = 0
+            for row in sequences[:, prompt_length:].tolist():
+                ended = next((i for i, t in enumerate(row) if t in self.stops), None)
+                tokens += len(row) if ended is None else ended + 1
+            return tokens
+
+        GenerationMixin.generate = self._timed(GenerationMixin.generate, count)  # type: ignore[method-assign]
 
     def reset(self) -> None:
         """Start counting afresh (after the warm-up)."""
@@ -285,8 +304,8 @@ def child(case: str, folder: Path, prompts: Path, steps: int) -> None:
     from twinkle_llm.tokenizing import TextTokenizer
 
     torch.set_num_threads(cpu_budget()[0])
-    clock = RolloutClock()
-    clock.stops = set(TextTokenizer.from_folder(str(folder)).stop_ids)
+    clock = RolloutClock(set(TextTokenizer.from_folder(str(folder)).stop_ids))
+    clock.wrap_generate() if case == "trl" else clock.wrap_engine()
     run = {"twinkle": run_twinkle, "trl": run_trl,
            "twinkle_fp32": lambda *args: run_twinkle(*args, precision="32-true")}[case]
     with tempfile.TemporaryDirectory() as scratch:

@@ -1,17 +1,20 @@
 """Reinforcement learning's arithmetic (``twinkle_llm.rl``) is the published formulas', each checked against an
 independent plain-Python computation of the formula on fixed numbers (within 1e-6); and the built-in rewards
-(``twinkle_llm.rewards``) score what their descriptions say, through ``twinkle_core.rewards``."""
+(``twinkle_llm.rewards``) score what their descriptions say, through ``twinkle_core.rewards``; the ``local``
+rollout engine's decoding is ``generate``'s and samples the softmax's distribution."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.rewards import RewardError, resolve_rewards, score
-from twinkle_llm.rl import group_advantages, kl_penalty, policy_loss
+from twinkle_llm.rl import group_advantages, kl_penalty, policy_loss, sample_completions
 
 
 def _batch(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -131,3 +134,62 @@ def broken(completions, rows):
 def nan_reward(completions, rows):
     """A reward that returns NaN."""
     return [float("nan") for _ in completions]
+
+
+def _sampler(small_base: Any) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """The small random Llama as the ``local`` engine sees a policy (its model and tokenizer's stops and pad; every
+    id below 8 a stop, so completions end at different lengths), and 6 left-padded prompts."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(small_base).eval()
+    alg = SimpleNamespace(model=model, tokenizer=SimpleNamespace(stop_ids={2, 5, 7}, pad_id=0))
+    generator = torch.Generator().manual_seed(3)
+    ids = torch.randint(8, 300, (6, 9), generator=generator)
+    mask = torch.ones_like(ids)
+    ids[:2, :4], mask[:2, :4] = 0, 0
+    return alg, ids, mask
+
+
+def test_the_local_engine_decodes_greedily_as_transformers_generate(small_base: Any) -> None:
+    """Proves the ``local`` engine's own decoding loop — each prompt's pass shared by its group, stopped rows
+    leaving the batch and its cache — gives exactly transformers' ``generate``'s greedy tokens on left-padded
+    prompts, the same trimmed length, pad ids after a stop and a mask up to and including the stop."""
+    alg, ids, mask = _sampler(small_base)
+    tokens, kept = sample_completions(alg, ids, mask, 3, 24, 0.0)
+    prompts = ids.repeat_interleave(3, 0)
+    with torch.no_grad():
+        reference = alg.model.generate(input_ids=prompts, attention_mask=mask.repeat_interleave(3, 0),
+                                       do_sample=False, max_new_tokens=24, eos_token_id=[2, 5, 7], pad_token_id=0)
+    assert torch.equal(tokens, reference[:, prompts.shape[1]:])
+    stopped = [row.index(t) for row in tokens.tolist() for t in row if t in (2, 5, 7)][:1]
+    assert stopped, "some completion must stop early for the check to cover leaving the batch"
+    for row, keep in zip(tokens.tolist(), kept.tolist()):
+        end = next((i for i, t in enumerate(row) if t in (2, 5, 7)), len(row) - 1)
+        assert keep == [1] * (end + 1) + [0] * (len(row) - end - 1)
+        assert all(t == 0 for t in row[end + 1:])
+
+
+def test_the_local_engine_samples_tokens_with_their_softmax_probabilities(small_base: Any) -> None:
+    """Proves the Gumbel-max draw samples each first token with ``softmax(logits / T)``'s probability: over 20,000
+    completions of one prompt, Pearson's chi-square statistic of the token counts against that distribution is
+    within 5 standard deviations of its expectation (its degrees of freedom), while against the distribution at
+    another temperature it is far beyond (so the check can fail)."""
+    alg, ids, mask = _sampler(small_base)
+    with torch.no_grad():  # the random model's logits are nearly flat: scaled up, they spread over a few dozen ids
+        alg.model.lm_head.weight *= 3 / float(alg.model(input_ids=ids[2:3]).logits[0, -1].std())
+    torch.manual_seed(0)
+    tokens, _ = sample_completions(alg, ids[2:3], mask[2:3], 20_000, 1, 0.7)
+    counts = torch.bincount(tokens[:, 0], minlength=300).double()
+    with torch.no_grad():
+        logits = alg.model(input_ids=ids[2:3]).logits[0, -1].double()
+
+    def chi_square(temperature: float) -> tuple[float, float]:
+        expected = torch.softmax(logits / temperature, -1) * tokens.shape[0]
+        bins = expected >= 5  # the statistic's usual validity rule; the few rarer tokens are left out
+        dof = int(bins.sum()) - 1
+        return float(((counts[bins] - expected[bins]) ** 2 / expected[bins]).sum()), dof
+
+    statistic, dof = chi_square(0.7)
+    assert dof > 20 and statistic < dof + 5 * math.sqrt(2 * dof), (statistic, dof)
+    statistic, dof = chi_square(0.8)
+    assert statistic > dof + 20 * math.sqrt(2 * dof), (statistic, dof)

@@ -284,8 +284,9 @@ class RolloutEngine(ABC):
 
 
 class LocalEngine(RolloutEngine):
-    """Samples on the training process with the policy itself: transformers' ``generate`` (KV cache; plain sampling
-    at ``temperature``, no top-k or top-p cut), the model in eval mode and without gradients."""
+    """Samples on the training process with the policy itself (``sample_completions``: KV-cached decoding with each
+    prompt's pass shared by its group; plain sampling at ``temperature``, no top-k or top-p cut), the model in eval
+    mode and without gradients."""
 
     name = "local"
 
@@ -329,26 +330,66 @@ def rollout_engine(name: str) -> RolloutEngine:
 
 def sample_completions(alg: Any, ids: torch.Tensor, mask: torch.Tensor, count: int, max_new_tokens: int,
                        temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``count`` completions of each left-padded prompt (transformers' ``generate``, KV cache; plain sampling at
-    ``temperature``: no top-k or top-p cut; greedy at 0): ``(tokens [B·count, T], mask [B·count, T])``, the mask
-    1 up to and including the first stop token (the ``local`` engine)."""
-    tokenizer = alg.tokenizer
-    prompts, prompt_mask = ids.repeat_interleave(count, 0), mask.repeat_interleave(count, 0)
-    options: dict[str, Any] = {"do_sample": temperature > 0, "max_new_tokens": max_new_tokens,
-                               "eos_token_id": list(tokenizer.stop_ids), "pad_token_id": tokenizer.pad_id}
-    if temperature > 0:
-        options.update(temperature=temperature, top_k=0, top_p=1.0)
-    was_training = alg.model.training
-    alg.model.eval()
+    """``count`` completions of each left-padded prompt: ``(tokens [B·count, T], mask [B·count, T])``, a prompt's
+    completions together, ``T`` the longest completion's length (at most ``max_new_tokens``), the mask 1 up to and
+    including the first stop token, pad ids after it (the ``local`` engine).
+
+    KV-cached decoding over the model's own forward (eval mode, no gradients): each prompt's pass is computed once
+    and its cache repeated for its ``count`` completions (prefix sharing, as vLLM's prefix cache does), only the last
+    position's logits are computed, completions that reached a stop token leave the batch (their cache rows too),
+    and decoding ends when none is left. Tokens are drawn by the Gumbel-max trick — the argmax of ``logits /
+    temperature`` plus Gumbel noise, which draws each token with exactly its softmax probability, as
+    ``torch.multinomial`` does at a quarter of its cost on a CPU — from torch's global generator (so a resumed run's
+    restored random state draws the same completions); greedy at ``temperature`` 0, where the tokens are
+    transformers' ``generate``'s. No top-k or top-p cut.
+    """
+    model, stops = alg.model, torch.tensor(sorted(alg.tokenizer.stop_ids), device=ids.device)
+    rows = ids.shape[0] * count
+    tokens = torch.full((rows, max_new_tokens), alg.tokenizer.pad_id, dtype=torch.long, device=ids.device)
+    was_training = model.training
+    model.eval()
     try:
         with torch.no_grad():
-            out = alg.model.generate(input_ids=prompts, attention_mask=prompt_mask, **options)
+            positions = (mask.cumsum(1) - 1).clamp(min=0)
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+            cache = out.cache
+            cache.batch_repeat_interleave(count)
+            attention = mask.repeat_interleave(count, 0)
+            position = positions[:, -1:].repeat_interleave(count, 0)
+            logits = out.logits[:, -1].float().repeat_interleave(count, 0)
+            alive = torch.arange(rows, device=ids.device)  # the rows still decoding, in the cache's order
+            taken = 0
+            for step in range(max_new_tokens):
+                taken = step + 1
+                chosen = _draw(logits, temperature)
+                tokens[alive, step] = chosen
+                going = ~torch.isin(chosen, stops)
+                if step == max_new_tokens - 1 or not bool(going.any()):
+                    break
+                if not bool(going.all()):
+                    kept = going.nonzero().squeeze(1)
+                    cache.batch_select_indices(kept)
+                    alive, chosen, attention, position = alive[kept], chosen[kept], attention[kept], position[kept]
+                attention = torch.cat([attention, attention.new_ones(attention.shape[0], 1)], 1)
+                position = position + 1
+                out = model(input_ids=chosen[:, None], attention_mask=attention, position_ids=position, cache=cache,
+                            use_cache=True)
+                logits = out.logits[:, -1].float()
     finally:
-        alg.model.train(was_training)
-    completions = out[:, prompts.shape[1]:]
-    stops = torch.isin(completions, torch.tensor(list(tokenizer.stop_ids), device=completions.device))
-    before_stop = (stops.long().cumsum(1) - stops.long()) == 0  # up to and including the first stop
-    return completions, before_stop.long()
+        model.train(was_training)
+    tokens = tokens[:, :taken]
+    stopped = torch.isin(tokens, stops)
+    before_stop = (stopped.long().cumsum(1) - stopped.long()) == 0  # up to and including the first stop
+    return tokens, before_stop.long()
+
+
+def _draw(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """A token per row of ``logits`` ``[N, V]``: the argmax at ``temperature`` 0, else a draw from
+    ``softmax(logits / temperature)`` by the Gumbel-max trick (``argmax(logits / T - log(-log U))``, ``U`` uniform)."""
+    if temperature <= 0:
+        return logits.argmax(-1)
+    uniform = torch.rand_like(logits).clamp_(min=torch.finfo(logits.dtype).tiny)
+    return (logits / temperature - uniform.log_().neg_().log_()).argmax(-1)
 
 
 def token_logprobs(alg: Any, ids: torch.Tensor, mask: torch.Tensor, completions: torch.Tensor,
