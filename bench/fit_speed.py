@@ -126,6 +126,24 @@ def plain(folder: Path, epochs: int) -> dict[str, Any]:
     return {"val_accuracy": round(accuracy, 4)}
 
 
+def agreement(values: list[float | None]) -> float | None:
+    """How far repeated figures of one fit are apart: the largest over the smallest (issue 51: within 1.1)."""
+    kept = [v for v in values if v]
+    return round(max(kept) / min(kept), 3) if kept else None
+
+
+def remembered_mfu(measured: dict[str, Any], plan: Any, home: Path) -> float | None:
+    """The run's MFU over the peak remembered in the store (measured once on this machine, the best of 5 trials) in
+    the precision the run's own MFU divides by: what the MFU was before a CPU run checked its peak during the run,
+    for comparing the two definitions' spread over the rounds."""
+    from twinkle_core.engine.utilisation import device_peak
+
+    precision = "bf16-mixed" if plan.precision_switching == "on" else plan.precision
+    peak = device_peak("cpu", "cpu", precision, int(plan.torch_threads), str(home))[0]
+    achieved = measured.get("achieved_flops_per_second")
+    return round(float(achieved) / peak, 4) if achieved and peak else None
+
+
 def twinkle(folder: Path, epochs: int, home: Path) -> dict[str, Any]:
     """Twinkle's default fit (see the module docstring)."""
     from twinkle_core import RunStore, Trainer
@@ -145,6 +163,7 @@ def twinkle(folder: Path, epochs: int, home: Path) -> dict[str, Any]:
             "estimated_seconds": result.plan.estimates.get("estimated_seconds"), "fit_seconds": round(seconds, 2),
             "estimate_over_fit": round(float(result.plan.estimates.get("estimated_seconds") or 0) / seconds, 3),
             "mfu": measured.get("mfu"), "peak_source": measured.get("peak_source"),
+            "mfu_remembered_peak": remembered_mfu(measured, result.plan, home),
             "samples_per_second": measured.get("samples_per_second"),
             "precision_steps": measured.get("precision_steps"), "precision_switches": measured.get("precision_switches")}
 
@@ -251,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
         "probe_seconds_first_round": rounds[0].get("twinkle", {}).get("probe_seconds"),
         "estimate_over_fit": [r["twinkle"].get("estimate_over_fit") for r in rounds if "twinkle" in r],
         "mfu": [r["twinkle"].get("mfu") for r in rounds if "twinkle" in r],
+        "mfu_max_over_min": agreement([r["twinkle"].get("mfu") for r in rounds if "twinkle" in r]),
+        "mfu_remembered_peak": [r["twinkle"].get("mfu_remembered_peak") for r in rounds if "twinkle" in r],
+        "mfu_remembered_peak_max_over_min": agreement([r["twinkle"].get("mfu_remembered_peak") for r in rounds
+                                                       if "twinkle" in r]),
         "precision_steps": [r["twinkle"].get("precision_steps") for r in rounds if "twinkle" in r],
         "peak_source": rounds[0].get("twinkle", {}).get("peak_source"),
         "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",

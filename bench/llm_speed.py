@@ -52,7 +52,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from fit_speed import in_child, summary, timed  # bench/ is the script's folder: on sys.path
+from fit_speed import agreement, in_child, remembered_mfu, summary, timed  # bench/ is the script's folder: on sys.path
 
 HIDDEN, LAYERS, VOCAB, SEQ, BATCH = 192, 4, 8192, 128, 8
 WORKLOADS = {"pretraining": {"task": None, "lr": 1e-3, "lora": 0, "epochs": 1},
@@ -149,7 +149,9 @@ def twinkle(workload: str, folder: Path, data: Path, home: Path, epochs: int) ->
             "probe_seconds": None if probe.get("reused") else probe.get("seconds"),
             "estimated_seconds": result.plan.estimates.get("estimated_seconds"), "fit_seconds": round(seconds, 2),
             "estimate_over_fit": round(float(result.plan.estimates.get("estimated_seconds") or 0) / seconds, 3),
-            "mfu": measured.get("mfu"), "tokens_per_second_measured": measured.get("tokens_per_second")}
+            "mfu": measured.get("mfu"), "peak_source": measured.get("peak_source"),
+            "mfu_remembered_peak": remembered_mfu(measured, result.plan, home),
+            "tokens_per_second_measured": measured.get("tokens_per_second")}
 
 
 def plain(workload: str, folder: Path, train: list[Any], val: list[Any], epochs: int) -> dict[str, Any]:
@@ -265,6 +267,10 @@ def main(argv: list[str] | None = None) -> int:
                 "val_loss": {case: summary([r[case]["val_loss"] for r in rounds]) for case in ("twinkle", "plain")},
                 "estimate_over_fit": [r["twinkle"]["estimate_over_fit"] for r in rounds],
                 "mfu": [r["twinkle"]["mfu"] for r in rounds],
+                "mfu_max_over_min": agreement([r["twinkle"]["mfu"] for r in rounds]),
+                "mfu_remembered_peak": [r["twinkle"]["mfu_remembered_peak"] for r in rounds],
+                "mfu_remembered_peak_max_over_min": agreement([r["twinkle"]["mfu_remembered_peak"] for r in rounds]),
+                "peak_source": rounds[-1]["twinkle"]["peak_source"],
                 "twinkle_choices": rounds[0]["twinkle"]["choices"],
                 "probe_seconds_first_round": rounds[0]["twinkle"]["probe_seconds"],
                 "rounds_measured": rounds,

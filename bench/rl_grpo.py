@@ -20,9 +20,9 @@ beta=0.05, ...)``, its ``loss_type`` "dapo" = Twinkle's default per-token normal
 first runs one step untimed. The bench wraps each library's own sampling call — Twinkle's rollout engine
 (``LocalEngine.sample``: its own KV-cached decoding, each prompt's pass shared by its group), TRL's transformers
 ``generate`` (KV cache) — to count the completion tokens (up to and including the first stop) and the CPU seconds
-spent in it (rollout tokens per CPU second; per wall second beside it), and a callback of each library times every optimizer
-step in CPU seconds (seconds per RL step, the median of the timed steps; CPU time, as other load on the machine would
-skew the wall clock). The ratios are TRL's seconds over Twinkle's, and Twinkle's rollout tokens/s over TRL's, per round,
+spent in it (rollout tokens per CPU second; per wall second beside it), and a callback of each library times every
+optimizer step in CPU seconds (seconds per RL step, the median of the timed steps; CPU time, as other load on the
+machine would skew the wall clock). The ratios are TRL's seconds over Twinkle's, and Twinkle's rollout tokens/s over TRL's, per round,
 then the median and spread (goal ≥ 1.0). A third case, ``twinkle_fp32``, pins ``precision="32-true"``: the plan's
 default on this CPU is fp32 too, but it keeps timing a few steps in bf16-mixed (``precision_switching``: after 10
 steps, then at doubling intervals), rollouts included, and in a 20-step run those steps weigh. Writes

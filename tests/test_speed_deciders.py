@@ -562,8 +562,8 @@ def test_a_trial_runs_only_where_the_steps_left_could_pay_back_its_cost() -> Non
 def test_a_fit_with_precision_switching_times_both_precisions_and_records_them(tmp_path: Path, cancer_csv: str) -> None:
     """A real fit with precision_switching='on' (on a CPU with bf16; elsewhere the plan refuses it by name): it
     learns, plan.json says the user set it, the record counts the steps run in each precision (all of them between
-    the two) and the trials, the MFU divides by both precisions' peaks weighted by their step time, and last.ckpt
-    carries the switch's state for a resume."""
+    the two) and the trials, the MFU divides by bf16's peak (the higher of the two it may compute in) as checked
+    during the run, and last.ckpt carries the switch's state for a resume."""
     import json
 
     from twinkle_core.planning import Hardware as Detected, PlanningError
@@ -583,7 +583,8 @@ def test_a_fit_with_precision_switching_times_both_precisions_and_records_them(t
     assert measured["precision_trials"] >= 1 and steps["bf16-mixed"] > 0 and steps["32-true"] > 0
     assert sum(steps.values()) == 2 * result.plan.estimates["optimizer_steps_per_epoch"]
     assert measured["precision_at_end"] in ("bf16-mixed", "32-true")
-    assert measured["peak_source"].startswith("weighted: 32-true") and 0 < measured["mfu"] <= 1
+    assert measured["peak_source"].startswith(("measured during the run: bf16 matmul", "measured: bf16 matmul",
+                                               "measured earlier: bf16 matmul")) and 0 < measured["mfu"] <= 1
     from twinkle_core.engine.checkpoints import load_checkpoint
 
     state = next(v for k, v in load_checkpoint(str(result.last_checkpoint))["callbacks"].items()

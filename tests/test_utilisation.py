@@ -24,7 +24,7 @@ def test_a_run_records_and_shows_its_utilisation(twinkle_home, cancer_csv) -> No
     flops = result.plan.estimates["flops_per_sample"]
     assert measured["achieved_flops_per_second"] == pytest.approx(
         flops * measured["samples_per_second"], rel=1e-3)
-    assert 0 < measured["mfu"] <= 1 and measured["peak_source"].startswith("measured: fp32 matmul")
+    assert 0 < measured["mfu"] <= 1 and measured["peak_source"].startswith("measured during the run: fp32 matmul")
     assert 0 <= measured["data_wait_fraction"] < 1
     text = CliRunner().invoke(main, ["runs", "show", result.run_uri]).output
     assert "utilisation:" in text and "MFU" in text and "data wait" in text
@@ -85,3 +85,44 @@ def test_a_cpu_peak_is_measured_once_per_machine_and_remembered_in_the_store(tmp
     stored.write_text(json.dumps({"flops_per_second": 1.0}))  # a run achieved more than this
     peak, read = remembered_cpu_peak(home, 1, torch.float32, at_least=2.0)
     assert peak > 2.0 and not read and json.loads(stored.read_text())["flops_per_second"] == peak
+
+
+def _steps(meter: Utilisation, seconds: list[float], batch: int = 8) -> None:
+    """``meter`` sees training steps that took ``seconds`` each (as Lightning calls it), without spending them."""
+    for step in seconds:
+        meter.on_train_batch_start(None, None, None, 0)
+        meter._start -= step  # the step "took" this long
+        meter.on_train_batch_end(None, None, None, torch.zeros(batch, 1), 0)
+
+
+def test_a_cpu_run_checks_its_peak_as_it_starts_and_between_steps_and_divides_by_the_best_check(tmp_path) -> None:
+    """A CPU run checks the peak's matmul in its peak precision 3 times as training starts, then between steps
+    while the checks take at most 1 % of its step time (the first after 2 s of steps), never counting a check as
+    compute or data wait; its MFU divides by the best check (the peak under the conditions it trained in), and where
+    the run achieved more than that, by the remembered peak (measured again if need be): never above 1. A GPU run
+    divides by its datasheet peak."""
+    meter = Utilisation(peak_precision="bf16-mixed")
+    meter.on_train_start(None, None)
+    assert len(meter.peak_checks) == 3
+    _steps(meter, [1.0])
+    assert len(meter.peak_checks) == 3  # under 2 s of steps: no check between steps yet
+    _steps(meter, [1.0] * 11)
+    checks = len(meter.peak_checks)  # each check takes 0.02 s and a little more (the first builds its operands)
+    assert 6 <= checks <= 9 and meter.check_seconds <= 0.01 * meter.compute_seconds + 0.02
+    assert meter.compute_seconds == pytest.approx(12.0, abs=0.05) and meter.wait_seconds < 0.05  # checks apart
+
+    flops = 1e6  # a sample's FLOPs that keep the achieved rate far below any peak
+    figures = meter.figures(flops, 1, "cpu", "cpu", "32-true", torch.get_num_threads(), home=str(tmp_path))
+    assert figures["peak_flops_per_second"] == float(f"{max(meter.peak_checks):.4g}")
+    assert figures["peak_source"].startswith("measured during the run: bf16 matmul 1024²") and \
+        f"best of {checks} checks" in figures["peak_source"]
+    above = max(meter.peak_checks) * 1.5 / (meter.samples / (meter.compute_seconds + meter.wait_seconds))
+    figures = meter.figures(above, 1, "cpu", "cpu", "bf16-mixed", torch.get_num_threads(), home=str(tmp_path))
+    assert not figures["peak_source"].startswith("measured during the run")
+    assert figures["mfu"] is None or figures["mfu"] <= 1
+    plain = Utilisation()  # no peak precision: no checks (a GPU run), the datasheet's peak
+    plain.on_train_start(None, None)
+    _steps(plain, [3.0])
+    assert plain.peak_checks == []
+    assert plain.figures(flops, 1, "cuda", "NVIDIA H200", "bf16-mixed", 1)["peak_source"] == \
+        "datasheet: H200 dense bf16/fp16"

@@ -176,6 +176,8 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Callable[[Alert], None],
         roles.precision = PrecisionSwitch(SwitchingMixedPrecision(
             "cuda" if plan.accelerator in ("cuda", "gpu") else "cpu", enabled=plan.precision == "bf16-mixed"),
             bf16_ratio=probed_bf16_ratio(plan))
+    if plan.accelerator == "cpu":  # the MFU's peak, checked during the run
+        roles.utilisation.peak_precision = peak_precision(plan, roles)
     if settings.checkpoint_every_n_steps:  # also mid-epoch, into the same last.ckpt
         extra.append(ModelCheckpoint(dirpath=ckpt_dir, save_top_k=0, save_last=True, enable_version_counter=False,
                                      every_n_train_steps=settings.checkpoint_every_n_steps))
@@ -199,6 +201,12 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Callable[[Alert], None],
                                                       * setup.plan.accumulate_grad_batches)))
     extra.extend(setup.callbacks)
     return roles
+
+
+def peak_precision(plan: Plan, roles: RunCallbacks) -> str:
+    """The precision whose peak a run's MFU divides by: the plan's, or bf16-mixed for a run that may switch to it
+    (the higher peak of the two it may compute in; ``twinkle_core.engine.utilisation``)."""
+    return "bf16-mixed" if roles.precision is not None else plan.precision
 
 
 def _lightning_trainer(setup: RunSetup, roles: RunCallbacks, run_dir: str) -> L.Trainer:
@@ -444,10 +452,9 @@ def _finish(setup: RunSetup, trainer: L.Trainer, roles: RunCallbacks) -> FitResu
         **meter.figures(
             float(plan.estimates.get("flops_per_sample") or 0), trainer.world_size, plan.accelerator,
             torch.cuda.get_device_name() if plan.accelerator == "cuda" and torch.cuda.is_available() else "cpu",
-            plan.precision, plan.torch_threads,
+            peak_precision(plan, roles), plan.torch_threads,
             tokens_per_sample(prepared.spec.input_shape, prepared.spec.input_dtype),
-            plan.layout.model_parallel, home=store.home,
-            seconds_by_precision=roles.precision.seconds if roles.precision is not None else None),
+            plan.layout.model_parallel, home=store.home),
         **(roles.precision.figures() if roles.precision is not None else {}),
     }
     status = "failed" if trainer.interrupted else "stopped" if stopped else "finished"

@@ -10,14 +10,19 @@ step starts (fetching the batch from the loader, mostly: the data wait). At the 
 * ``achieved_flops_per_second``: the model's measured FLOPs per sample (forward + backward, from
   ``torch.utils.flop_counter`` at planning) × samples per second, per device;
 * ``mfu``: that over the device's peak *in the run's precision*, as torchtitan's MFU — a table of datasheet dense
-  peaks for known GPUs, or on CPU the best of ``PEAK_TRIALS`` timings of a 1024² matmul in the run's compute type
-  (bf16 for a bf16-mixed run) with the run's threads (``peak_source`` says which), measured once per machine and
-  remembered in the store (``<home>/probes/peak-<key>.json``, keyed by the CPU, torch, the threads and the type),
-  so that repeated runs of a fit divide by the same figure and differ only by their own speed; a run that switched
-  between bf16-mixed and fp32 (``twinkle_core.engine.precision``) divides by each precision's peak weighted by the
-  step time spent in it. It is never above 1: an
-  achieved rate above the peak means the peak's measurement was disturbed, and the MFU is then not given
-  (``None``, with the reason in ``peak_source``);
+  peaks for known GPUs; on a CPU a 1024² matmul in the run's compute type (bf16 for a bf16-mixed run) with the run's
+  threads (``peak_source`` says which). A CPU's peak is measured once per machine (the best of ``PEAK_TRIALS``
+  timings, remembered in the store: ``<home>/probes/peak-<key>.json``, keyed by the CPU, torch, the threads and the
+  type) and checked again during the run: ``PEAK_CHECKS`` times as training starts, then now and then between
+  steps (``PEAK_CHECK_SECONDS`` each, while the checks take at most ``PEAK_CHECK_SHARE`` of the step time). A
+  shared machine's speed drifts — another tenant on the core's other hyperthread, the clock: the same fit's rounds
+  on this project's 2-core VM took from 39 to 50 s — and the run's own steps drift with it, so the MFU divides by
+  the best of the run's checks: the peak under the conditions it trained in, measured robustly. A run that may
+  switch between bf16-mixed and fp32 (``twinkle_core.engine.precision``) divides by bf16's peak, the higher one of
+  the precisions it may compute in — how many of its steps a run spends in each is decided by noisy timings, and a
+  peak weighted by them made the same fit's MFU differ by half from one run to the next. It is never above 1: an
+  achieved rate above the run's checks divides by the remembered peak (measured again where even that is below
+  it), and failing that the MFU is not given (``None``, with the reason in ``peak_source``);
 * ``data_wait_fraction``: the share of step time spent between steps.
 """
 
@@ -27,7 +32,7 @@ import hashlib
 import json
 import math
 import time
-from typing import Any, Mapping
+from typing import Any
 
 import lightning as L
 import torch
@@ -46,6 +51,26 @@ PEAK_SIZE = 1024
 """The side of the CPU peak's square matmul (large enough for the kernels' full speed, small enough for 0.1 s)."""
 
 
+PEAK_CHECK_SECONDS = 0.02
+"""How long one in-run check of a CPU's peak times the peak's matmul."""
+
+PEAK_CHECK_SHARE = 0.01
+"""The most of a run's step time that its checks between steps may take (the first comes after 2 s of steps)."""
+
+PEAK_CHECKS = 3
+"""The checks of a CPU's peak as training starts (more follow between steps)."""
+
+
+def matmul_rate(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, seconds: float) -> float:
+    """FLOP/s of ``torch.matmul(a, b, out=out)`` (square, ``a.shape[0]`` on a side) repeated for ``seconds``."""
+    size = a.shape[0]
+    runs, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        torch.matmul(a, b, out=out)
+        runs += 1
+    return 2 * size**3 * runs / (time.perf_counter() - start)
+
+
 def cpu_peak_flops(threads: int, dtype: torch.dtype = torch.float32, size: int = PEAK_SIZE,
                    seconds: float = 0.05) -> float:
     """FLOP/s of a ``size``² matmul in ``dtype`` on this machine with ``threads`` torch threads: the best of
@@ -60,11 +85,7 @@ def cpu_peak_flops(threads: int, dtype: torch.dtype = torch.float32, size: int =
         a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
         out = a @ b  # warm-up
         for _ in range(PEAK_TRIALS):
-            runs, start = 0, time.perf_counter()
-            while time.perf_counter() - start < seconds:
-                torch.matmul(a, b, out=out)
-                runs += 1
-            best = max(best, 2 * size**3 * runs / (time.perf_counter() - start))
+            best = max(best, matmul_rate(a, b, out, seconds))
     finally:
         torch.set_num_threads(before)
     _CPU_PEAK[threads, dtype] = best
@@ -104,7 +125,7 @@ def device_peak(accelerator: str, device_name: str, precision: str, threads: int
     """The peak FLOP/s of one device for ``precision`` and where the figure comes from (on a CPU with ``home``: the
     figure remembered there, ``remembered_cpu_peak``, measured again when below ``at_least``)."""
     if accelerator == "cpu":
-        dtype = torch.bfloat16 if str(precision).startswith("bf16") else torch.float32
+        dtype = compute_type(precision)
         name = "bf16" if dtype == torch.bfloat16 else "fp32"
         peak, earlier = remembered_cpu_peak(home, threads, dtype, at_least)
         return peak, (f"measured{' earlier' if earlier else ''}: {name} matmul {PEAK_SIZE}² on {threads} thread(s), "
@@ -118,18 +139,33 @@ def device_peak(accelerator: str, device_name: str, precision: str, threads: int
 
 
 class Utilisation(L.Callback):
-    """Times compute and the waits between training steps (see the module docstring)."""
+    """Times compute and the waits between training steps, and on a CPU checks the peak (see the module
+    docstring)."""
 
-    def __init__(self) -> None:
-        """Start with nothing measured."""
+    def __init__(self, peak_precision: str | None = None) -> None:
+        """Start with nothing measured. ``peak_precision``: on a CPU run, the precision whose peak its MFU divides by
+        (the plan's; ``"bf16-mixed"`` for a run that may switch to it), checked during the run; ``None``: no
+        checks (a GPU's peak is its datasheet's)."""
         self.compute_seconds = 0.0
         self.wait_seconds = 0.0
         self.samples = 0
         self.steps = 0
         self.fit_seconds = 0.0
+        self.peak_precision = peak_precision
+        self.peak_checks: list[float] = []  # the checks' FLOP/s
+        self.check_seconds = 0.0  # spent on checks between steps
+        self._operands: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._start: float | None = None
         self._end: float | None = None
         self._fit_start: float | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Training starts: the first ``PEAK_CHECKS`` checks of the peak (a CPU run)."""
+        if self.peak_precision is not None:
+            spent = self.check_seconds
+            for _ in range(PEAK_CHECKS - len(self.peak_checks)):
+                self.check_peak()
+            self.check_seconds = spent  # a fixed cost: the share is the checks' between steps
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Lightning's fit starts (its wall time is what the plan's estimate is compared with)."""
@@ -152,14 +188,33 @@ class Utilisation(L.Callback):
             self.wait_seconds += now - self._end
         self._start = now
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, out: Any, batch: Any, idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, out: Any, batch: Any,
+                           idx: int) -> None:
         """A step ends."""
         now = time.perf_counter()
         if self._start is not None:
             self.compute_seconds += now - self._start
             self.samples += batch_size_of(batch)
             self.steps += 1
+        if self.peak_precision is not None and self.check_seconds + PEAK_CHECK_SECONDS <= \
+                PEAK_CHECK_SHARE * self.compute_seconds:
+            self.check_peak()
+            now = time.perf_counter()  # the check is neither compute nor a wait for data
         self._end = now
+
+    def check_peak(self) -> float:
+        """Time the peak's matmul for ``PEAK_CHECK_SECONDS`` in ``peak_precision``'s compute type with the run's
+        threads now; keep and return its FLOP/s (the first check builds its operands and warms up)."""
+        started = time.perf_counter()
+        if self._operands is None:
+            dtype = compute_type(str(self.peak_precision))
+            generator = torch.Generator().manual_seed(0)  # not the global one: the training's draws stay its own
+            a, b = (torch.randn(PEAK_SIZE, PEAK_SIZE, generator=generator).to(dtype) for _ in range(2))
+            self._operands = (a, b, a @ b)
+        rate = matmul_rate(*self._operands, PEAK_CHECK_SECONDS)
+        self.peak_checks.append(rate)
+        self.check_seconds += time.perf_counter() - started
+        return rate
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Validation between steps is not a data wait."""
@@ -167,23 +222,26 @@ class Utilisation(L.Callback):
 
     def figures(self, flops_per_sample: float, processes: int, accelerator: str, device_name: str, precision: str,
                 threads: int, tokens_per_sample: int | None = None, model_parallel: int = 1,
-                home: str | None = None, seconds_by_precision: Mapping[str, float] | None = None) -> dict[str, Any]:
-        """The utilisation figures (per device unless named ``job_``), JSON-ready. ``model_parallel``: the
+                home: str | None = None) -> dict[str, Any]:
+        """The utilisation figures (per device unless named ``job_``), JSON-ready. ``precision``: the one whose
+        peak the MFU divides by (``peak_precision`` where the run checked it). ``model_parallel``: the
         processes that hold one copy of the model between them (tensor × pipeline parallel), which all see the same
         samples: each does its share of every sample's work, and the job's rate counts each sample once. ``home``:
         the store where a CPU's peak is remembered (``remembered_cpu_peak``; only the process that records the run
-        passes it). ``seconds_by_precision``: step seconds in each precision of a run that switched between them
-        (``PrecisionSwitch.seconds``): the peak is theirs, weighted by those seconds."""
+        passes it)."""
         busy = self.compute_seconds + self.wait_seconds
         if not self.samples or busy <= 0:
             return {}
         rate = self.samples / busy / max(model_parallel, 1)
         achieved = flops_per_sample * rate
-        spent = {name: s for name, s in (seconds_by_precision or {}).items() if s > 0}
-        if len(spent) > 1:
-            peak, source = mixed_peak(spent, accelerator, device_name, threads, home)
+        precision = self.peak_precision or precision
+        checks = self.peak_checks if accelerator == "cpu" else []
+        if checks and achieved <= max(checks):
+            name = "bf16" if compute_type(precision) == torch.bfloat16 else "fp32"
+            peak, source = max(checks), (f"measured during the run: {name} matmul {PEAK_SIZE}² on {threads} "
+                                         f"thread(s), best of {len(checks)} checks ({min(checks) / 1e9:.3g}–"
+                                         f"{max(checks) / 1e9:.3g} GFLOP/s)")
         else:
-            precision = next(iter(spent), precision)
             peak, source = device_peak(accelerator, device_name, precision, threads, home, achieved)
         out: dict[str, Any] = {
             "samples_per_second": round(rate, 3),
@@ -201,19 +259,10 @@ class Utilisation(L.Callback):
         return out
 
 
-def mixed_peak(seconds_by_precision: Mapping[str, float], accelerator: str, device_name: str, threads: int,
-               home: str | None = None) -> tuple[float | None, str]:
-    """The peak FLOP/s of a device over a run that computed in several precisions: each precision's peak
-    (``device_peak``) weighted by the share of step seconds spent in it, and where the figures come from."""
-    total = sum(seconds_by_precision.values())
-    peak, parts = 0.0, []
-    for name, seconds in sorted(seconds_by_precision.items()):
-        one, source = device_peak(accelerator, device_name, name, threads, home)
-        if one is None:
-            return None, source
-        peak += one * seconds / total
-        parts.append(f"{name} {seconds / total:.0%} of the step time ({source})")
-    return peak, "weighted: " + "; ".join(parts)
+def compute_type(precision: str) -> torch.dtype:
+    """The type a CPU run's matmuls compute in at ``precision``: bf16 for ``bf16-mixed`` / ``bf16-true``, else
+    fp32."""
+    return torch.bfloat16 if str(precision).startswith("bf16") else torch.float32
 
 
 def tokens_per_sample(input_shape: tuple[int, ...], input_dtype: str) -> int | None:

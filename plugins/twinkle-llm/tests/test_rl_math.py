@@ -14,6 +14,7 @@ import torch
 
 from twinkle_core.errors import TwinkleError
 from twinkle_core.rewards import RewardError, resolve_rewards, score
+from twinkle_llm import rl
 from twinkle_llm.rl import group_advantages, kl_penalty, policy_loss, sample_completions
 
 
@@ -150,10 +151,11 @@ def _sampler(small_base: Any) -> tuple[Any, torch.Tensor, torch.Tensor]:
     return alg, ids, mask
 
 
-def test_the_local_engine_decodes_greedily_as_transformers_generate(small_base: Any) -> None:
+def test_the_local_engine_decodes_greedily_as_transformers_generate(small_base: Any, monkeypatch) -> None:
     """Proves the ``local`` engine's own decoding loop — each prompt's pass shared by its group, stopped rows
     leaving the batch and its cache — gives exactly transformers' ``generate``'s greedy tokens on left-padded
-    prompts, the same trimmed length, pad ids after a stop and a mask up to and including the stop."""
+    prompts, the same trimmed length, pad ids after a stop and a mask up to and including the stop; and that for a
+    model sharded over processes (every rank decoding every step) the tokens are the same, padded to the limit."""
     alg, ids, mask = _sampler(small_base)
     tokens, kept = sample_completions(alg, ids, mask, 3, 24, 0.0)
     prompts = ids.repeat_interleave(3, 0)
@@ -167,6 +169,10 @@ def test_the_local_engine_decodes_greedily_as_transformers_generate(small_base: 
         end = next((i for i, t in enumerate(row) if t in (2, 5, 7)), len(row) - 1)
         assert keep == [1] * (end + 1) + [0] * (len(row) - end - 1)
         assert all(t == 0 for t in row[end + 1:])
+    monkeypatch.setattr(rl, "_sharded", lambda model: True)
+    synced, synced_kept = sample_completions(alg, ids, mask, 3, 24, 0.0)
+    assert synced.shape[1] == 24 and torch.equal(synced[:, :tokens.shape[1]], tokens)
+    assert not synced[:, tokens.shape[1]:].any() and torch.equal(synced_kept[:, :tokens.shape[1]], kept)
 
 
 def test_the_local_engine_samples_tokens_with_their_softmax_probabilities(small_base: Any) -> None:

@@ -337,7 +337,9 @@ def sample_completions(alg: Any, ids: torch.Tensor, mask: torch.Tensor, count: i
     KV-cached decoding over the model's own forward (eval mode, no gradients): each prompt's pass is computed once
     and its cache repeated for its ``count`` completions (prefix sharing, as vLLM's prefix cache does), only the last
     position's logits are computed, completions that reached a stop token leave the batch (their cache rows too),
-    and decoding ends when none is left. Tokens are drawn by the Gumbel-max trick — the argmax of ``logits /
+    and decoding ends when none is left — except where the model is sharded over the job's processes (FSDP2), whose
+    ranks must make the same forward calls: there every row decodes ``max_new_tokens`` steps (pad ids after a
+    stop), as transformers' ``synced_gpus``. Tokens are drawn by the Gumbel-max trick — the argmax of ``logits /
     temperature`` plus Gumbel noise, which draws each token with exactly its softmax probability, as
     ``torch.multinomial`` does at a quarter of its cost on a CPU — from torch's global generator (so a resumed run's
     restored random state draws the same completions); greedy at ``temperature`` 0, where the tokens are
@@ -358,15 +360,23 @@ def sample_completions(alg: Any, ids: torch.Tensor, mask: torch.Tensor, count: i
             position = positions[:, -1:].repeat_interleave(count, 0)
             logits = out.logits[:, -1].float().repeat_interleave(count, 0)
             alive = torch.arange(rows, device=ids.device)  # the rows still decoding, in the cache's order
+            synced = _sharded(model)  # every rank makes the same forward calls: no row leaves, no early end
+            done = torch.zeros(rows, dtype=torch.bool, device=ids.device)
             taken = 0
             for step in range(max_new_tokens):
                 taken = step + 1
                 chosen = _draw(logits, temperature)
+                if synced:
+                    chosen = chosen.masked_fill(done, alg.tokenizer.pad_id)
                 tokens[alive, step] = chosen
                 going = ~torch.isin(chosen, stops)
-                if step == max_new_tokens - 1 or not bool(going.any()):
+                if step == max_new_tokens - 1:
                     break
-                if not bool(going.all()):
+                if synced:
+                    done |= ~going
+                elif not bool(going.any()):
+                    break
+                elif not bool(going.all()):
                     kept = going.nonzero().squeeze(1)
                     cache.batch_select_indices(kept)
                     alive, chosen, attention, position = alive[kept], chosen[kept], attention[kept], position[kept]
@@ -381,6 +391,16 @@ def sample_completions(alg: Any, ids: torch.Tensor, mask: torch.Tensor, count: i
     stopped = torch.isin(tokens, stops)
     before_stop = (stopped.long().cumsum(1) - stopped.long()) == 0  # up to and including the first stop
     return tokens, before_stop.long()
+
+
+def _sharded(model: Any) -> bool:
+    """Whether ``model``'s parameters are sharded over the job's processes (FSDP2's ``DTensor``s): each forward
+    gathers them collectively, so every rank must make as many forward calls as the others."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1 and \
+        any(isinstance(p, DTensor) for p in model.parameters())
 
 
 def _draw(logits: torch.Tensor, temperature: float) -> torch.Tensor:
