@@ -178,6 +178,7 @@ def _callbacks(setup: RunSetup, ckpt_dir: str, notify: Callable[[Alert], None],
             bf16_ratio=probed_bf16_ratio(plan))
     if plan.accelerator == "cpu":  # the MFU's peak, checked during the run
         roles.utilisation.peak_precision = peak_precision(plan, roles)
+        roles.utilisation.planned_seconds = _estimated_train_seconds(plan, False) or 0.0
     if settings.checkpoint_every_n_steps:  # also mid-epoch, into the same last.ckpt
         extra.append(ModelCheckpoint(dirpath=ckpt_dir, save_top_k=0, save_last=True, enable_version_counter=False,
                                      every_n_train_steps=settings.checkpoint_every_n_steps))

@@ -13,14 +13,14 @@ step starts (fetching the batch from the loader, mostly: the data wait). At the 
   peaks for known GPUs; on a CPU a 1024² matmul in the run's compute type (bf16 for a bf16-mixed run) with the run's
   threads (``peak_source`` says which). A CPU's peak is measured once per machine (the best of ``PEAK_TRIALS``
   timings, remembered in the store: ``<home>/probes/peak-<key>.json``, keyed by the CPU, torch, the threads and the
-  type) and checked again during the run: ``PEAK_CHECKS`` times as training starts, then now and then between
-  steps (``PEAK_CHECK_SECONDS`` each, while the checks take at most ``PEAK_CHECK_SHARE`` of the step time). A
-  shared machine's speed drifts — another tenant on the core's other hyperthread, the clock: the same fit's rounds
-  on this project's 2-core VM took from 39 to 50 s — and the run's own steps drift with it, so the MFU divides by
-  the best of the run's checks: the peak under the conditions it trained in, measured robustly. A run that may
-  switch between bf16-mixed and fp32 (``twinkle_core.engine.precision``) divides by bf16's peak, the higher one of
+  type) and checked again during the run (``PEAK_CHECK_SECONDS`` each, at most ``PEAK_CHECK_SHARE`` of the
+  training): up to ``PEAK_CHECKS`` times as training starts, then now and then between steps. A run with at least
+  ``PEAK_CHECKS`` checks divides by their best: the peak under the conditions it trained in, measured robustly (on
+  this project's shared 2-core VM, where five runs of the same fit differ in speed by 14 to 28 %, their largest
+  MFU over their smallest came 4 to 7 points nearer 1 than over the remembered peak); a shorter run divides by the
+  remembered peak. A run that may switch between bf16-mixed and fp32 (``twinkle_core.engine.precision``) divides by bf16's peak, the higher one of
   the precisions it may compute in — how many of its steps a run spends in each is decided by noisy timings, and a
-  peak weighted by them made the same fit's MFU differ by half from one run to the next. It is never above 1: an
+  peak weighted by them put five runs of the same LoRA fit between 0.34 and 0.53. It is never above 1: an
   achieved rate above the run's checks divides by the remembered peak (measured again where even that is below
   it), and failing that the MFU is not given (``None``, with the reason in ``peak_source``);
 * ``data_wait_fraction``: the share of step time spent between steps.
@@ -55,10 +55,11 @@ PEAK_CHECK_SECONDS = 0.02
 """How long one in-run check of a CPU's peak times the peak's matmul."""
 
 PEAK_CHECK_SHARE = 0.01
-"""The most of a run's step time that its checks between steps may take (the first comes after 2 s of steps)."""
+"""The most of a run's training that its checks may take: of the planned training for the checks as it starts, of
+the step time so far for those between steps."""
 
 PEAK_CHECKS = 3
-"""The checks of a CPU's peak as training starts (more follow between steps)."""
+"""The most checks of a CPU's peak as training starts, and the fewest whose best the MFU divides by."""
 
 
 def matmul_rate(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, seconds: float) -> float:
@@ -142,16 +143,18 @@ class Utilisation(L.Callback):
     """Times compute and the waits between training steps, and on a CPU checks the peak (see the module
     docstring)."""
 
-    def __init__(self, peak_precision: str | None = None) -> None:
+    def __init__(self, peak_precision: str | None = None, planned_seconds: float = 0.0) -> None:
         """Start with nothing measured. ``peak_precision``: on a CPU run, the precision whose peak its MFU divides by
         (the plan's; ``"bf16-mixed"`` for a run that may switch to it), checked during the run; ``None``: no
-        checks (a GPU's peak is its datasheet's)."""
+        checks (a GPU's peak is its datasheet's). ``planned_seconds``: the plan's estimate of the training, of
+        which the checks as training starts may take ``PEAK_CHECK_SHARE``."""
         self.compute_seconds = 0.0
         self.wait_seconds = 0.0
         self.samples = 0
         self.steps = 0
         self.fit_seconds = 0.0
         self.peak_precision = peak_precision
+        self.planned_seconds = planned_seconds
         self.peak_checks: list[float] = []  # the checks' FLOP/s
         self.check_seconds = 0.0  # spent on checks between steps
         self._operands: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
@@ -160,12 +163,12 @@ class Utilisation(L.Callback):
         self._fit_start: float | None = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Training starts: the first ``PEAK_CHECKS`` checks of the peak (a CPU run)."""
-        if self.peak_precision is not None:
-            spent = self.check_seconds
-            for _ in range(PEAK_CHECKS - len(self.peak_checks)):
-                self.check_peak()
-            self.check_seconds = spent  # a fixed cost: the share is the checks' between steps
+        """Training starts: up to ``PEAK_CHECKS`` checks of the peak (a CPU run), as many as ``PEAK_CHECK_SHARE``
+        of the planned training allows (none in a run planned under 2 s: its MFU divides by the remembered
+        peak)."""
+        while self.peak_precision is not None and len(self.peak_checks) < PEAK_CHECKS and \
+                self.check_seconds + PEAK_CHECK_SECONDS <= PEAK_CHECK_SHARE * self.planned_seconds:
+            self.check_peak()
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Lightning's fit starts (its wall time is what the plan's estimate is compared with)."""
@@ -236,7 +239,7 @@ class Utilisation(L.Callback):
         achieved = flops_per_sample * rate
         precision = self.peak_precision or precision
         checks = self.peak_checks if accelerator == "cpu" else []
-        if checks and achieved <= max(checks):
+        if len(checks) >= PEAK_CHECKS and achieved <= max(checks):
             name = "bf16" if compute_type(precision) == torch.bfloat16 else "fp32"
             peak, source = max(checks), (f"measured during the run: {name} matmul {PEAK_SIZE}² on {threads} "
                                          f"thread(s), best of {len(checks)} checks ({min(checks) / 1e9:.3g}–"
