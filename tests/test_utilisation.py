@@ -87,23 +87,48 @@ def test_a_cpu_peak_is_measured_once_per_machine_and_remembered_in_the_store(tmp
     assert peak > 2.0 and not read and json.loads(stored.read_text())["flops_per_second"] == peak
 
 
-def _steps(meter: Utilisation, seconds: list[float], batch: int = 8) -> None:
-    """``meter`` sees training steps that took ``seconds`` each (as Lightning calls it), without spending them."""
+class _Clock:
+    """A stand-in for ``time`` in ``twinkle_core.engine.utilisation``: it moves only when told (a step's seconds,
+    a peak check's 0.025 s), so the checks' schedule is asserted without timing anything."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def _steps(meter: Utilisation, clock: _Clock, seconds: list[float], batch: int = 8) -> None:
+    """``meter`` sees training steps that took ``seconds`` each on ``clock`` (as Lightning calls it)."""
     for step in seconds:
         meter.on_train_batch_start(None, None, None, 0)
-        meter._start -= step  # the step "took" this long
+        clock.now += step
         meter.on_train_batch_end(None, None, None, torch.zeros(batch, 1), 0)
 
 
-def test_a_cpu_run_checks_its_peak_as_it_starts_and_between_steps_and_divides_by_the_best_check(tmp_path) -> None:
+def test_a_cpu_run_checks_its_peak_as_it_starts_and_between_steps_and_divides_by_the_best_check(
+        tmp_path, monkeypatch) -> None:
     """A CPU run checks the peak's matmul in its peak precision as training starts (3 times where 1 % of the planned
     training allows: none for a run planned under 2 s), then between steps while the checks take at most 1 % of its
     step time, never counting a check as compute or data wait; with 3 checks or more its MFU divides by their best
     (the peak under the conditions it trained in), and where the run achieved more than that, by the remembered
-    peak (measured again if need be): never above 1. A GPU run divides by its datasheet peak."""
+    peak (measured again if need be): never above 1. A GPU run divides by its datasheet peak. (On a made-up clock
+    where each check takes 0.025 s; one real check measures a rate.)"""
+    from twinkle_core.engine import utilisation
+
+    assert Utilisation(peak_precision="bf16-mixed").check_peak() > 0  # the real matmul, once
+    clock, rates = _Clock(), iter(range(1, 100))
+
+    def check(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, seconds: float) -> float:
+        clock.now += seconds + 0.005
+        return 4e11 + 1e9 * next(rates)  # each check a little higher: the best is the newest
+
+    monkeypatch.setattr(utilisation, "time", clock)
+    monkeypatch.setattr(utilisation, "matmul_rate", check)
+    monkeypatch.setattr(utilisation, "_CPU_PEAK", {})  # the remembered peak below is the made-up one, kept apart
     short = Utilisation(peak_precision="bf16-mixed", planned_seconds=1.5)
     short.on_train_start(None, None)
-    _steps(short, [0.1] * 10)
+    _steps(short, clock, [0.1] * 10)
     assert short.peak_checks == []  # 1 % of 1.5 s is less than a check: the remembered peak
     flops = 1e6  # a sample's FLOPs that keep the achieved rate far below any peak
     assert short.figures(flops, 1, "cpu", "cpu", "bf16-mixed", 1, home=str(tmp_path))["peak_source"].startswith(
@@ -111,14 +136,13 @@ def test_a_cpu_run_checks_its_peak_as_it_starts_and_between_steps_and_divides_by
 
     meter = Utilisation(peak_precision="bf16-mixed", planned_seconds=30.0)
     meter.on_train_start(None, None)
-    assert len(meter.peak_checks) == 3 and meter.check_seconds <= 0.3
-    started = meter.check_seconds
-    _steps(meter, [1.0] * (int(started * 100) - 1))
+    assert len(meter.peak_checks) == 3 and meter.check_seconds == pytest.approx(0.075)
+    _steps(meter, clock, [1.0] * 9)
     assert len(meter.peak_checks) == 3  # between steps, the checks wait until 1 % of the step time pays for them
-    _steps(meter, [1.0] * 12)
-    checks = len(meter.peak_checks)  # each check takes 0.02 s and a little more
-    assert checks >= 5 and meter.check_seconds <= 0.01 * meter.compute_seconds + 0.02
-    assert meter.wait_seconds < 0.05  # the checks are neither compute nor a wait for data
+    _steps(meter, clock, [1.0] * 12)  # then one after steps 10, 12, 15, 17 and 20 (0.075 s + 0.025 s each ≤ 1 %)
+    checks = len(meter.peak_checks)
+    assert checks == 8 and meter.check_seconds == pytest.approx(0.2)
+    assert meter.compute_seconds == pytest.approx(21.0) and meter.wait_seconds == pytest.approx(0.0)
     figures = meter.figures(flops, 1, "cpu", "cpu", "32-true", torch.get_num_threads(), home=str(tmp_path))
     assert figures["peak_flops_per_second"] == float(f"{max(meter.peak_checks):.4g}")
     assert figures["peak_source"].startswith("measured during the run: bf16 matmul 1024²") and \
@@ -129,7 +153,7 @@ def test_a_cpu_run_checks_its_peak_as_it_starts_and_between_steps_and_divides_by
     assert figures["mfu"] is None or figures["mfu"] <= 1
     plain = Utilisation()  # no peak precision: no checks (a GPU run), the datasheet's peak
     plain.on_train_start(None, None)
-    _steps(plain, [3.0])
+    _steps(plain, clock, [3.0])
     assert plain.peak_checks == []
     assert plain.figures(flops, 1, "cuda", "NVIDIA H200", "bf16-mixed", 1)["peak_source"] == \
         "datasheet: H200 dense bf16/fp16"

@@ -142,7 +142,7 @@ def _sampler(small_base: Any) -> tuple[Any, torch.Tensor, torch.Tensor]:
     id below 8 a stop, so completions end at different lengths), and 6 left-padded prompts."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(small_base).eval()
+    model = AutoModelForCausalLM.from_pretrained(small_base, local_files_only=True).eval()
     alg = SimpleNamespace(model=model, tokenizer=SimpleNamespace(stop_ids={2, 5, 7}, pad_id=0))
     generator = torch.Generator().manual_seed(3)
     ids = torch.randint(8, 300, (6, 9), generator=generator)
