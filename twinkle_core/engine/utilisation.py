@@ -62,6 +62,14 @@ PEAK_CHECKS = 3
 """The most checks of a CPU's peak as training starts, and the fewest whose best the MFU divides by."""
 
 
+def matmul_operands(dtype: torch.dtype, size: int = PEAK_SIZE) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Two random ``size``² matrices in ``dtype`` and their product (the output the timings write into, and a
+    warm-up), drawn from a generator of their own (a run's random draws stay its own)."""
+    generator = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(size, size, generator=generator).to(dtype) for _ in range(2))
+    return a, b, a @ b
+
+
 def matmul_rate(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, seconds: float) -> float:
     """FLOP/s of ``torch.matmul(a, b, out=out)`` (square, ``a.shape[0]`` on a side) repeated for ``seconds``."""
     size = a.shape[0]
@@ -83,10 +91,9 @@ def cpu_peak_flops(threads: int, dtype: torch.dtype = torch.float32, size: int =
     torch.set_num_threads(threads)
     best = 0.0
     try:
-        a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
-        out = a @ b  # warm-up
+        operands = matmul_operands(dtype, size)
         for _ in range(PEAK_TRIALS):
-            best = max(best, matmul_rate(a, b, out, seconds))
+            best = max(best, matmul_rate(*operands, seconds))
     finally:
         torch.set_num_threads(before)
     _CPU_PEAK[threads, dtype] = best
@@ -210,10 +217,7 @@ class Utilisation(L.Callback):
         threads now; keep and return its FLOP/s (the first check builds its operands and warms up)."""
         started = time.perf_counter()
         if self._operands is None:
-            dtype = compute_type(str(self.peak_precision))
-            generator = torch.Generator().manual_seed(0)  # not the global one: the training's draws stay its own
-            a, b = (torch.randn(PEAK_SIZE, PEAK_SIZE, generator=generator).to(dtype) for _ in range(2))
-            self._operands = (a, b, a @ b)
+            self._operands = matmul_operands(compute_type(str(self.peak_precision)))
         rate = matmul_rate(*self._operands, PEAK_CHECK_SECONDS)
         self.peak_checks.append(rate)
         self.check_seconds += time.perf_counter() - started
