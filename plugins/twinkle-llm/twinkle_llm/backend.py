@@ -38,6 +38,7 @@ from twinkle_core.lowlevel import (
 )
 
 from twinkle_llm.folders import load_folder_model, read_config, tokenizer_file
+from twinkle_llm.rl import draw_tokens
 from twinkle_llm.tokenizing import TextTokenizer
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -341,8 +342,7 @@ class LoraBackend(TrainingBackend):
             first = network(input_ids=ids, use_cache=True)
             scored = _prompt_scores(first.logits[0].float(), prompt, wanted) \
                 if wanted.prompt or wanted.prompt_top else None
-            sequences = [self._continue(network, first, settings, stops, generator, wanted.sampled_top)
-                         for _ in range(count)]
+            sequences = self._continue(network, first, count, settings, stops, generator, wanted.sampled_top)
         return sequences, scored
 
     def _sampler(self, weights: str) -> tuple[dict[str, Any], Any]:
@@ -389,28 +389,48 @@ class LoraBackend(TrainingBackend):
         return _Stops(ids, texts, base["tokenizer"])
 
     @staticmethod
-    def _continue(network: Any, first: Any, settings: SampleSettings, stops: _Stops,
-                  generator: torch.Generator | None, top: int = 0) -> Sequence:
-        """One continuation from the prompt's pass ``first`` (its cache copied, so samples are independent); with
-        ``top``, each position's ``top`` likeliest tokens (of the model's own distribution, before temperature)."""
-        past = copy.deepcopy(first.cache)
-        logits = first.logits[0, -1].float()
-        tokens: list[int] = []
-        logprobs: list[float] = []
-        tops: list[list[tuple[int, float]]] = []
-        for _ in range(settings.max_tokens):
+    def _continue(network: Any, first: Any, count: int, settings: SampleSettings, stops: _Stops,
+                  generator: torch.Generator | None, top: int = 0) -> list[Sequence]:
+        """``count`` independent continuations of the prompt's pass ``first``, decoded together: the prompt's cache
+        is repeated for each (its pass computed once), a continuation that reached a stop leaves the batch with its
+        cache row, and decoding ends when none is left (as the ``local`` rollout engine, ``rl.sample_completions``).
+        Each row's token is drawn from its own tempered distribution cut to ``top_k`` / ``top_p`` (``_choose``);
+        with ``top``, each position's ``top`` likeliest tokens (of the model's own distribution, before
+        temperature)."""
+        cache = first.cache
+        if count > 1:
+            cache.batch_repeat_interleave(count)
+        logits = first.logits[:, -1].float().expand(count, -1)
+        tokens: list[list[int]] = [[] for _ in range(count)]
+        logprobs: list[list[float]] = [[] for _ in range(count)]
+        tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(count)]
+        ended: list[bool] = [False] * count
+        alive = list(range(count))  # the rows still decoding, in the cache's order
+        for step in range(settings.max_tokens):
             scores = torch.log_softmax(logits, dim=-1)
-            token = _choose(logits, settings, generator)
-            tokens.append(token)
-            logprobs.append(float(scores[token]))
-            if top:
-                best = torch.topk(scores, min(top, scores.numel()))
-                tops.append(list(zip(best.indices.tolist(), best.values.tolist())))
-            if stops.ended(tokens):
-                return Sequence(tokens, logprobs, "stop", tops if top else None)
-            out = network(input_ids=torch.tensor([[token]]), cache=past, use_cache=True)
-            past, logits = out.cache, out.logits[0, -1].float()
-        return Sequence(tokens, logprobs, "length", tops if top else None)
+            chosen = _choose(logits, settings, generator)
+            picked = scores.gather(-1, chosen[:, None]).squeeze(-1).tolist()
+            best = torch.topk(scores, min(top, scores.shape[-1])) if top else None
+            going = []
+            for j, row in enumerate(alive):
+                tokens[row].append(int(chosen[j]))
+                logprobs[row].append(picked[j])
+                if best is not None:
+                    tops[row].append(list(zip(best.indices[j].tolist(), best.values[j].tolist())))
+                if stops.ended(tokens[row]):
+                    ended[row] = True
+                else:
+                    going.append(j)
+            if not going or step == settings.max_tokens - 1:
+                break
+            if len(going) < len(alive):
+                kept = torch.tensor(going)
+                cache.batch_select_indices(kept)
+                chosen, alive = chosen[kept], [alive[j] for j in going]
+            out = network(input_ids=chosen[:, None], cache=cache, use_cache=True)
+            logits = out.logits[:, -1].float()
+        return [Sequence(tokens[row], logprobs[row], "stop" if ended[row] else "length", tops[row] if top else None)
+                for row in range(count)]
 
 
 @dataclass
@@ -464,22 +484,22 @@ def _prompt_scores(logits: torch.Tensor, prompt: list[int], wanted: ScoresWanted
     return PromptScores(values, top)
 
 
-def _choose(logits: torch.Tensor, settings: SampleSettings, generator: torch.Generator | None) -> int:
-    """The next token: greedy at temperature 0, else drawn from the tempered distribution cut to ``top_k`` and
-    ``top_p``."""
+def _choose(logits: torch.Tensor, settings: SampleSettings, generator: torch.Generator | None) -> torch.Tensor:
+    """The next token of each row of ``logits`` ``[N, V]``: greedy at temperature 0, else drawn from the row's
+    tempered distribution cut to its ``top_k`` likeliest tokens and to the smallest set of them holding ``top_p`` of
+    the probability (the likeliest always kept), renormalised (``rl.draw_tokens``: the Gumbel-max trick)."""
     if settings.temperature <= 0:
-        return int(torch.argmax(logits))
+        return logits.argmax(-1)
     scaled = logits / settings.temperature
     if settings.top_k > 0:
-        kth = torch.topk(scaled, min(settings.top_k, scaled.numel())).values[-1]
+        kth = torch.topk(scaled, min(settings.top_k, scaled.shape[-1]), dim=-1).values[:, -1:]
         scaled = scaled.masked_fill(scaled < kth, -math.inf)
-    probs = torch.softmax(scaled, dim=-1)
     if settings.top_p < 1.0:
-        ordered, order = torch.sort(probs, descending=True)
-        keep = torch.cumsum(ordered, dim=0) - ordered < settings.top_p
-        probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
-        probs = probs / probs.sum()
-    return int(torch.multinomial(probs, 1, generator=generator))
+        ordered, order = torch.sort(torch.softmax(scaled, dim=-1), dim=-1, descending=True)
+        cut = torch.cumsum(ordered, dim=-1) - ordered >= settings.top_p
+        cut[:, 0] = False
+        scaled = scaled.masked_fill(torch.zeros_like(cut).scatter(-1, order, cut), -math.inf)
+    return draw_tokens(scaled, 1.0, generator)
 
 
 def _stop_ids(folder: str) -> set[int]:

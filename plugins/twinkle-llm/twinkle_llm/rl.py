@@ -365,7 +365,7 @@ def sample_completions(alg: Any, ids: torch.Tensor, mask: torch.Tensor, count: i
             taken = 0
             for step in range(max_new_tokens):
                 taken = step + 1
-                chosen = _draw(logits, temperature)
+                chosen = draw_tokens(logits, temperature)
                 if synced:
                     chosen = chosen.masked_fill(done, alg.tokenizer.pad_id)
                 tokens[alive, step] = chosen
@@ -403,12 +403,14 @@ def _sharded(model: Any) -> bool:
         any(isinstance(p, DTensor) for p in model.parameters())
 
 
-def _draw(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+def draw_tokens(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None) -> torch.Tensor:
     """A token per row of ``logits`` ``[N, V]``: the argmax at ``temperature`` 0, else a draw from
-    ``softmax(logits / temperature)`` by the Gumbel-max trick (``argmax(logits / T - log(-log U))``, ``U`` uniform)."""
+    ``softmax(logits / temperature)`` by the Gumbel-max trick (``argmax(logits / T - log(-log U))``, ``U`` uniform
+    from ``generator``, torch's global one by default); a ``-inf`` logit is never drawn."""
     if temperature <= 0:
         return logits.argmax(-1)
-    uniform = torch.rand_like(logits).clamp_(min=torch.finfo(logits.dtype).tiny)
+    uniform = torch.rand(logits.shape, generator=generator, dtype=logits.dtype, device=logits.device)
+    uniform.clamp_(min=torch.finfo(logits.dtype).tiny)
     return (logits / temperature - uniform.log_().neg_().log_()).argmax(-1)
 
 
