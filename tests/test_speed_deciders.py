@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -252,16 +253,11 @@ class Net(nn.Module):
         return self.head(self.conv(x).mean(dim=(2, 3)))
 
 
-def test_a_probe_measures_every_configuration_from_the_same_weights_and_leaves_the_model_untouched(
-        tmp_path: Path) -> None:
-    """probe_speed copies the model for each configuration (fp32, bf16 where the device has it, channels-last for a
-    convolutional network on images), trains each on the same batch, stores the result and reads it back next
-    time; the model it measured keeps its weights."""
+def tiny_algorithm() -> tuple[Any, Any]:
+    """A small convolutional classifier (``Net``) as an ``Algorithm``, and 64 random 8×8 images for it."""
     from torch.utils.data import TensorDataset
 
     from twinkle_core.algorithm import Algorithm
-    from twinkle_core.engine.allocator import tunable
-    from twinkle_core.engine.probes import probe_speed
 
     class Tiny(Algorithm):
         def build_model(self, spec):  # type: ignore[override]
@@ -272,8 +268,19 @@ def test_a_probe_measures_every_configuration_from_the_same_weights_and_leaves_t
 
     algorithm = Tiny(task="image_classification")
     algorithm.model = Net()
+    return algorithm, TensorDataset(torch.randn(64, 3, 8, 8), torch.randint(0, 4, (64,)))
+
+
+def test_a_probe_measures_every_configuration_from_the_same_weights_and_leaves_the_model_untouched(
+        tmp_path: Path) -> None:
+    """probe_speed copies the model for each configuration (fp32, bf16 where the device has it, channels-last for a
+    convolutional network on images), trains each on the same batch, stores the result and reads it back next
+    time; the model it measured keeps its weights."""
+    from twinkle_core.engine.allocator import tunable
+    from twinkle_core.engine.probes import probe_speed
+
+    algorithm, data = tiny_algorithm()
     before = copy.deepcopy(algorithm.state_dict())
-    data = TensorDataset(torch.randn(64, 3, 8, 8), torch.randint(0, 4, (64,)))
     hardware = BF16_CPU
     import random
 
@@ -306,6 +313,41 @@ def test_a_probe_measures_every_configuration_from_the_same_weights_and_leaves_t
     assert again.runs == first.runs
     other = probe_speed(algorithm, data, None, 8, hardware, 1, str(tmp_path))  # another batch shape: measured anew
     assert isinstance(other, SpeedProbe) and other.reused is None and other.key != first.key
+
+
+def test_a_disturbed_probe_measures_again_and_one_disturbed_twice_is_not_remembered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Proves a probe whose two measurements of the same fp32 step (one under each allocator) are more than
+    ``DISTURBED`` times apart — another process's load while it measured — measures again and keeps and remembers
+    the calm second measurement, with a note; one disturbed both times serves its run, says so, and is not stored,
+    so the next run of the kind measures again. The check: 1.4× apart is calm, 1.6× disturbed, and a probe that
+    measured the fp32 step once is never disturbed. (``_measure`` is replaced by made-up results: nothing is
+    timed.)"""
+    from twinkle_core.engine import probes as engine_probes
+    from twinkle_core.engine.probes import probe_speed
+
+    calm = [run("32-true", 0.06, allocator="retain"), run("bf16-mixed", 0.05, allocator="retain"), run("32-true", 0.061)]
+    noisy = [run("32-true", 0.567, allocator="retain"), run("bf16-mixed", 0.115, allocator="retain"),
+             run("32-true", 0.0604)]
+    assert probe(*noisy).disturbed and not probe(*calm).disturbed
+    assert not probe(run("32-true", 0.06, allocator="retain"), run("32-true", 0.084)).disturbed
+    assert probe(run("32-true", 0.06, allocator="retain"), run("32-true", 0.096)).disturbed
+    assert not probe(run("32-true", 0.06), run("bf16-mixed", 0.6)).disturbed
+    answers = [noisy, calm]
+    monkeypatch.setattr(engine_probes, "_measure", lambda *args: (answers.pop(0), None))
+    algorithm, data = tiny_algorithm()
+    first = probe_speed(algorithm, data, None, 16, BF16_CPU, 1, str(tmp_path))
+    assert isinstance(first, SpeedProbe) and first.runs == calm and not answers
+    assert first.notes == ["measurement 1 disturbed: the same fp32 step took 567 ms and 60.4 ms (more than 1.5× "
+                           "apart: the machine's load changed while it measured)"]
+    again = probe_speed(algorithm, data, None, 16, BF16_CPU, 1, str(tmp_path))
+    assert isinstance(again, SpeedProbe) and again.reused and again.runs == calm
+    answers[:] = [noisy, noisy, calm]
+    twice = probe_speed(algorithm, data, None, 8, BF16_CPU, 1, str(tmp_path))  # another batch shape: another key
+    assert isinstance(twice, SpeedProbe) and twice.disturbed and twice.runs == noisy and len(answers) == 1
+    assert len(twice.notes) == 3 and twice.notes[-1] == "not remembered: the next run of this kind measures again"
+    later = probe_speed(algorithm, data, None, 8, BF16_CPU, 1, str(tmp_path))
+    assert isinstance(later, SpeedProbe) and later.reused is None and later.runs == calm and not later.notes
 
 
 def test_no_probe_where_the_plan_will_start_a_process_per_device(monkeypatch: pytest.MonkeyPatch) -> None:

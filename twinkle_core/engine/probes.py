@@ -18,7 +18,9 @@ deciders choose between, before the plan is made (``twinkle_core.planning.probes
   optimizers, or in a run of several processes (each would measure something else; pin the choices there).
 * **Remembered.** The result is stored under ``<home>/probes/<key>.json``, keyed by the machine (device, CPU,
   threads, torch version), the model's signature (class, parameter names and shapes) and the batch's shape: the
-  next run of the same kind reads it (``SpeedProbe.reused``) instead of measuring again.
+  next run of the same kind reads it (``SpeedProbe.reused``) instead of measuring again. A disturbed measurement
+  (``SpeedProbe.disturbed``: its two measurements of the fp32 step far apart) is measured once more; one still
+  disturbed serves its run, with a note, and is not remembered.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from twinkle_core.engine.checkpoints import AtomicCheckpointIO
 from twinkle_core.planning.deciders import SINGLE_DEVICE_PARAMS
 from twinkle_core.planning.estimate import describe_tensors, tensors_in
 from twinkle_core.planning.hardware import Hardware, cpu_description
-from twinkle_core.planning.probes import ProbeRun, SpeedProbe
+from twinkle_core.planning.probes import DISTURBED, ProbeRun, SpeedProbe, milliseconds
 from twinkle_core.store.atomic import atomic_write_text
 from twinkle_core.uris import filesystem, join
 
@@ -60,6 +62,10 @@ MEMORY_SHARE = 0.2
 
 LOAD_BATCHES = 3
 """Batches read to time the data's loading."""
+
+MEASUREMENTS = 2
+"""Times a probe measures at most: once more when its first measurement was disturbed (``SpeedProbe.disturbed``);
+a result still disturbed is used by its run but not remembered."""
 
 
 def candidates(algorithm: Algorithm, hardware: Hardware, example: Any) -> list[tuple[str, str, str]]:
@@ -197,11 +203,22 @@ def _probe(algorithm: Algorithm, dataset: Dataset, collate_fn: Any, batch_size: 
         return f"{len(runs)} copies of the training state ({state * len(runs) / 2**30:.1f} GiB) would not fit " \
                f"in {MEMORY_SHARE:.0%} of the device's memory"
     scratch = join(home, "probes", f".{key}.ckpt") if home is not None else None
-    measured, written = _measure(algorithm, batch, runs, hardware.accelerator, steps, seconds, scratch)
-    probe = SpeedProbe(measured, described, batch_size_of(batch), threads, load, time.perf_counter() - started,
-                       key, checkpoint_seconds=written[0] if written else None,
-                       checkpoint_bytes=written[1] if written else None)
-    if home is not None:
+    notes: list[str] = []
+    for attempt in range(MEASUREMENTS):
+        measured, written = _measure(algorithm, batch, runs, hardware.accelerator, steps, seconds, scratch)
+        probe = SpeedProbe(measured, described, batch_size_of(batch), threads, load, time.perf_counter() - started,
+                           key, notes=notes, checkpoint_seconds=written[0] if written else None,
+                           checkpoint_bytes=written[1] if written else None)
+        if not probe.disturbed:
+            break
+        twin = next(r for r in probe.runs[1:] if r.precision == probe.baseline.precision
+                    and r.memory_format == probe.baseline.memory_format)
+        notes.append(f"measurement {attempt + 1} disturbed: the same fp32 step took "
+                     f"{milliseconds(probe.baseline.seconds_per_step)} and {milliseconds(twin.seconds_per_step)} "
+                     f"(more than {DISTURBED}× apart: the machine's load changed while it measured)")
+    if probe.disturbed:
+        notes.append("not remembered: the next run of this kind measures again")
+    elif home is not None:
         atomic_write_text(join(home, "probes", f"{key}.json"), json.dumps(probe.to_dict(), indent=2) + "\n")
     return probe
 

@@ -151,6 +151,19 @@ class SpeedProbe:
             return 1.0
         return other.median_seconds_per_step / self.baseline.median_seconds_per_step
 
+    @property
+    def disturbed(self) -> bool:
+        """Whether the probe measured the same computation twice — the fp32 baseline with freed memory kept and with
+        the allocator as it was (a CPU under glibc) — with fastest steps more than ``DISTURBED`` times apart: the
+        machine's load changed while it measured, so its comparisons are not to be trusted or remembered. A probe
+        that measured the baseline once is never taken as disturbed."""
+        twin = next((r for r in self.runs[1:] if (r.precision, r.memory_format) ==
+                     (self.baseline.precision, self.baseline.memory_format)), None)
+        if twin is None:
+            return False
+        fast, slow = sorted((self.baseline.seconds_per_step, twin.seconds_per_step))
+        return slow > DISTURBED * fast
+
     def speedup(self, run: ProbeRun, over: ProbeRun | None = None) -> float:
         """How many times faster ``run``'s step is than ``over``'s (default: the baseline's)."""
         other = over or self.baseline
@@ -197,9 +210,16 @@ class SpeedProbe:
                    data.get("checkpoint_seconds"), data.get("checkpoint_bytes"))
 
 
+DISTURBED = 1.5
+"""How far apart the fastest steps of the probe's two measurements of its fp32 baseline (one under each allocator)
+may be before the probe is taken as disturbed (``SpeedProbe.disturbed``): keeping freed memory moves a step by a few
+per cent (1.00–1.01× in this project's benches), another process starting on a 2-core machine by many times (a
+probe that overlapped one: 567 ms a step against 60.4 ms)."""
+
+
 def milliseconds(seconds: float) -> str:
     """``0.0123`` → ``"12.3 ms"``."""
     return f"{seconds * 1e3:.3g} ms"
 
 
-__all__ = ["CLEARLY_FASTER", "LOSS_TOLERANCE", "ProbeRun", "SpeedProbe"]
+__all__ = ["CLEARLY_FASTER", "DISTURBED", "LOSS_TOLERANCE", "ProbeRun", "SpeedProbe"]

@@ -486,8 +486,9 @@ def _prompt_scores(logits: torch.Tensor, prompt: list[int], wanted: ScoresWanted
 
 def _choose(logits: torch.Tensor, settings: SampleSettings, generator: torch.Generator | None) -> torch.Tensor:
     """The next token of each row of ``logits`` ``[N, V]``: greedy at temperature 0, else drawn from the row's
-    tempered distribution cut to its ``top_k`` likeliest tokens and to the smallest set of them holding ``top_p`` of
-    the probability (the likeliest always kept), renormalised (``rl.draw_tokens``: the Gumbel-max trick)."""
+    tempered distribution cut to its ``top_k`` likeliest tokens, then to the smallest likeliest set holding ``top_p``
+    of what is left (the likeliest always kept; the order of transformers' ``TopKLogitsWarper`` and
+    ``TopPLogitsWarper``), renormalised: drawn by ``rl.draw_tokens`` (the Gumbel-max trick) from ``generator``."""
     if settings.temperature <= 0:
         return logits.argmax(-1)
     scaled = logits / settings.temperature

@@ -540,6 +540,6 @@ def rl_figures(settings: RLSettings, sums: torch.Tensor, prefix: str) -> dict[st
 
 
 __all__ = ["ADVANTAGES", "NORMALISATIONS", "RL_TASK", "ROLLOUT_ENGINES", "LocalEngine", "Normalisation", "PolicyLoss",
-           "RLSettings", "Rollout", "RolloutBuffer", "RolloutEngine", "completion_texts", "register_rollout_engine",
-           "rollout_engine", "group_advantages", "kl_penalty", "new_rollout", "policy_loss",
+           "RLSettings", "Rollout", "RolloutBuffer", "RolloutEngine", "completion_texts", "draw_tokens",
+           "register_rollout_engine", "rollout_engine", "group_advantages", "kl_penalty", "new_rollout", "policy_loss",
            "rl_figures", "rl_loss", "rl_sums", "sample_completions", "scored_completions", "token_logprobs"]
