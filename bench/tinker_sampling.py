@@ -13,6 +13,8 @@ client's ``save_weights_for_sampler`` leaves it; one request of ``SAMPLES`` samp
 * ``generate``: transformers' ``generate(num_return_sequences=SAMPLES, do_sample=True)`` on the same adapted model
   (the prompt's pass repeated per sample).
 
+The two other ways run on the saved adapter as peft reads it (``PeftModel.from_pretrained`` over the base folder).
+
 Each round runs the three cases ``CALLS`` times each in a rotating order, all in this process after a warm-up;
 ratios per round (CPU time: every thread of the process), then the median and spread over ``ROUNDS`` rounds.
 Writes ``bench/results/tinker_sampling.json``.
@@ -55,8 +57,12 @@ def one_by_one(network: Any, ids: torch.Tensor) -> int:
 
 def main() -> int:
     """Run the rounds and write the figures."""
-    from twinkle_core.lowlevel import LoraSettings, SampleSettings, ScoresWanted
+    import numpy as np
+    from peft import PeftModel
+
+    from twinkle_core.lowlevel import AdamSettings, Datum, LoraSettings, SampleSettings, ScoresWanted, get_loss
     from twinkle_llm.backend import LoraBackend
+    from twinkle_llm.folders import load_folder_model
     from twinkle_llm.samples import write_random_base
 
     torch.set_num_threads(min(2, os.cpu_count() or 1))
@@ -64,16 +70,17 @@ def main() -> int:
         base = write_random_base(Path(tmp) / "base", hidden_size=256, intermediate_size=512)
         backend = LoraBackend({"tiny": str(base)})
         backend.create("m", "tiny", LoraSettings(rank=8, seed=1))
-        with torch.no_grad():  # an adapter that changes the model (B starts at zero)
-            for name, param in backend._bases["tiny"]["peft"].named_parameters():
-                if "lora_B" in name:
-                    param.normal_(0, 0.02)
+        prompt = [int(t) for t in torch.randint(5, 300, (PROMPT,), generator=torch.Generator().manual_seed(0))]
+        datum = Datum(prompt[:-1], {"target_tokens": np.array(prompt[1:])})
+        for _ in range(3):  # an adapter that changes the model (B starts at zero), trained as a client would
+            backend.forward_backward("m", [datum], get_loss("cross_entropy"), {}, True)
+            backend.optim_step("m", AdamSettings(learning_rate=1e-2))
         weights = str(Path(tmp) / "sampler")
         backend.save("m", weights, False)
-        prompt = [int(t) for t in torch.randint(5, 300, (PROMPT,), generator=torch.Generator().manual_seed(0))]
         ids = torch.tensor([prompt])
         settings = SampleSettings(max_tokens=TOKENS, temperature=1.0, stop=[])
-        _, network = backend._sampler(weights)
+        # the other ways sample the same adapted model, read as peft reads the saved folder
+        network = PeftModel.from_pretrained(load_folder_model(base), weights).eval()
 
         def twinkle() -> int:
             samples, _ = backend.sample(weights, prompt, SAMPLES, settings, ScoresWanted())

@@ -209,12 +209,11 @@ def _probe(algorithm: Algorithm, dataset: Dataset, collate_fn: Any, batch_size: 
         probe = SpeedProbe(measured, described, batch_size_of(batch), threads, load, time.perf_counter() - started,
                            key, notes=notes, checkpoint_seconds=written[0] if written else None,
                            checkpoint_bytes=written[1] if written else None)
-        if not probe.disturbed:
+        if probe.twin is None or not probe.disturbed:
             break
-        twin = next(r for r in probe.runs[1:] if r.precision == probe.baseline.precision
-                    and r.memory_format == probe.baseline.memory_format)
         notes.append(f"measurement {attempt + 1} disturbed: the same fp32 step took "
-                     f"{milliseconds(probe.baseline.seconds_per_step)} and {milliseconds(twin.seconds_per_step)} "
+                     f"{milliseconds(probe.baseline.seconds_per_step)} and "
+                     f"{milliseconds(probe.twin.seconds_per_step)} "
                      f"(more than {DISTURBED}× apart: the machine's load changed while it measured)")
     if probe.disturbed:
         notes.append("not remembered: the next run of this kind measures again")

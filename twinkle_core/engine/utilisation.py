@@ -133,11 +133,8 @@ def device_peak(accelerator: str, device_name: str, precision: str, threads: int
     """The peak FLOP/s of one device for ``precision`` and where the figure comes from (on a CPU with ``home``: the
     figure remembered there, ``remembered_cpu_peak``, measured again when below ``at_least``)."""
     if accelerator == "cpu":
-        dtype = compute_type(precision)
-        name = "bf16" if dtype == torch.bfloat16 else "fp32"
-        peak, earlier = remembered_cpu_peak(home, threads, dtype, at_least)
-        return peak, (f"measured{' earlier' if earlier else ''}: {name} matmul {PEAK_SIZE}² on {threads} thread(s), "
-                      f"best of {PEAK_TRIALS}")
+        peak, earlier = remembered_cpu_peak(home, threads, compute_type(precision), at_least)
+        return peak, f"measured{' earlier' if earlier else ''}: {_matmul(precision, threads)}, best of {PEAK_TRIALS}"
     bits = "16" if precision.startswith(("16", "bf16")) else "32"
     peak = device_peak_table(device_name, bits)
     if peak is None:
@@ -244,10 +241,9 @@ class Utilisation(L.Callback):
         precision = self.peak_precision or precision
         checks = self.peak_checks if accelerator == "cpu" else []
         if len(checks) >= PEAK_CHECKS and achieved <= max(checks):
-            name = "bf16" if compute_type(precision) == torch.bfloat16 else "fp32"
-            peak, source = max(checks), (f"measured during the run: {name} matmul {PEAK_SIZE}² on {threads} "
-                                         f"thread(s), best of {len(checks)} checks ({min(checks) / 1e9:.3g}–"
-                                         f"{max(checks) / 1e9:.3g} GFLOP/s)")
+            peak, source = max(checks), (f"measured during the run: {_matmul(precision, threads)}, best of "
+                                         f"{len(checks)} checks ({min(checks) / 1e9:.3g}–{max(checks) / 1e9:.3g} "
+                                         "GFLOP/s)")
         else:
             peak, source = device_peak(accelerator, device_name, precision, threads, home, achieved)
         out: dict[str, Any] = {
@@ -270,6 +266,12 @@ def compute_type(precision: str) -> torch.dtype:
     """The type a CPU run's matmuls compute in at ``precision``: bf16 for ``bf16-mixed`` / ``bf16-true``, else
     fp32."""
     return torch.bfloat16 if str(precision).startswith("bf16") else torch.float32
+
+
+def _matmul(precision: str, threads: int) -> str:
+    """How a CPU peak's figure names its matmul: ``"bf16 matmul 1024² on 2 thread(s)"``."""
+    name = "bf16" if compute_type(precision) == torch.bfloat16 else "fp32"
+    return f"{name} matmul {PEAK_SIZE}² on {threads} thread(s)"
 
 
 def tokens_per_sample(input_shape: tuple[int, ...], input_dtype: str) -> int | None:

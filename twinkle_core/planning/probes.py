@@ -152,16 +152,20 @@ class SpeedProbe:
         return other.median_seconds_per_step / self.baseline.median_seconds_per_step
 
     @property
-    def disturbed(self) -> bool:
-        """Whether the probe measured the same computation twice — the fp32 baseline with freed memory kept and with
-        the allocator as it was (a CPU under glibc) — with fastest steps more than ``DISTURBED`` times apart: the
-        machine's load changed while it measured, so its comparisons are not to be trusted or remembered. A probe
-        that measured the baseline once is never taken as disturbed."""
-        twin = next((r for r in self.runs[1:] if (r.precision, r.memory_format) ==
+    def twin(self) -> ProbeRun | None:
+        """The baseline's second measurement — the same fp32 step under the other allocator (a CPU under glibc) —
+        or ``None`` where the baseline was measured once."""
+        return next((r for r in self.runs[1:] if (r.precision, r.memory_format) ==
                      (self.baseline.precision, self.baseline.memory_format)), None)
-        if twin is None:
+
+    @property
+    def disturbed(self) -> bool:
+        """Whether the baseline's two measurements (``twin``) have fastest steps more than ``DISTURBED`` times
+        apart: the machine's load changed while the probe measured, so its comparisons are not to be trusted or
+        remembered. A probe that measured the baseline once is never taken as disturbed."""
+        if self.twin is None:
             return False
-        fast, slow = sorted((self.baseline.seconds_per_step, twin.seconds_per_step))
+        fast, slow = sorted((self.baseline.seconds_per_step, self.twin.seconds_per_step))
         return slow > DISTURBED * fast
 
     def speedup(self, run: ProbeRun, over: ProbeRun | None = None) -> float:

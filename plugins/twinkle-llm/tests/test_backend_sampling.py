@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from twinkle_core.lowlevel import SampleSettings, ScoresWanted
-from twinkle_llm.backend import LoraBackend, _choose
+from twinkle_llm.backend import LoraBackend, choose_tokens
 
 PROMPT = [5, 9, 14, 20, 27]
 
@@ -53,7 +53,7 @@ def test_a_requests_samples_decoded_together_are_each_scored_as_the_model_scores
 @pytest.mark.parametrize("top_k, top_p, kept", [(4, 1.0, 4), (-1, 0.7, None), (6, 0.9, None)])
 def test_top_k_and_top_p_draw_from_the_cut_distribution_renormalised(top_k: int, top_p: float,
                                                                      kept: int | None) -> None:
-    """Proves ``_choose`` (each row its own draw) samples ``softmax(logits / T)`` cut to the ``top_k`` likeliest
+    """Proves ``choose_tokens`` (each row its own draw) samples ``softmax(logits / T)`` cut to the ``top_k`` likeliest
     tokens and then the smallest likeliest set holding ``top_p`` of what is left, renormalised: over 40,000 rows of
     the same logits no token outside the set is drawn, and Pearson's chi-square of the counts against the
     renormalised probabilities is within 5 standard deviations of its degrees of freedom — against the uncut
@@ -61,7 +61,7 @@ def test_top_k_and_top_p_draw_from_the_cut_distribution_renormalised(top_k: int,
     logits = torch.linspace(2.0, -1.5, 12)[torch.randperm(12, generator=torch.Generator().manual_seed(1))]
     settings = SampleSettings(temperature=0.8, top_k=top_k, top_p=top_p)
     rows = 40_000
-    drawn = _choose(logits.expand(rows, -1), settings, torch.Generator().manual_seed(0))
+    drawn = choose_tokens(logits.expand(rows, -1), settings, torch.Generator().manual_seed(0))
     counts = torch.bincount(drawn, minlength=12).double()
     probs = torch.softmax(logits.double() / 0.8, -1)
     order = torch.argsort(probs, descending=True)
@@ -80,5 +80,5 @@ def test_top_k_and_top_p_draw_from_the_cut_distribution_renormalised(top_k: int,
     uncut = probs[allowed] * rows  # the tempered distribution without the cut
     assert float(((counts[allowed] - uncut) ** 2 / uncut).sum()) > dof + 20 * math.sqrt(2 * dof)
     greedy = torch.full((3,), int(logits.argmax()))
-    assert torch.equal(_choose(logits.expand(3, -1), SampleSettings(temperature=0.0), None), greedy)
-    assert torch.equal(_choose(logits.expand(3, -1), SampleSettings(temperature=1.0, top_k=1), None), greedy)
+    assert torch.equal(choose_tokens(logits.expand(3, -1), SampleSettings(temperature=0.0), None), greedy)
+    assert torch.equal(choose_tokens(logits.expand(3, -1), SampleSettings(temperature=1.0, top_k=1), None), greedy)

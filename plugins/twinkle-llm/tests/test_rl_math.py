@@ -140,9 +140,9 @@ def nan_reward(completions, rows):
 def _sampler(small_base: Any) -> tuple[Any, torch.Tensor, torch.Tensor]:
     """The small random Llama as the ``local`` engine sees a policy (its model and tokenizer's stops and pad; every
     id below 8 a stop, so completions end at different lengths), and 6 left-padded prompts."""
-    from transformers import AutoModelForCausalLM
+    from twinkle_llm.folders import load_folder_model
 
-    model = AutoModelForCausalLM.from_pretrained(small_base, local_files_only=True).eval()
+    model = load_folder_model(small_base).eval()
     alg = SimpleNamespace(model=model, tokenizer=SimpleNamespace(stop_ids={2, 5, 7}, pad_id=0))
     generator = torch.Generator().manual_seed(3)
     ids = torch.randint(8, 300, (6, 9), generator=generator)

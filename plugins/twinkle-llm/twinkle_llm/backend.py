@@ -394,7 +394,7 @@ class LoraBackend(TrainingBackend):
         """``count`` independent continuations of the prompt's pass ``first``, decoded together: the prompt's cache
         is repeated for each (its pass computed once), a continuation that reached a stop leaves the batch with its
         cache row, and decoding ends when none is left (as the ``local`` rollout engine, ``rl.sample_completions``).
-        Each row's token is drawn from its own tempered distribution cut to ``top_k`` / ``top_p`` (``_choose``);
+        Each row's token is drawn from its own tempered distribution cut to ``top_k`` / ``top_p`` (``choose_tokens``);
         with ``top``, each position's ``top`` likeliest tokens (of the model's own distribution, before
         temperature)."""
         cache = first.cache
@@ -408,7 +408,7 @@ class LoraBackend(TrainingBackend):
         alive = list(range(count))  # the rows still decoding, in the cache's order
         for step in range(settings.max_tokens):
             scores = torch.log_softmax(logits, dim=-1)
-            chosen = _choose(logits, settings, generator)
+            chosen = choose_tokens(logits, settings, generator)
             picked = scores.gather(-1, chosen[:, None]).squeeze(-1).tolist()
             best = torch.topk(scores, min(top, scores.shape[-1])) if top else None
             going = []
@@ -484,11 +484,14 @@ def _prompt_scores(logits: torch.Tensor, prompt: list[int], wanted: ScoresWanted
     return PromptScores(values, top)
 
 
-def _choose(logits: torch.Tensor, settings: SampleSettings, generator: torch.Generator | None) -> torch.Tensor:
+def choose_tokens(logits: torch.Tensor, settings: SampleSettings, generator: torch.Generator | None = None
+                  ) -> torch.Tensor:
     """The next token of each row of ``logits`` ``[N, V]``: greedy at temperature 0, else drawn from the row's
     tempered distribution cut to its ``top_k`` likeliest tokens, then to the smallest likeliest set holding ``top_p``
     of what is left (the likeliest always kept; the order of transformers' ``TopKLogitsWarper`` and
-    ``TopPLogitsWarper``), renormalised: drawn by ``rl.draw_tokens`` (the Gumbel-max trick) from ``generator``."""
+    ``TopPLogitsWarper``), renormalised: drawn by ``rl.draw_tokens`` (the Gumbel-max trick) from ``generator``
+    (torch's global one by default). What a Tinker ``sample`` request's ``SamplingParams`` ask for, a row per
+    sample."""
     if settings.temperature <= 0:
         return logits.argmax(-1)
     scaled = logits / settings.temperature
